@@ -1,0 +1,154 @@
+#include "common/log.h"
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_format.h"
+
+namespace sluice::common {
+namespace {
+
+// Escapes a string for a JSON string literal (RFC 8259: quote, backslash and control characters).
+void AppendJsonString(std::string& out, absl::string_view s) {
+  out.push_back('"');
+  for (unsigned char c : s) {
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\r': out += "\\r"; break;
+      case '\t': out += "\\t"; break;
+      default:
+        if (c < 0x20) {
+          out += absl::StrFormat("\\u%04x", c);
+        } else {
+          out.push_back(static_cast<char>(c));
+        }
+    }
+  }
+  out.push_back('"');
+}
+
+}  // namespace
+
+absl::StatusOr<LogLevel> ParseLogLevel(absl::string_view name) {
+  std::string lower = absl::AsciiStrToLower(name);
+  if (lower == "debug") return LogLevel::kDebug;
+  if (lower == "info") return LogLevel::kInfo;
+  if (lower == "warning" || lower == "warn") return LogLevel::kWarning;
+  if (lower == "error") return LogLevel::kError;
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown log level '", name, "' (expected debug, info, warning or error)"));
+}
+
+absl::StatusOr<LogFormat> ParseLogFormat(absl::string_view name) {
+  std::string lower = absl::AsciiStrToLower(name);
+  if (lower == "text") return LogFormat::kText;
+  if (lower == "json") return LogFormat::kJson;
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown log format '", name, "' (expected text or json)"));
+}
+
+absl::string_view LogLevelName(LogLevel level) {
+  switch (level) {
+    case LogLevel::kDebug: return "debug";
+    case LogLevel::kInfo: return "info";
+    case LogLevel::kWarning: return "warning";
+    case LogLevel::kError: return "error";
+  }
+  return "unknown";
+}
+
+Logger::Logger(LoggerOptions options) : options_(options) {
+  writer_ = std::thread([this] { WriterLoop(); });
+}
+
+Logger::~Logger() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  work_cv_.notify_one();
+  writer_.join();
+}
+
+bool Logger::Log(LogLevel level, std::string message, Fields fields) {
+  if (!Enabled(level)) return false;
+  Record record{absl::Now(), level, std::move(message), std::move(fields)};
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (queue_.size() >= options_.queue_capacity) {
+      ++dropped_;
+      return false;
+    }
+    queue_.push_back(std::move(record));
+    ++queued_total_;
+  }
+  work_cv_.notify_one();
+  return true;
+}
+
+void Logger::Flush() {
+  std::unique_lock<std::mutex> lock(mu_);
+  const uint64_t target = queued_total_;
+  work_cv_.notify_one();
+  flushed_cv_.wait(lock, [&] { return written_total_ >= target; });
+}
+
+uint64_t Logger::dropped() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return dropped_;
+}
+
+void Logger::WriterLoop() {
+  std::deque<Record> batch;
+  std::string text;
+  for (;;) {
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      work_cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+      if (queue_.empty() && stop_) return;
+      batch.swap(queue_);
+    }
+    // Formatting and I/O happen here, outside the lock and off every request thread.
+    text.clear();
+    for (const Record& record : batch) {
+      text += Format(record);
+      text.push_back('\n');
+    }
+    std::fwrite(text.data(), 1, text.size(), options_.sink);
+    std::fflush(options_.sink);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      written_total_ += batch.size();
+    }
+    flushed_cv_.notify_all();
+    batch.clear();
+  }
+}
+
+std::string Logger::Format(const Record& record) const {
+  const std::string time = absl::FormatTime("%Y-%m-%dT%H:%M:%E6SZ", record.time, absl::UTCTimeZone());
+  std::string out;
+  if (options_.format == LogFormat::kJson) {
+    out = absl::StrCat("{\"time\":\"", time, "\",\"level\":\"", LogLevelName(record.level),
+                       "\",\"msg\":");
+    AppendJsonString(out, record.message);
+    for (const auto& [key, value] : record.fields) {
+      out.push_back(',');
+      AppendJsonString(out, key);
+      out.push_back(':');
+      AppendJsonString(out, value);
+    }
+    out.push_back('}');
+    return out;
+  }
+  static constexpr char kLevelLetter[] = {'D', 'I', 'W', 'E'};
+  out = absl::StrCat(time, " ", std::string(1, kLevelLetter[static_cast<int>(record.level)]), " ",
+                     record.message);
+  for (const auto& [key, value] : record.fields) {
+    absl::StrAppend(&out, " ", key, "=", value);
+  }
+  return out;
+}
+
+
+}  // namespace sluice::common

@@ -1,0 +1,54 @@
+#include "engine/batch_policy.h"
+
+#include <algorithm>
+
+namespace sluice::engine {
+
+BatchDecision DecideBatch(const BatchPolicy& policy, std::span<const PendingRequest> pending,
+                          bool more_incompatible, std::chrono::steady_clock::time_point now) {
+  BatchDecision decision;
+  if (pending.empty()) return decision;
+  if (!policy.batching_enabled || policy.max_batch_size <= 1) {
+    decision.request_count = 1;
+    return decision;
+  }
+
+  // The prefix that fits in one batch, and the longest prefix whose size is preferred.
+  int items = 0;
+  int fitting = 0;
+  int preferred_prefix = 0;
+  for (const PendingRequest& request : pending) {
+    if (items + request.batch_size > policy.max_batch_size) break;
+    items += request.batch_size;
+    ++fitting;
+    if (std::find(policy.preferred_batch_sizes.begin(), policy.preferred_batch_sizes.end(),
+                  items) != policy.preferred_batch_sizes.end()) {
+      preferred_prefix = fitting;
+    }
+  }
+  // A single request larger than max_batch_size is rejected at submit; be safe anyway.
+  if (fitting == 0) {
+    decision.request_count = 1;
+    return decision;
+  }
+
+  const bool full = items == policy.max_batch_size || fitting < static_cast<int>(pending.size()) ||
+                    more_incompatible;
+  if (full) {
+    decision.request_count = fitting;
+    return decision;
+  }
+  if (preferred_prefix > 0) {
+    decision.request_count = preferred_prefix;
+    return decision;
+  }
+  const auto deadline = pending.front().enqueue_time + policy.max_queue_delay;
+  if (now >= deadline) {
+    decision.request_count = fitting;
+    return decision;
+  }
+  decision.wake_at = deadline;
+  return decision;
+}
+
+}  // namespace sluice::engine

@@ -1,0 +1,301 @@
+#include "engine/cpu/cpu_executor.h"
+
+#include <cstring>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/check.h"
+#include "common/status_macros.h"
+#include "engine/model_stats.h"
+
+namespace sluice::engine::cpu {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Byte length of `elements` BYTES elements starting at `data` (already validated at submit).
+size_t BytesElementsLength(std::span<const std::byte> data, int64_t elements) {
+  size_t offset = 0;
+  for (int64_t i = 0; i < elements; ++i) {
+    uint32_t length;
+    std::memcpy(&length, data.data() + offset, 4);
+    offset += 4 + length;
+  }
+  return offset;
+}
+
+// Checks the model's outputs against its config before anything is scattered: a backend bug must
+// fail the batch with INTERNAL, never send a client bytes it did not ask for.
+absl::Status CheckOutputs(const ModelConfig& config, const std::vector<Tensor>& outputs,
+                          int items) {
+  if (outputs.size() != config.outputs.size()) {
+    return absl::InternalError(absl::StrCat("model '", config.name, "' returned ", outputs.size(),
+                                            " outputs, config declares ", config.outputs.size()));
+  }
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    const Tensor& out = outputs[i];
+    if (config.max_batch_size > 0 && (out.shape.empty() || out.shape[0] != items)) {
+      return absl::InternalError(absl::StrCat("model '", config.name, "' output '", out.name,
+                                              "' has shape ", ShapeToString(out.shape),
+                                              ", expected batch dimension ", items));
+    }
+    ASSIGN_OR_RETURN(int64_t elements, ElementCount(out.shape));
+    if (out.dtype == DataType::kBytes) {
+      RETURN_IF_ERROR(ValidateBytesElements(out.name, out.data, elements));
+    } else {
+      ASSIGN_OR_RETURN(size_t bytes, FixedByteSize(out.dtype, elements));
+      if (bytes != out.data.size()) {
+        return absl::InternalError(absl::StrCat("model '", config.name, "' output '", out.name,
+                                                "' holds ", out.data.size(), " bytes, shape ",
+                                                ShapeToString(out.shape), " needs ", bytes));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Outputs for one request, in the order it asked for them (all, in config order, if it named
+// none). Requested names were checked at submit.
+// Returns indices into `outputs`.
+std::vector<size_t> SelectOutputs(const InferenceRequest& request,
+                                  const std::vector<Tensor>& outputs) {
+  std::vector<size_t> selected;
+  if (request.requested_outputs.empty()) {
+    for (size_t i = 0; i < outputs.size(); ++i) selected.push_back(i);
+    return selected;
+  }
+  for (const std::string& name : request.requested_outputs) {
+    for (size_t i = 0; i < outputs.size(); ++i) {
+      if (outputs[i].name == name) {
+        selected.push_back(i);
+        break;
+      }
+    }
+  }
+  return selected;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<CpuExecutor>> CpuExecutor::Create(
+    const ModelConfig& model_config, std::unique_ptr<ModelInstance> instance,
+    ExecutorOptions options) {
+  if (instance == nullptr) return absl::InvalidArgumentError("CpuExecutor needs an instance");
+  if (options.slot_count < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("executor slot count ", options.slot_count, " is < 1"));
+  }
+  if (options.stats == nullptr) return absl::InvalidArgumentError("CpuExecutor needs stats");
+  return std::unique_ptr<CpuExecutor>(
+      new CpuExecutor(model_config, std::move(instance), std::move(options)));
+}
+
+CpuExecutor::CpuExecutor(const ModelConfig& model_config, std::unique_ptr<ModelInstance> instance,
+                         ExecutorOptions options)
+    : config_(model_config),
+      instance_(std::move(instance)),
+      options_(std::move(options)),
+      slots_(options_.slot_count) {
+  for (int i = options_.slot_count - 1; i >= 0; --i) free_slots_.push_back(i);
+  for (Slot& slot : slots_) slot.input_staging.resize(config_.inputs.size());
+  exec_thread_ = std::thread([this] { ExecutorLoop(); });
+  completion_thread_ = std::thread([this] { CompletionLoop(); });
+}
+
+CpuExecutor::~CpuExecutor() { Stop(); }
+
+bool CpuExecutor::HasFreeSlot() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return !free_slots_.empty() && !stopping_;
+}
+
+int CpuExecutor::InFlight() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return in_flight_;
+}
+
+void CpuExecutor::Execute(Batch batch) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    CHECK(!free_slots_.empty());
+    CHECK(!stopping_);
+    Work work;
+    work.batch = std::move(batch);
+    work.slot = free_slots_.back();
+    free_slots_.pop_back();
+    ++in_flight_;
+    exec_queue_.push_back(std::move(work));
+  }
+  exec_cv_.notify_one();
+}
+
+void CpuExecutor::Stop() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopping_ && !exec_thread_.joinable()) return;
+    stopping_ = true;
+  }
+  exec_cv_.notify_all();
+  completion_cv_.notify_all();
+  if (exec_thread_.joinable()) exec_thread_.join();
+  if (completion_thread_.joinable()) completion_thread_.join();
+}
+
+absl::StatusOr<std::vector<TensorView>> CpuExecutor::Gather(const Batch& batch, Slot& slot) {
+  std::vector<TensorView> views(config_.inputs.size());
+  const auto& requests = batch.requests;
+  for (size_t i = 0; i < config_.inputs.size(); ++i) {
+    // Inputs were matched to config order at submit (InferenceRequest::inputs is in config order).
+    const TensorView& first = requests.front()->inputs[i];
+    if (requests.size() == 1) {
+      views[i] = first;  // zero-copy: the model reads the request's own bytes
+      continue;
+    }
+    size_t total = 0;
+    for (const auto& request : requests) total += request->inputs[i].data.size();
+    std::vector<std::byte>& staging = slot.input_staging[i];
+    staging.resize(total);
+    size_t offset = 0;
+    for (const auto& request : requests) {
+      const auto& data = request->inputs[i].data;
+      if (!data.empty()) std::memcpy(staging.data() + offset, data.data(), data.size());
+      offset += data.size();
+    }
+    views[i].name = first.name;
+    views[i].dtype = first.dtype;
+    views[i].shape = first.shape;
+    views[i].shape[0] = batch.items;
+    views[i].data = std::span<const std::byte>(staging.data(), total);
+  }
+  return views;
+}
+
+void CpuExecutor::ExecutorLoop() {
+  for (;;) {
+    Work work;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      exec_cv_.wait(lock, [&] { return stopping_ || !exec_queue_.empty(); });
+      if (exec_queue_.empty()) {
+        exec_done_ = true;
+        completion_cv_.notify_all();
+        return;
+      }
+      work = std::move(exec_queue_.front());
+      exec_queue_.pop_front();
+    }
+    const auto t0 = Clock::now();
+    absl::StatusOr<std::vector<TensorView>> inputs = Gather(work.batch, slots_[work.slot]);
+    const auto t1 = Clock::now();
+    if (inputs.ok()) {
+      work.outputs = instance_->Run(*inputs);
+    } else {
+      work.outputs = inputs.status();
+    }
+    const auto t2 = Clock::now();
+    work.input_time = t1 - t0;
+    work.infer_time = t2 - t1;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      completion_queue_.push_back(std::move(work));
+    }
+    completion_cv_.notify_one();
+  }
+}
+
+void CpuExecutor::CompletionLoop() {
+  for (;;) {
+    Work work;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      completion_cv_.wait(lock, [&] { return !completion_queue_.empty() || exec_done_; });
+      if (completion_queue_.empty()) return;  // exec_done_ and nothing left
+      work = std::move(completion_queue_.front());
+      completion_queue_.pop_front();
+    }
+    Finish(work);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      free_slots_.push_back(work.slot);
+      --in_flight_;
+    }
+    if (options_.on_slot_freed) options_.on_slot_freed();
+  }
+}
+
+void CpuExecutor::Finish(Work& work) {
+  Batch& batch = work.batch;
+  const auto t0 = Clock::now();
+  absl::Status status = work.outputs.status();
+  if (status.ok()) status = CheckOutputs(config_, *work.outputs, batch.items);
+  if (!status.ok()) {
+    for (auto& request : batch.requests) {
+      options_.stats->RecordFailure(Clock::now() - request->received_time);
+      request->Complete(status);
+    }
+    return;
+  }
+
+  std::vector<Tensor>& outputs = *work.outputs;
+  std::vector<InferenceResponse> responses(batch.requests.size());
+  if (batch.requests.size() == 1) {
+    // The whole output belongs to the one request.
+    const InferenceRequest& request = *batch.requests.front();
+    InferenceResponse& response = responses.front();
+    for (size_t index : SelectOutputs(request, outputs)) {
+      // Requested names are unique (checked at submit), so each output moves once.
+      response.outputs.push_back(std::move(outputs[index]));
+    }
+  } else {
+    // Slice each output along the batch dimension, request by request.
+    std::vector<size_t> byte_offsets(outputs.size(), 0);
+    std::vector<int64_t> elements_per_item(outputs.size(), 0);
+    for (size_t o = 0; o < outputs.size(); ++o) {
+      elements_per_item[o] = *ElementCount(outputs[o].shape) / batch.items;
+    }
+    for (size_t r = 0; r < batch.requests.size(); ++r) {
+      const InferenceRequest& request = *batch.requests[r];
+      std::vector<Tensor> sliced(outputs.size());
+      for (size_t o = 0; o < outputs.size(); ++o) {
+        const Tensor& out = outputs[o];
+        const int64_t elements = elements_per_item[o] * request.batch_size;
+        const std::span<const std::byte> rest =
+            std::span<const std::byte>(out.data).subspan(byte_offsets[o]);
+        const size_t length = out.dtype == DataType::kBytes
+                                  ? BytesElementsLength(rest, elements)
+                                  : *FixedByteSize(out.dtype, elements);
+        sliced[o].name = out.name;
+        sliced[o].dtype = out.dtype;
+        sliced[o].shape = out.shape;
+        sliced[o].shape[0] = request.batch_size;
+        sliced[o].data.assign(rest.begin(), rest.begin() + static_cast<ptrdiff_t>(length));
+        byte_offsets[o] += length;
+      }
+      for (size_t index : SelectOutputs(request, sliced)) {
+        responses[r].outputs.push_back(std::move(sliced[index]));
+      }
+    }
+  }
+  const auto t1 = Clock::now();
+  const std::chrono::nanoseconds output_time = t1 - t0;
+
+  std::chrono::nanoseconds total_queue{0};
+  std::chrono::nanoseconds total_e2e{0};
+  for (size_t r = 0; r < batch.requests.size(); ++r) {
+    InferenceRequest& request = *batch.requests[r];
+    total_queue += batch.dispatch_time - request.enqueue_time;
+    total_e2e += t1 - request.received_time;
+    responses[r].model_name = request.model_name();
+    responses[r].model_version = request.resolved_version;
+    responses[r].id = request.id;
+  }
+  // Stats before answers: a client that reads ModelStatistics right after its answer sees itself.
+  options_.stats->RecordBatch(static_cast<uint64_t>(batch.items), batch.requests.size(),
+                              work.input_time, work.infer_time, output_time, total_queue,
+                              total_e2e);
+  for (size_t r = 0; r < batch.requests.size(); ++r) {
+    batch.requests[r]->Complete(std::move(responses[r]));
+  }
+}
+
+}  // namespace sluice::engine::cpu

@@ -1,0 +1,77 @@
+#pragma once
+
+// CpuExecutor: the CPU backend's executor for one model instance. Its executor thread gathers a
+// batch's inputs into the slot's staging buffers and runs the model; its completion thread
+// scatters outputs into the responses, answers them and frees the slot, so batch k's answers go
+// out while batch k+1 computes (the same pipeline the CUDA executor runs with a stream and events).
+
+#include <condition_variable>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "engine/backend.h"
+#include "engine/executor.h"
+
+namespace sluice::engine::cpu {
+
+class CpuExecutor final : public Executor {
+ public:
+  // Starts the two threads. `instance` is owned; `model_config` is borrowed and must outlive the
+  // executor.
+  static absl::StatusOr<std::unique_ptr<CpuExecutor>> Create(
+      const ModelConfig& model_config, std::unique_ptr<ModelInstance> instance,
+      ExecutorOptions options);
+  ~CpuExecutor() override;
+
+  bool HasFreeSlot() const override;
+  void Execute(Batch batch) override;
+  int InFlight() const override;
+  void Stop() override;
+
+ private:
+  struct Slot {
+    // One staging buffer per model input, reused batch after batch (the pinned buffers of the
+    // CUDA executor play this part).
+    std::vector<std::vector<std::byte>> input_staging;
+  };
+  struct Work {
+    Batch batch;
+    int slot = -1;
+    absl::StatusOr<std::vector<Tensor>> outputs = std::vector<Tensor>{};
+    std::chrono::nanoseconds input_time{0};
+    std::chrono::nanoseconds infer_time{0};
+  };
+
+  CpuExecutor(const ModelConfig& model_config, std::unique_ptr<ModelInstance> instance,
+              ExecutorOptions options);
+
+  void ExecutorLoop();
+  void CompletionLoop();
+  // Gathers the batch's inputs into views (zero-copy for a batch of one request).
+  absl::StatusOr<std::vector<TensorView>> Gather(const Batch& batch, Slot& slot);
+  void Finish(Work& work);
+
+  const ModelConfig& config_;
+  const std::unique_ptr<ModelInstance> instance_;
+  const ExecutorOptions options_;
+  std::vector<Slot> slots_;
+
+  mutable std::mutex mu_;
+  std::condition_variable exec_cv_;
+  std::condition_variable completion_cv_;
+  std::vector<int> free_slots_;       // guarded by mu_
+  std::deque<Work> exec_queue_;       // guarded by mu_
+  std::deque<Work> completion_queue_; // guarded by mu_
+  int in_flight_ = 0;                 // guarded by mu_
+  bool stopping_ = false;             // guarded by mu_
+  bool exec_done_ = false;            // guarded by mu_
+
+  std::thread exec_thread_;
+  std::thread completion_thread_;
+};
+
+}  // namespace sluice::engine::cpu

@@ -1,0 +1,419 @@
+#include "engine/engine.h"
+
+#include <algorithm>
+#include <thread>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "engine/cpu/cpu_executor.h"
+#include "engine/model_scheduler.h"
+
+namespace sluice::engine {
+
+// One loaded model version. Members are destroyed bottom-up: the scheduler (and its executors,
+// which borrow the model's config and the stats) goes first.
+struct Engine::LoadedModel {
+  int64_t version = 0;
+  std::unique_ptr<Model> model;
+  ModelStats stats;
+  std::unique_ptr<ModelScheduler> scheduler;
+
+  const ModelConfig& config() const { return model->config(); }
+};
+
+namespace {
+
+std::string VersionText(int64_t version) {
+  return version < 0 ? std::string("(newest)") : absl::StrCat(version);
+}
+
+// Runs every instance once on zeros (batch 1 and max_batch_size) so that a model is READY only
+// after it has computed; models with variable dims are not warmed up (no shape to invent).
+absl::Status WarmUp(const ModelConfig& config, ModelInstance& instance) {
+  for (const TensorSpec& input : config.inputs) {
+    if (input.dtype == DataType::kBytes) return absl::OkStatus();
+    for (int64_t dim : input.dims) {
+      if (dim < 0) return absl::OkStatus();
+    }
+  }
+  std::vector<int> batch_sizes = {0};
+  if (config.max_batch_size > 0) {
+    batch_sizes = {1};
+    if (config.max_batch_size > 1) batch_sizes.push_back(config.max_batch_size);
+  }
+  for (int batch : batch_sizes) {
+    std::vector<std::vector<std::byte>> buffers(config.inputs.size());
+    std::vector<TensorView> views(config.inputs.size());
+    for (size_t i = 0; i < config.inputs.size(); ++i) {
+      const TensorSpec& spec = config.inputs[i];
+      Shape shape = spec.dims;
+      if (batch > 0) shape.insert(shape.begin(), batch);
+      ASSIGN_OR_RETURN(int64_t elements, ElementCount(shape));
+      ASSIGN_OR_RETURN(size_t bytes, FixedByteSize(spec.dtype, elements));
+      buffers[i].assign(bytes, std::byte{0});
+      views[i] = TensorView{spec.name, spec.dtype, shape, buffers[i]};
+    }
+    absl::StatusOr<std::vector<Tensor>> outputs = instance.Run(views);
+    if (!outputs.ok()) {
+      return absl::Status(outputs.status().code(),
+                          absl::StrCat("warm-up at batch size ", batch,
+                                       " failed: ", outputs.status().message()));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::string_view ModelStateName(ModelState state) {
+  switch (state) {
+    case ModelState::kLoading: return "LOADING";
+    case ModelState::kReady: return "READY";
+    case ModelState::kUnloading: return "UNLOADING";
+    case ModelState::kUnavailable: return "UNAVAILABLE";
+  }
+  return "UNKNOWN";
+}
+
+absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(EngineOptions options) {
+  if (options.clock == nullptr) return absl::InvalidArgumentError("EngineOptions.clock is null");
+  if (options.default_max_queue_size < 1) {
+    return absl::InvalidArgumentError("default max queue size must be >= 1");
+  }
+  if (options.executor_slots < 1) {
+    return absl::InvalidArgumentError("executor slots must be >= 1");
+  }
+  return std::unique_ptr<Engine>(new Engine(options));
+}
+
+Engine::Engine(EngineOptions options) : options_(options) {}
+
+Engine::~Engine() { Shutdown(); }
+
+absl::StatusOr<std::shared_ptr<Engine::LoadedModel>> Engine::Build(const ModelSpec& spec) {
+  RETURN_IF_ERROR(ValidateModelConfig(spec.config));
+  auto loaded = std::make_shared<LoadedModel>();
+  loaded->version = spec.version;
+  ASSIGN_OR_RETURN(loaded->model, CreateModel(spec));
+  const ModelConfig& config = loaded->config();
+
+  SchedulerOptions scheduler_options;
+  scheduler_options.clock = options_.clock;
+  scheduler_options.max_queue_size = config.queue_policy.max_queue_size > 0
+                                         ? config.queue_policy.max_queue_size
+                                         : options_.default_max_queue_size;
+  scheduler_options.default_timeout = config.queue_policy.default_timeout;
+  scheduler_options.allow_timeout_override = config.queue_policy.allow_timeout_override;
+  scheduler_options.policy.max_batch_size = config.max_batch_size;
+  scheduler_options.policy.batching_enabled =
+      config.max_batch_size > 0 && config.dynamic_batching.has_value();
+  if (config.dynamic_batching.has_value()) {
+    scheduler_options.policy.max_queue_delay = config.dynamic_batching->max_queue_delay;
+    scheduler_options.policy.preferred_batch_sizes =
+        config.dynamic_batching->preferred_batch_sizes;
+  }
+  scheduler_options.stats = &loaded->stats;
+  ASSIGN_OR_RETURN(loaded->scheduler, ModelScheduler::Create(config, scheduler_options));
+
+  std::vector<std::unique_ptr<Executor>> executors;
+  ModelScheduler* scheduler = loaded->scheduler.get();
+  for (int i = 0; i < config.instance_count; ++i) {
+    ASSIGN_OR_RETURN(std::unique_ptr<ModelInstance> instance, loaded->model->CreateInstance(i));
+    RETURN_IF_ERROR(WarmUp(config, *instance));
+    ExecutorOptions executor_options;
+    executor_options.slot_count = options_.executor_slots;
+    executor_options.stats = &loaded->stats;
+    executor_options.on_slot_freed = [scheduler] { scheduler->NotifySlotFreed(); };
+    ASSIGN_OR_RETURN(std::unique_ptr<cpu::CpuExecutor> executor,
+                     cpu::CpuExecutor::Create(config, std::move(instance), executor_options));
+    executors.push_back(std::move(executor));
+  }
+  loaded->scheduler->Start(std::move(executors));
+  return loaded;
+}
+
+absl::Status Engine::LoadModel(ModelSpec spec) {
+  const std::string name = spec.config.name;
+  const int64_t version = spec.version;
+  LOG_INFO(options_.logger, "loading model '", name, "' version ", version, " (backend ",
+           spec.config.backend, ")");
+  absl::StatusOr<std::shared_ptr<LoadedModel>> built = Build(spec);
+  std::shared_ptr<LoadedModel> replaced;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!built.ok()) {
+      failures_[name][version] = std::string(built.status().message());
+    } else {
+      failures_[name].erase(version);
+      if (failures_[name].empty()) failures_.erase(name);
+      auto& slot = models_[name][version];
+      replaced = std::move(slot);
+      slot = *std::move(built);
+    }
+  }
+  if (replaced != nullptr) replaced->scheduler->Stop();  // answers its queue, then frees it
+  if (!built.ok()) {
+    LOG_ERROR(options_.logger, "model '", name, "' version ", version,
+              " failed to load: ", built.status().message());
+    return built.status();
+  }
+  LOG_INFO(options_.logger, "model '", name, "' version ", version, " is READY");
+  return absl::OkStatus();
+}
+
+absl::Status Engine::UnloadModel(const std::string& name) {
+  std::map<int64_t, std::shared_ptr<LoadedModel>> versions;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = models_.find(name);
+    const bool had_failures = failures_.erase(name) > 0;
+    if (it == models_.end()) {
+      if (had_failures) return absl::OkStatus();
+      return absl::NotFoundError(absl::StrCat("model '", name, "' is not loaded"));
+    }
+    versions = std::move(it->second);
+    models_.erase(it);
+  }
+  for (auto& [version, loaded] : versions) loaded->scheduler->Stop();
+  LOG_INFO(options_.logger, "model '", name, "' unloaded");
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::shared_ptr<Engine::LoadedModel>> Engine::Resolve(const std::string& name,
+                                                                     int64_t version) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = models_.find(name);
+  if (it == models_.end() || it->second.empty()) {
+    auto failed = failures_.find(name);
+    if (failed != failures_.end()) {
+      return absl::UnavailableError(
+          absl::StrCat("model '", name, "' is not ready: ", failed->second.rbegin()->second));
+    }
+    return absl::NotFoundError(absl::StrCat("unknown model '", name, "'"));
+  }
+  if (version < 0) return it->second.rbegin()->second;
+  auto v = it->second.find(version);
+  if (v == it->second.end()) {
+    return absl::NotFoundError(absl::StrCat("model '", name, "' has no version ", version));
+  }
+  return v->second;
+}
+
+absl::Status Engine::ValidateAndBind(const ModelConfig& config, InferenceRequest& request) const {
+  const std::string& model = config.name;
+  if (request.inputs.size() != config.inputs.size()) {
+    // Name the first missing input: that is what the client has to fix.
+    for (const TensorSpec& spec : config.inputs) {
+      const bool present = std::any_of(request.inputs.begin(), request.inputs.end(),
+                                       [&](const TensorView& t) { return t.name == spec.name; });
+      if (!present) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("model '", model, "': missing input '", spec.name, "' (expected ",
+                         config.inputs.size(), " inputs, got ", request.inputs.size(), ")"));
+      }
+    }
+    return absl::InvalidArgumentError(absl::StrCat("model '", model, "' expects ",
+                                                   config.inputs.size(), " inputs, got ",
+                                                   request.inputs.size()));
+  }
+
+  std::vector<TensorView> ordered(config.inputs.size());
+  std::vector<bool> seen(config.inputs.size(), false);
+  int batch_size = -1;
+  for (TensorView& input : request.inputs) {
+    size_t index = config.inputs.size();
+    for (size_t i = 0; i < config.inputs.size(); ++i) {
+      if (config.inputs[i].name == input.name) index = i;
+    }
+    if (index == config.inputs.size()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("model '", model, "' has no input named '", input.name, "'"));
+    }
+    if (seen[index]) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("model '", model, "': input '", input.name, "' given twice"));
+    }
+    seen[index] = true;
+    const TensorSpec& spec = config.inputs[index];
+    if (input.dtype != spec.dtype) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "model '", model, "': input '", input.name, "' has data type ",
+          DataTypeName(input.dtype), ", the model expects ", DataTypeName(spec.dtype)));
+    }
+    const size_t batch_dims = config.max_batch_size > 0 ? 1 : 0;
+    bool shape_ok = input.shape.size() == spec.dims.size() + batch_dims;
+    for (size_t d = 0; shape_ok && d < spec.dims.size(); ++d) {
+      const int64_t got = input.shape[d + batch_dims];
+      shape_ok = (spec.dims[d] == -1 && got >= 0) || spec.dims[d] == got;
+    }
+    if (!shape_ok) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "model '", model, "': input '", input.name, "' has shape ",
+          ShapeToString(input.shape), ", the model expects ",
+          batch_dims ? absl::StrCat("[batch<=", config.max_batch_size, "]+") : "",
+          ShapeToString(spec.dims)));
+    }
+    if (batch_dims == 1) {
+      const int64_t b = input.shape[0];
+      if (b < 1 || b > config.max_batch_size) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("model '", model, "': input '", input.name, "' has batch size ", b,
+                         ", allowed 1..", config.max_batch_size, " (max_batch_size)"));
+      }
+      if (batch_size >= 0 && b != batch_size) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("model '", model, "': input '", input.name, "' has batch size ", b,
+                         " but another input has ", batch_size));
+      }
+      batch_size = static_cast<int>(b);
+    }
+    ASSIGN_OR_RETURN(int64_t elements, ElementCount(input.shape));
+    if (input.dtype == DataType::kBytes) {
+      RETURN_IF_ERROR(ValidateBytesElements(input.name, input.data, elements));
+    } else {
+      ASSIGN_OR_RETURN(size_t expected, FixedByteSize(input.dtype, elements));
+      if (expected != input.data.size()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "model '", model, "': input '", input.name, "' holds ", input.data.size(),
+            " bytes, shape ", ShapeToString(input.shape), " of ", DataTypeName(input.dtype),
+            " needs ", expected));
+      }
+    }
+    ordered[index] = std::move(input);
+  }
+  for (size_t i = 0; i < request.requested_outputs.size(); ++i) {
+    const std::string& name = request.requested_outputs[i];
+    if (config.FindOutput(name) == nullptr) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("model '", model, "' has no output named '", name, "'"));
+    }
+    for (size_t j = 0; j < i; ++j) {
+      if (request.requested_outputs[j] == name) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("model '", model, "': output '", name, "' requested twice"));
+      }
+    }
+  }
+  request.inputs = std::move(ordered);
+  request.batch_size = batch_size > 0 ? batch_size : 1;
+  return absl::OkStatus();
+}
+
+void Engine::Submit(std::unique_ptr<InferenceRequest> request) {
+  if (draining_.load(std::memory_order_acquire)) {
+    request->Complete(absl::UnavailableError("server is shutting down; not accepting requests"));
+    return;
+  }
+  absl::StatusOr<std::shared_ptr<LoadedModel>> loaded =
+      Resolve(request->model_name(), request->model_version());
+  if (!loaded.ok()) {
+    request->Complete(loaded.status());
+    return;
+  }
+  LoadedModel& model = **loaded;
+  if (absl::Status status = ValidateAndBind(model.config(), *request); !status.ok()) {
+    model.stats.RecordFailure(std::chrono::steady_clock::now() - request->received_time);
+    request->Complete(std::move(status));
+    return;
+  }
+  request->resolved_version = model.version;
+  model.scheduler->Enqueue(std::move(request));
+}
+
+absl::StatusOr<Engine::ModelInfo> Engine::GetModel(const std::string& name,
+                                                   int64_t version) const {
+  ASSIGN_OR_RETURN(std::shared_ptr<LoadedModel> loaded, Resolve(name, version));
+  ModelInfo info;
+  info.config = std::shared_ptr<const ModelConfig>(loaded, &loaded->config());
+  info.version = loaded->version;
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = models_.find(name);
+  if (it != models_.end()) {
+    for (const auto& [v, unused] : it->second) info.ready_versions.push_back(v);
+  }
+  return info;
+}
+
+bool Engine::IsModelReady(const std::string& name, int64_t version) const {
+  return !draining() && Resolve(name, version).ok();
+}
+
+std::vector<ModelVersionStatus> Engine::ListModels() const {
+  std::vector<ModelVersionStatus> out;
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const auto& [name, versions] : models_) {
+    for (const auto& [version, loaded] : versions) {
+      out.push_back({name, version, ModelState::kReady, ""});
+    }
+  }
+  for (const auto& [name, versions] : failures_) {
+    for (const auto& [version, reason] : versions) {
+      out.push_back({name, version, ModelState::kUnavailable, reason});
+    }
+  }
+  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) {
+    return std::tie(a.name, a.version) < std::tie(b.name, b.version);
+  });
+  return out;
+}
+
+absl::StatusOr<std::vector<Engine::VersionStats>> Engine::GetStats(const std::string& name,
+                                                                   int64_t version) const {
+  std::vector<std::pair<std::string, std::shared_ptr<LoadedModel>>> selected;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& [model_name, versions] : models_) {
+      if (!name.empty() && model_name != name) continue;
+      for (const auto& [v, loaded] : versions) {
+        if (version >= 0 && v != version) continue;
+        selected.emplace_back(model_name, loaded);
+      }
+    }
+  }
+  if (!name.empty() && selected.empty()) {
+    return absl::NotFoundError(absl::StrCat("model '", name, "' version ", VersionText(version),
+                                            " is not loaded"));
+  }
+  std::vector<VersionStats> out;
+  for (const auto& [model_name, loaded] : selected) {
+    VersionStats entry{model_name, loaded->version, loaded->stats.Snapshot()};
+    entry.stats.queue_depth = static_cast<uint64_t>(loaded->scheduler->QueueDepth());
+    out.push_back(std::move(entry));
+  }
+  return out;
+}
+
+void Engine::BeginDrain() { draining_.store(true, std::memory_order_release); }
+
+bool Engine::draining() const { return draining_.load(std::memory_order_acquire); }
+
+bool Engine::WaitIdle(std::chrono::milliseconds timeout) const {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  for (;;) {
+    bool idle = true;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (const auto& [name, versions] : models_) {
+        for (const auto& [version, loaded] : versions) idle = idle && loaded->scheduler->Idle();
+      }
+    }
+    if (idle) return true;
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+}
+
+void Engine::Shutdown() {
+  BeginDrain();
+  std::map<std::string, std::map<int64_t, std::shared_ptr<LoadedModel>>> models;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    models.swap(models_);
+  }
+  for (auto& [name, versions] : models) {
+    for (auto& [version, loaded] : versions) loaded->scheduler->Stop();
+  }
+}
+
+}  // namespace sluice::engine

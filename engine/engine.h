@@ -1,0 +1,118 @@
+#pragma once
+
+// Engine: the facade the server talks to. It owns the loaded models (each version with its
+// scheduler, executors and stats), validates and submits requests, and reports state and stats.
+// No gRPC, protobuf or Prometheus type appears here.
+
+#include "absl/strings/string_view.h"
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/clock.h"
+#include "common/log.h"
+#include "engine/backend.h"
+#include "engine/inference_request.h"
+#include "engine/model_config.h"
+#include "engine/model_stats.h"
+
+namespace sluice::engine {
+
+struct EngineOptions {
+  // Time source for queue delays and deadlines; borrowed. Default: the steady clock.
+  const common::Clock* clock = &common::SteadyClock::Default();
+  // Borrowed, nullable (then nothing is logged).
+  common::Logger* logger = nullptr;
+  // Queue bound (requests) for a model whose config sets no max_queue_size.
+  int64_t default_max_queue_size = 4096;
+  // In-flight batches per model instance.
+  int executor_slots = 2;
+};
+
+enum class ModelState { kLoading, kReady, kUnloading, kUnavailable };
+absl::string_view ModelStateName(ModelState state);  // "LOADING", "READY", ...
+
+struct ModelVersionStatus {
+  std::string name;
+  int64_t version = 0;
+  ModelState state = ModelState::kUnavailable;
+  // Why it is not ready (a load error), empty otherwise.
+  std::string reason;
+};
+
+// Thread-safe.
+class Engine {
+ public:
+  static absl::StatusOr<std::unique_ptr<Engine>> Create(EngineOptions options);
+  // Shutdown()s.
+  ~Engine();
+
+  // Creates, warms up and starts a model version; blocks until it is READY or failed. A failure
+  // is returned and recorded (state UNAVAILABLE with the reason) without touching other models.
+  // Loading a version that is already loaded replaces it once the new one is ready.
+  absl::Status LoadModel(ModelSpec spec);
+
+  // Unloads every version of `name`: new requests are refused, queued and in-flight ones are
+  // answered, then its threads and memory are freed. NotFound if nothing of that name is loaded.
+  absl::Status UnloadModel(const std::string& name);
+
+  // Validates the request against the model's config and queues it. Always takes ownership and
+  // always answers the request exactly once: at once with NOT_FOUND (unknown model or version),
+  // UNAVAILABLE (not ready, or draining), INVALID_ARGUMENT (names the tensor and what was
+  // expected) or RESOURCE_EXHAUSTED (queue full); otherwise later from an engine thread.
+  void Submit(std::unique_ptr<InferenceRequest> request);
+
+  // The config of a ready version (`version` < 0: the newest ready one), and that version.
+  struct ModelInfo {
+    std::shared_ptr<const ModelConfig> config;
+    int64_t version = 0;
+    std::vector<int64_t> ready_versions;
+  };
+  absl::StatusOr<ModelInfo> GetModel(const std::string& name, int64_t version) const;
+  bool IsModelReady(const std::string& name, int64_t version) const;
+
+  // Every version the engine knows, sorted by name and version (including failed loads).
+  std::vector<ModelVersionStatus> ListModels() const;
+
+  // Stats of the loaded versions of `name` (`version` < 0: all), or of every model if `name` is
+  // empty. NotFound for an unknown name or version.
+  struct VersionStats {
+    std::string name;
+    int64_t version = 0;
+    ModelStatsSnapshot stats;
+  };
+  absl::StatusOr<std::vector<VersionStats>> GetStats(const std::string& name,
+                                                     int64_t version) const;
+
+  // From now on Submit() answers UNAVAILABLE. Queued and in-flight requests still run.
+  void BeginDrain();
+  bool draining() const;
+  // Blocks until nothing is queued or in flight in any model, or `timeout` passed; returns
+  // whether it became idle.
+  bool WaitIdle(std::chrono::milliseconds timeout) const;
+  // Stops every model (answering what is queued) and frees them. Idempotent.
+  void Shutdown();
+
+ private:
+  struct LoadedModel;
+  explicit Engine(EngineOptions options);
+  absl::Status ValidateAndBind(const ModelConfig& config, InferenceRequest& request) const;
+  // The version that serves `version` (< 0: newest ready).
+  absl::StatusOr<std::shared_ptr<LoadedModel>> Resolve(const std::string& name,
+                                                       int64_t version) const;
+  absl::StatusOr<std::shared_ptr<LoadedModel>> Build(const ModelSpec& spec);
+
+  const EngineOptions options_;
+  mutable std::mutex mu_;
+  // name -> version -> model; guarded by mu_.
+  std::map<std::string, std::map<int64_t, std::shared_ptr<LoadedModel>>> models_;
+  // Versions that failed to load, with the reason; guarded by mu_.
+  std::map<std::string, std::map<int64_t, std::string>> failures_;
+  std::atomic<bool> draining_{false};
+};
+
+}  // namespace sluice::engine

@@ -1,0 +1,53 @@
+#pragma once
+
+// Executor: runs batches of one model instance and answers their requests. The CPU executor
+// (engine/cpu) is a thread that plays the stream and a completion thread that plays the events;
+// the CUDA executor (engine/cuda) has the same shape with a real stream and events.
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "engine/inference_request.h"
+
+namespace sluice::engine {
+
+class ModelStats;
+
+// Requests that run together, in queue order.
+struct Batch {
+  std::vector<std::unique_ptr<InferenceRequest>> requests;
+  // Sum of the requests' batch sizes.
+  int items = 0;
+  // When the batcher handed it over (end of each request's queue time).
+  std::chrono::steady_clock::time_point dispatch_time{};
+};
+
+// Thread-safety: HasFreeSlot() from any thread; Execute() from one thread (the model's batcher);
+// Stop() from the owner.
+class Executor {
+ public:
+  virtual ~Executor() = default;
+  // Whether Execute() may be called now: a slot (staging buffers for one batch) is free.
+  virtual bool HasFreeSlot() const = 0;
+  // Takes the batch and returns at once; every request is answered later on the executor's
+  // threads. REQUIRES: HasFreeSlot().
+  virtual void Execute(Batch batch) = 0;
+  // Batches not yet finished, queued or running.
+  virtual int InFlight() const = 0;
+  // Finishes every batch taken, then joins the executor's threads. Idempotent.
+  virtual void Stop() = 0;
+};
+
+struct ExecutorOptions {
+  // Batches in flight at once (each holds its own staging buffers): enough to overlap gathering
+  // and scattering with compute, few enough to bound memory.
+  int slot_count = 2;
+  // Called (on an executor thread) whenever a slot becomes free; must not block.
+  std::function<void()> on_slot_freed;
+  // Where per-batch stats go; borrowed, must outlive the executor.
+  ModelStats* stats = nullptr;
+};
+
+}  // namespace sluice::engine

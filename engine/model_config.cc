@@ -1,0 +1,96 @@
+#include "engine/model_config.h"
+
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+
+namespace sluice::engine {
+namespace {
+
+const TensorSpec* FindSpec(const std::vector<TensorSpec>& specs, absl::string_view name) {
+  for (const TensorSpec& spec : specs) {
+    if (spec.name == name) return &spec;
+  }
+  return nullptr;
+}
+
+absl::Status ValidateTensors(const ModelConfig& config, const std::vector<TensorSpec>& specs,
+                             absl::string_view kind, std::set<std::string>& names) {
+  if (specs.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("model '", config.name, "': config declares no ", kind, "s"));
+  }
+  for (const TensorSpec& spec : specs) {
+    if (spec.name.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("model '", config.name, "': an ", kind, " has an empty name"));
+    }
+    if (!names.insert(spec.name).second) {
+      return absl::InvalidArgumentError(absl::StrCat("model '", config.name, "': tensor name '",
+                                                     spec.name, "' is declared twice"));
+    }
+    if (spec.dtype == DataType::kInvalid) {
+      return absl::InvalidArgumentError(absl::StrCat("model '", config.name, "': ", kind, " '",
+                                                     spec.name, "' has no valid data_type"));
+    }
+    if (spec.dims.empty() && config.max_batch_size == 0) {
+      return absl::InvalidArgumentError(absl::StrCat("model '", config.name, "': ", kind, " '",
+                                                     spec.name, "' has no dims"));
+    }
+    for (int64_t dim : spec.dims) {
+      if (dim < -1 || dim == 0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("model '", config.name, "': ", kind, " '", spec.name, "' has dims ",
+                         ShapeToString(spec.dims), " (each must be positive or -1)"));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+const TensorSpec* ModelConfig::FindInput(absl::string_view input_name) const {
+  return FindSpec(inputs, input_name);
+}
+
+const TensorSpec* ModelConfig::FindOutput(absl::string_view output_name) const {
+  return FindSpec(outputs, output_name);
+}
+
+absl::Status ValidateModelConfig(const ModelConfig& config) {
+  if (config.name.empty()) return absl::InvalidArgumentError("model config has no name");
+  if (config.max_batch_size < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("model '", config.name, "': max_batch_size ",
+                                                   config.max_batch_size, " is negative"));
+  }
+  std::set<std::string> names;
+  RETURN_IF_ERROR(ValidateTensors(config, config.inputs, "input", names));
+  std::set<std::string> output_names;
+  RETURN_IF_ERROR(ValidateTensors(config, config.outputs, "output", output_names));
+  if (config.dynamic_batching.has_value()) {
+    for (int size : config.dynamic_batching->preferred_batch_sizes) {
+      if (size < 1 || size > config.max_batch_size) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "model '", config.name, "': preferred_batch_size ", size,
+            " is outside [1, max_batch_size=", config.max_batch_size, "]"));
+      }
+    }
+    if (config.dynamic_batching->max_queue_delay.count() < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("model '", config.name, "': max_queue_delay_microseconds is negative"));
+    }
+  }
+  if (config.queue_policy.max_queue_size < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("model '", config.name, "': max_queue_size is negative"));
+  }
+  if (config.instance_count < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "model '", config.name, "': instance_group count ", config.instance_count, " is < 1"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace sluice::engine

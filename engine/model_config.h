@@ -1,0 +1,75 @@
+#pragma once
+
+// ModelConfig: what the engine needs to know about a model, as plain structs. The server reads
+// Triton's config.pbtxt (protobuf text format) and fills this in; the engine never sees protobuf.
+
+#include "absl/strings/string_view.h"
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "engine/data_type.h"
+#include "engine/tensor.h"
+
+namespace sluice::engine {
+
+struct TensorSpec {
+  std::string name;
+  DataType dtype = DataType::kInvalid;
+  // Dimensions without the batch dimension; -1 means "any size".
+  Shape dims;
+};
+
+// Triton's dynamic_batching block.
+struct DynamicBatchingConfig {
+  // How long the oldest request may wait for a fuller batch. 0: batch what is queued when an
+  // instance becomes free.
+  std::chrono::microseconds max_queue_delay{0};
+  // Batch sizes to flush at once when the queue can form them (largest first).
+  std::vector<int> preferred_batch_sizes;
+};
+
+// Triton's default_queue_policy.
+struct QueuePolicyConfig {
+  // Requests (not items) that may wait; 0 means "the engine's default" (never unbounded).
+  int64_t max_queue_size = 0;
+  // A request that waited this long in the queue fails with DEADLINE_EXCEEDED; 0 = no limit.
+  std::chrono::microseconds default_timeout{0};
+  // Whether a request's own timeout (its gRPC deadline) may shorten the default.
+  bool allow_timeout_override = true;
+};
+
+enum class InstanceKind { kAuto, kCpu, kGpu };
+
+struct ModelConfig {
+  std::string name;
+  // Which backend runs it: "simple", "identity", ...
+  std::string backend;
+  // 0: the model takes no batch dimension; > 0: the first dimension of every input and output is
+  // the batch, at most this large.
+  int max_batch_size = 0;
+  std::vector<TensorSpec> inputs;
+  std::vector<TensorSpec> outputs;
+  // Absent: each request runs alone, as Triton's default scheduler does.
+  std::optional<DynamicBatchingConfig> dynamic_batching;
+  QueuePolicyConfig queue_policy;
+  // Number of model instances (executors), from instance_group.
+  int instance_count = 1;
+  InstanceKind instance_kind = InstanceKind::kAuto;
+  // Free-form key/value parameters for the backend.
+  std::map<std::string, std::string> parameters;
+
+  const TensorSpec* FindInput(absl::string_view input_name) const;
+  const TensorSpec* FindOutput(absl::string_view output_name) const;
+};
+
+// Checks the parts every backend relies on: a name, at least one input and output, unique tensor
+// names, valid data types, dims >= -1, max_batch_size >= 0, preferred sizes within
+// [1, max_batch_size], instance count >= 1. Messages name the model and the field.
+absl::Status ValidateModelConfig(const ModelConfig& config);
+
+}  // namespace sluice::engine

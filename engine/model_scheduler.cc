@@ -1,0 +1,230 @@
+#include "engine/model_scheduler.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/check.h"
+#include "engine/model_stats.h"
+
+namespace sluice::engine {
+
+absl::StatusOr<std::unique_ptr<ModelScheduler>> ModelScheduler::Create(const ModelConfig& config,
+                                                                        SchedulerOptions options) {
+  if (options.clock == nullptr || options.stats == nullptr) {
+    return absl::InvalidArgumentError("ModelScheduler needs a clock and stats");
+  }
+  if (options.max_queue_size < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("model '", config.name, "': max queue size ",
+                                                   options.max_queue_size, " is < 1"));
+  }
+  return std::unique_ptr<ModelScheduler>(new ModelScheduler(config, std::move(options)));
+}
+
+ModelScheduler::ModelScheduler(const ModelConfig& config, SchedulerOptions options)
+    : config_(config), options_(std::move(options)) {
+  for (const TensorSpec& input : config_.inputs) {
+    for (int64_t dim : input.dims) all_dims_fixed_ = all_dims_fixed_ && dim >= 0;
+  }
+}
+
+ModelScheduler::~ModelScheduler() { Stop(); }
+
+void ModelScheduler::Start(std::vector<std::unique_ptr<Executor>> executors) {
+  CHECK(!executors.empty());
+  std::lock_guard<std::mutex> lock(mu_);
+  CHECK(!started_);
+  executors_ = std::move(executors);
+  started_ = true;
+  batcher_ = std::thread([this] { BatcherLoop(); });
+}
+
+void ModelScheduler::Enqueue(std::unique_ptr<InferenceRequest> request) {
+  absl::Status rejection;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopping_) {
+      rejection = absl::UnavailableError(
+          absl::StrCat("model '", config_.name, "' is unloading or the server is shutting down"));
+    } else if (static_cast<int64_t>(queue_.size()) >= options_.max_queue_size) {
+      rejection = absl::ResourceExhaustedError(
+          absl::StrCat("model '", config_.name, "' queue is full (", options_.max_queue_size,
+                       " requests waiting); retry later"));
+    } else {
+      const auto now = options_.clock->Now();
+      request->enqueue_time = now;
+      auto expires_at = common::Clock::TimePoint::max();
+      if (options_.default_timeout.count() > 0) expires_at = now + options_.default_timeout;
+      if (options_.allow_timeout_override && request->deadline.has_value()) {
+        expires_at = std::min(expires_at, *request->deadline);
+      }
+      if (expires_at != common::Clock::TimePoint::max()) ++entries_with_deadline_;
+      queue_.push_back(Entry{std::move(request), expires_at});
+    }
+  }
+  if (!rejection.ok()) {
+    options_.stats->RecordFailure(std::chrono::steady_clock::now() - request->received_time);
+    request->Complete(std::move(rejection));
+    return;
+  }
+  cv_.notify_one();
+}
+
+void ModelScheduler::NotifySlotFreed() {
+  // Taking the lock orders this notify after the batcher's predicate check (no lost wake-up).
+  { std::lock_guard<std::mutex> lock(mu_); }
+  cv_.notify_one();
+}
+
+int64_t ModelScheduler::QueueDepth() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return static_cast<int64_t>(queue_.size());
+}
+
+bool ModelScheduler::Idle() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!queue_.empty()) return false;
+  for (const auto& executor : executors_) {
+    if (executor->InFlight() > 0) return false;
+  }
+  return true;
+}
+
+void ModelScheduler::Stop() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopping_ && !batcher_.joinable()) {
+      return;
+    }
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  if (batcher_.joinable()) batcher_.join();
+  for (auto& executor : executors_) executor->Stop();
+  // Never started: answer whatever was queued.
+  std::deque<Entry> left;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    left.swap(queue_);
+  }
+  for (Entry& entry : left) {
+    entry.request->Complete(absl::UnavailableError(
+        absl::StrCat("model '", config_.name, "' stopped before the request ran")));
+  }
+}
+
+int ModelScheduler::PickExecutor() const {
+  const size_t n = executors_.size();
+  for (size_t i = 0; i < n; ++i) {
+    const size_t index = (next_executor_ + i) % n;
+    if (executors_[index]->HasFreeSlot()) {
+      next_executor_ = index + 1;
+      return static_cast<int>(index);
+    }
+  }
+  return -1;
+}
+
+bool ModelScheduler::Compatible(const InferenceRequest& a, const InferenceRequest& b) const {
+  if (all_dims_fixed_) return true;
+  for (size_t i = 0; i < a.inputs.size(); ++i) {
+    const Shape& sa = a.inputs[i].shape;
+    const Shape& sb = b.inputs[i].shape;
+    if (sa.size() != sb.size() || !std::equal(sa.begin() + 1, sa.end(), sb.begin() + 1)) {
+      return false;
+    }
+  }
+  return true;
+}
+
+void ModelScheduler::BatcherLoop() {
+  std::vector<PendingRequest> pending;
+  std::vector<std::unique_ptr<InferenceRequest>> expired;
+  std::unique_lock<std::mutex> lock(mu_);
+  for (;;) {
+    const auto now = options_.clock->Now();
+
+    // 1. Requests whose deadline passed leave the queue before they can be batched.
+    auto next_expiry = common::Clock::TimePoint::max();
+    if (entries_with_deadline_ > 0) {
+      for (auto it = queue_.begin(); it != queue_.end();) {
+        if (it->expires_at <= now) {
+          expired.push_back(std::move(it->request));
+          --entries_with_deadline_;
+          it = queue_.erase(it);
+        } else {
+          next_expiry = std::min(next_expiry, it->expires_at);
+          ++it;
+        }
+      }
+    }
+    if (!expired.empty()) {
+      lock.unlock();
+      for (auto& request : expired) {
+        options_.stats->RecordFailure(std::chrono::steady_clock::now() - request->received_time);
+        request->Complete(absl::DeadlineExceededError(absl::StrCat(
+            "request timed out in the queue of model '", config_.name, "' before it ran")));
+      }
+      expired.clear();
+      lock.lock();
+      continue;
+    }
+
+    if (queue_.empty()) {
+      if (stopping_) return;
+      cv_.wait(lock);
+      continue;
+    }
+
+    // Waits until `when` (in the scheduler clock's time) or a notification.
+    auto wait_until = [&](common::Clock::TimePoint when) {
+      if (when == common::Clock::TimePoint::max()) {
+        cv_.wait(lock);
+      } else {
+        cv_.wait_for(lock, std::max(when - now, std::chrono::steady_clock::duration::zero()));
+      }
+    };
+
+    const int executor = PickExecutor();
+    if (executor < 0) {
+      wait_until(next_expiry);
+      continue;
+    }
+
+    // 2. The head of the queue that may share a batch with the first request.
+    pending.clear();
+    const InferenceRequest& head = *queue_.front().request;
+    size_t compatible = 0;
+    while (compatible < queue_.size() &&
+           compatible < static_cast<size_t>(std::max(options_.policy.max_batch_size, 1)) &&
+           Compatible(head, *queue_[compatible].request)) {
+      pending.push_back({queue_[compatible].request->batch_size, queue_[compatible].request->enqueue_time});
+      ++compatible;
+    }
+    const bool more_incompatible = compatible < queue_.size() &&
+                                   !Compatible(head, *queue_[compatible].request);
+    // While stopping nothing waits for a fuller batch.
+    const auto decide_time = stopping_ ? common::Clock::TimePoint::max() : now;
+    const BatchDecision decision =
+        DecideBatch(options_.policy, pending, more_incompatible, decide_time);
+    if (decision.request_count == 0) {
+      wait_until(std::min(decision.wake_at, next_expiry));
+      continue;
+    }
+
+    // 3. Hand the batch over. Execute() only queues it on the executor, so it runs under our
+    // lock: queued + in flight never both read zero while a batch is between the two.
+    Batch batch;
+    batch.dispatch_time = now;
+    for (int i = 0; i < decision.request_count; ++i) {
+      Entry& entry = queue_.front();
+      if (entry.expires_at != common::Clock::TimePoint::max()) --entries_with_deadline_;
+      batch.items += entry.request->batch_size;
+      batch.requests.push_back(std::move(entry.request));
+      queue_.pop_front();
+    }
+    executors_[executor]->Execute(std::move(batch));
+  }
+}
+
+}  // namespace sluice::engine

@@ -1,0 +1,98 @@
+#pragma once
+
+// ModelScheduler: the bounded queue of one model version and its batcher thread. Enqueue() is
+// called from RPC threads and returns at once; the batcher thread forms batches (DecideBatch) when
+// an executor has a free slot, expires requests whose deadline passed, and hands batches over.
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/clock.h"
+#include "engine/batch_policy.h"
+#include "engine/executor.h"
+#include "engine/inference_request.h"
+#include "engine/model_config.h"
+
+namespace sluice::engine {
+
+class ModelStats;
+
+struct SchedulerOptions {
+  // Time source for delays and deadlines; borrowed, must outlive the scheduler.
+  const common::Clock* clock = &common::SteadyClock::Default();
+  // Requests that may wait; a request beyond it is answered RESOURCE_EXHAUSTED at once. >= 1.
+  int64_t max_queue_size = 4096;
+  // A request that waits longer fails with DEADLINE_EXCEEDED; 0 = no limit.
+  std::chrono::microseconds default_timeout{0};
+  // Whether a request's own deadline applies (the earlier of the two wins).
+  bool allow_timeout_override = true;
+  BatchPolicy policy;
+  // Borrowed; must outlive the scheduler.
+  ModelStats* stats = nullptr;
+};
+
+// Thread-safe. Owns its executors and the batcher thread.
+class ModelScheduler {
+ public:
+  // `config` is borrowed and must outlive the scheduler. Starts nothing until Start().
+  static absl::StatusOr<std::unique_ptr<ModelScheduler>> Create(const ModelConfig& config,
+                                                                SchedulerOptions options);
+  // Stop()s.
+  ~ModelScheduler();
+
+  // Starts the batcher over these executors (owned). Executors must call NotifySlotFreed() when a
+  // slot frees. REQUIRES: not started, executors non-empty.
+  void Start(std::vector<std::unique_ptr<Executor>> executors);
+
+  // Takes the request. Answers it at once with RESOURCE_EXHAUSTED (queue full) or UNAVAILABLE
+  // (stopping); otherwise it is answered later by an executor, or with DEADLINE_EXCEEDED.
+  // REQUIRES: the request was validated against the config (inputs in config order, batch_size).
+  void Enqueue(std::unique_ptr<InferenceRequest> request);
+
+  // Wakes the batcher: an executor slot is free (or, in tests, the fake clock moved).
+  void NotifySlotFreed();
+
+  // Requests queued plus batches not yet finished by the executors.
+  int64_t QueueDepth() const;
+  bool Idle() const;
+
+  // Stops taking requests; answers everything queued (batches formed without waiting for the
+  // delay) and in flight; joins the batcher and the executors. Idempotent.
+  void Stop();
+
+ private:
+  struct Entry {
+    std::unique_ptr<InferenceRequest> request;
+    // Deadline in the scheduler clock's time; max() if none.
+    common::Clock::TimePoint expires_at;
+  };
+
+  ModelScheduler(const ModelConfig& config, SchedulerOptions options);
+  void BatcherLoop();
+  // Index of an executor with a free slot, round robin; -1 if none.
+  int PickExecutor() const;
+  bool Compatible(const InferenceRequest& a, const InferenceRequest& b) const;
+
+  const ModelConfig& config_;
+  const SchedulerOptions options_;
+  // Whether every input dimension is fixed, so any two requests may share a batch.
+  bool all_dims_fixed_ = true;
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Entry> queue_;                           // guarded by mu_
+  int64_t entries_with_deadline_ = 0;                 // guarded by mu_
+  std::vector<std::unique_ptr<Executor>> executors_;  // set by Start()
+  mutable size_t next_executor_ = 0;                  // guarded by mu_
+  bool started_ = false;                              // guarded by mu_
+  bool stopping_ = false;                             // guarded by mu_
+  std::thread batcher_;
+};
+
+}  // namespace sluice::engine
