@@ -180,6 +180,29 @@ absl::Status Engine::UnloadModel(const std::string& name) {
   return absl::OkStatus();
 }
 
+absl::Status Engine::UnloadModelVersion(const std::string& name, int64_t version) {
+  std::shared_ptr<LoadedModel> loaded;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto failed = failures_.find(name);
+    if (failed != failures_.end()) {
+      failed->second.erase(version);
+      if (failed->second.empty()) failures_.erase(failed);
+    }
+    auto it = models_.find(name);
+    if (it == models_.end() || it->second.count(version) == 0) {
+      return absl::NotFoundError(
+          absl::StrCat("model '", name, "' version ", version, " is not loaded"));
+    }
+    loaded = std::move(it->second[version]);
+    it->second.erase(version);
+    if (it->second.empty()) models_.erase(it);
+  }
+  loaded->scheduler->Stop();
+  LOG_INFO(options_.logger, "model '", name, "' version ", version, " unloaded");
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::shared_ptr<Engine::LoadedModel>> Engine::Resolve(const std::string& name,
                                                                      int64_t version) const {
   std::lock_guard<std::mutex> lock(mu_);

@@ -60,6 +60,9 @@ class Engine {
   // answered, then its threads and memory are freed. NotFound if nothing of that name is loaded.
   absl::Status UnloadModel(const std::string& name);
 
+  // Unloads one version of `name`, as UnloadModel does. NotFound if it is not loaded.
+  absl::Status UnloadModelVersion(const std::string& name, int64_t version);
+
   // Validates the request against the model's config and queues it. Always takes ownership and
   // always answers the request exactly once: at once with NOT_FOUND (unknown model or version),
   // UNAVAILABLE (not ready, or draining), INVALID_ARGUMENT (names the tensor and what was

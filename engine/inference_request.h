@@ -61,9 +61,12 @@ class InferenceRequest {
   std::shared_ptr<const void> keepalive;
   // When the server received the request (start of its end-to-end duration).
   TimePoint received_time{};
-  // The request must be answered by then; a request still queued at its deadline fails with
-  // DEADLINE_EXCEEDED. nullopt: no deadline of its own.
+  // The client's own deadline (its gRPC deadline): a request still queued then fails with
+  // DEADLINE_EXCEEDED, since nobody waits for its answer any more. Always honoured.
   std::optional<TimePoint> deadline;
+  // A queue timeout the client asked for (the "timeout" request parameter); it replaces the
+  // model's default_timeout only where the config sets allow_timeout_override.
+  std::optional<std::chrono::microseconds> timeout;
 
   // --- Set by the engine ---------------------------------------------------------------------
   // Items in this request: the first dimension of its inputs (1 for models without batching).

@@ -39,8 +39,9 @@ struct QueuePolicyConfig {
   int64_t max_queue_size = 0;
   // A request that waited this long in the queue fails with DEADLINE_EXCEEDED; 0 = no limit.
   std::chrono::microseconds default_timeout{0};
-  // Whether a request's own timeout (its gRPC deadline) may shorten the default.
-  bool allow_timeout_override = true;
+  // Whether a request's "timeout" parameter replaces default_timeout. A client's gRPC deadline
+  // always applies regardless.
+  bool allow_timeout_override = false;
 };
 
 enum class InstanceKind { kAuto, kCpu, kGpu };

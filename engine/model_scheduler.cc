@@ -54,10 +54,12 @@ void ModelScheduler::Enqueue(std::unique_ptr<InferenceRequest> request) {
       const auto now = options_.clock->Now();
       request->enqueue_time = now;
       auto expires_at = common::Clock::TimePoint::max();
-      if (options_.default_timeout.count() > 0) expires_at = now + options_.default_timeout;
-      if (options_.allow_timeout_override && request->deadline.has_value()) {
-        expires_at = std::min(expires_at, *request->deadline);
+      std::chrono::microseconds timeout = options_.default_timeout;
+      if (options_.allow_timeout_override && request->timeout.has_value()) {
+        timeout = *request->timeout;
       }
+      if (timeout.count() > 0) expires_at = now + timeout;
+      if (request->deadline.has_value()) expires_at = std::min(expires_at, *request->deadline);
       if (expires_at != common::Clock::TimePoint::max()) ++entries_with_deadline_;
       queue_.push_back(Entry{std::move(request), expires_at});
     }

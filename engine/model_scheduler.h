@@ -30,8 +30,8 @@ struct SchedulerOptions {
   int64_t max_queue_size = 4096;
   // A request that waits longer fails with DEADLINE_EXCEEDED; 0 = no limit.
   std::chrono::microseconds default_timeout{0};
-  // Whether a request's own deadline applies (the earlier of the two wins).
-  bool allow_timeout_override = true;
+  // Whether a request's `timeout` replaces default_timeout. (Its `deadline` always applies.)
+  bool allow_timeout_override = false;
   BatchPolicy policy;
   // Borrowed; must outlive the scheduler.
   ModelStats* stats = nullptr;

@@ -1,0 +1,135 @@
+#pragma once
+
+// InferenceService: the KServe v2 GRPCInferenceService on gRPC's callback API. Every handler
+// returns at once: ModelInfer converts and submits to the engine, and the engine's completion
+// thread finishes the call later; repository load/unload run on the service's control thread.
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "common/log.h"
+#include "engine/engine.h"
+#include "proto/grpc_service.grpc.pb.h"
+#include "server/model_repository.h"
+
+namespace sluice::server {
+
+struct ServiceOptions {
+  // RepositoryModelLoad / RepositoryModelUnload are refused unless this is set
+  // (--model-control-mode=explicit).
+  bool explicit_model_control = false;
+  // Reported by ServerMetadata.
+  std::string server_version = "0.1.0";
+  // Responses a stream may hold (submitted but not yet written) before the server stops reading
+  // from it; HTTP/2 flow control then pushes back on the client.
+  int max_stream_in_flight = 512;
+};
+
+// Thread-safe; gRPC calls the handlers from its callback threads.
+class InferenceService final : public inference::GRPCInferenceService::CallbackService {
+ public:
+  // `engine`, `repository` and `logger` are borrowed and must outlive the service; `logger` may
+  // be null.
+  InferenceService(engine::Engine* engine, ModelRepository* repository, common::Logger* logger,
+                   ServiceOptions options);
+  // Runs the pending load/unload tasks to completion, then joins the control thread.
+  ~InferenceService() override;
+
+  // ServerReady answers this (false until start-up loading is done, and again while draining).
+  void SetReady(bool ready) { ready_.store(ready); }
+
+  grpc::ServerUnaryReactor* ServerLive(grpc::CallbackServerContext* context,
+                                       const inference::ServerLiveRequest* request,
+                                       inference::ServerLiveResponse* response) override;
+  grpc::ServerUnaryReactor* ServerReady(grpc::CallbackServerContext* context,
+                                        const inference::ServerReadyRequest* request,
+                                        inference::ServerReadyResponse* response) override;
+  grpc::ServerUnaryReactor* ModelReady(grpc::CallbackServerContext* context,
+                                       const inference::ModelReadyRequest* request,
+                                       inference::ModelReadyResponse* response) override;
+  grpc::ServerUnaryReactor* ServerMetadata(grpc::CallbackServerContext* context,
+                                           const inference::ServerMetadataRequest* request,
+                                           inference::ServerMetadataResponse* response) override;
+  grpc::ServerUnaryReactor* ModelMetadata(grpc::CallbackServerContext* context,
+                                          const inference::ModelMetadataRequest* request,
+                                          inference::ModelMetadataResponse* response) override;
+  grpc::ServerUnaryReactor* ModelInfer(grpc::CallbackServerContext* context,
+                                       const inference::ModelInferRequest* request,
+                                       inference::ModelInferResponse* response) override;
+  grpc::ServerBidiReactor<inference::ModelInferRequest, inference::ModelStreamInferResponse>*
+  ModelStreamInfer(grpc::CallbackServerContext* context) override;
+  grpc::ServerUnaryReactor* ModelConfig(grpc::CallbackServerContext* context,
+                                        const inference::ModelConfigRequest* request,
+                                        inference::ModelConfigResponse* response) override;
+  grpc::ServerUnaryReactor* ModelStatistics(grpc::CallbackServerContext* context,
+                                            const inference::ModelStatisticsRequest* request,
+                                            inference::ModelStatisticsResponse* response) override;
+  grpc::ServerUnaryReactor* RepositoryIndex(grpc::CallbackServerContext* context,
+                                            const inference::RepositoryIndexRequest* request,
+                                            inference::RepositoryIndexResponse* response) override;
+  grpc::ServerUnaryReactor* RepositoryModelLoad(
+      grpc::CallbackServerContext* context, const inference::RepositoryModelLoadRequest* request,
+      inference::RepositoryModelLoadResponse* response) override;
+  grpc::ServerUnaryReactor* RepositoryModelUnload(
+      grpc::CallbackServerContext* context,
+      const inference::RepositoryModelUnloadRequest* request,
+      inference::RepositoryModelUnloadResponse* response) override;
+
+  // Not implemented yet: answered UNIMPLEMENTED with a message that says so.
+  grpc::ServerUnaryReactor* SystemSharedMemoryStatus(
+      grpc::CallbackServerContext* context,
+      const inference::SystemSharedMemoryStatusRequest* request,
+      inference::SystemSharedMemoryStatusResponse* response) override;
+  grpc::ServerUnaryReactor* SystemSharedMemoryRegister(
+      grpc::CallbackServerContext* context,
+      const inference::SystemSharedMemoryRegisterRequest* request,
+      inference::SystemSharedMemoryRegisterResponse* response) override;
+  grpc::ServerUnaryReactor* SystemSharedMemoryUnregister(
+      grpc::CallbackServerContext* context,
+      const inference::SystemSharedMemoryUnregisterRequest* request,
+      inference::SystemSharedMemoryUnregisterResponse* response) override;
+  grpc::ServerUnaryReactor* CudaSharedMemoryStatus(
+      grpc::CallbackServerContext* context,
+      const inference::CudaSharedMemoryStatusRequest* request,
+      inference::CudaSharedMemoryStatusResponse* response) override;
+  grpc::ServerUnaryReactor* CudaSharedMemoryRegister(
+      grpc::CallbackServerContext* context,
+      const inference::CudaSharedMemoryRegisterRequest* request,
+      inference::CudaSharedMemoryRegisterResponse* response) override;
+  grpc::ServerUnaryReactor* CudaSharedMemoryUnregister(
+      grpc::CallbackServerContext* context,
+      const inference::CudaSharedMemoryUnregisterRequest* request,
+      inference::CudaSharedMemoryUnregisterResponse* response) override;
+  grpc::ServerUnaryReactor* TraceSetting(grpc::CallbackServerContext* context,
+                                         const inference::TraceSettingRequest* request,
+                                         inference::TraceSettingResponse* response) override;
+  grpc::ServerUnaryReactor* LogSettings(grpc::CallbackServerContext* context,
+                                        const inference::LogSettingsRequest* request,
+                                        inference::LogSettingsResponse* response) override;
+
+ private:
+  class StreamReactor;
+
+  // Runs `task` on the control thread (model load/unload block for as long as loading takes).
+  void RunOnControlThread(std::function<void()> task);
+  void ControlLoop();
+
+  engine::Engine* const engine_;
+  ModelRepository* const repository_;
+  common::Logger* const logger_;
+  const ServiceOptions options_;
+  std::atomic<bool> ready_{false};
+
+  std::mutex control_mu_;
+  std::condition_variable control_cv_;
+  std::deque<std::function<void()>> control_tasks_;  // guarded by control_mu_
+  bool control_stop_ = false;                         // guarded by control_mu_
+  std::thread control_thread_;
+};
+
+}  // namespace sluice::server

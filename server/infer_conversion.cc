@@ -1,0 +1,240 @@
+#include "server/infer_conversion.h"
+
+#include <cstring>
+#include <limits>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+
+namespace sluice::server {
+namespace {
+
+using engine::DataType;
+
+// Owns the typed inputs converted to raw bytes, and the message the raw inputs point into.
+struct RequestStorage {
+  std::shared_ptr<const void> message;
+  std::vector<std::vector<std::byte>> converted;
+};
+
+bool HasTypedContents(const inference::InferTensorContents& c) {
+  return c.bool_contents_size() || c.int_contents_size() || c.int64_contents_size() ||
+         c.uint_contents_size() || c.uint64_contents_size() || c.fp32_contents_size() ||
+         c.fp64_contents_size() || c.bytes_contents_size();
+}
+
+template <typename Out, typename In>
+absl::Status ConvertNumbers(const google::protobuf::RepeatedField<In>& values,
+                            const std::string& name, absl::string_view field,
+                            std::vector<std::byte>& out) {
+  out.resize(values.size() * sizeof(Out));
+  for (int i = 0; i < values.size(); ++i) {
+    const In v = values[i];
+    if constexpr (std::is_integral_v<Out> && !std::is_same_v<Out, bool> &&
+                  sizeof(Out) < sizeof(In)) {
+      if (v < static_cast<In>(std::numeric_limits<Out>::min()) ||
+          v > static_cast<In>(std::numeric_limits<Out>::max())) {
+        return absl::InvalidArgumentError(absl::StrCat("input '", name, "': ", field, "[", i,
+                                                       "] = ", v, " is out of range"));
+      }
+    }
+    const Out converted = static_cast<Out>(v);
+    std::memcpy(out.data() + i * sizeof(Out), &converted, sizeof(Out));
+  }
+  return absl::OkStatus();
+}
+
+// Converts the typed `contents` of one input to raw little-endian bytes.
+absl::Status ConvertTyped(const inference::ModelInferRequest::InferInputTensor& input,
+                          DataType dtype, int64_t elements, std::vector<std::byte>& out) {
+  const auto& c = input.contents();
+  const std::string& name = input.name();
+  int64_t count = 0;
+  absl::string_view field;
+  absl::Status status;
+  switch (dtype) {
+    case DataType::kBool:
+      field = "bool_contents";
+      count = c.bool_contents_size();
+      status = ConvertNumbers<uint8_t>(c.bool_contents(), name, field, out);
+      break;
+    case DataType::kInt8:
+      field = "int_contents";
+      count = c.int_contents_size();
+      status = ConvertNumbers<int8_t>(c.int_contents(), name, field, out);
+      break;
+    case DataType::kInt16:
+      field = "int_contents";
+      count = c.int_contents_size();
+      status = ConvertNumbers<int16_t>(c.int_contents(), name, field, out);
+      break;
+    case DataType::kInt32:
+      field = "int_contents";
+      count = c.int_contents_size();
+      status = ConvertNumbers<int32_t>(c.int_contents(), name, field, out);
+      break;
+    case DataType::kInt64:
+      field = "int64_contents";
+      count = c.int64_contents_size();
+      status = ConvertNumbers<int64_t>(c.int64_contents(), name, field, out);
+      break;
+    case DataType::kUint8:
+      field = "uint_contents";
+      count = c.uint_contents_size();
+      status = ConvertNumbers<uint8_t>(c.uint_contents(), name, field, out);
+      break;
+    case DataType::kUint16:
+      field = "uint_contents";
+      count = c.uint_contents_size();
+      status = ConvertNumbers<uint16_t>(c.uint_contents(), name, field, out);
+      break;
+    case DataType::kUint32:
+      field = "uint_contents";
+      count = c.uint_contents_size();
+      status = ConvertNumbers<uint32_t>(c.uint_contents(), name, field, out);
+      break;
+    case DataType::kUint64:
+      field = "uint64_contents";
+      count = c.uint64_contents_size();
+      status = ConvertNumbers<uint64_t>(c.uint64_contents(), name, field, out);
+      break;
+    case DataType::kFp32:
+      field = "fp32_contents";
+      count = c.fp32_contents_size();
+      status = ConvertNumbers<float>(c.fp32_contents(), name, field, out);
+      break;
+    case DataType::kFp64:
+      field = "fp64_contents";
+      count = c.fp64_contents_size();
+      status = ConvertNumbers<double>(c.fp64_contents(), name, field, out);
+      break;
+    case DataType::kBytes: {
+      field = "bytes_contents";
+      count = c.bytes_contents_size();
+      size_t total = 0;
+      for (const std::string& s : c.bytes_contents()) {
+        if (s.size() > std::numeric_limits<uint32_t>::max()) {
+          return absl::InvalidArgumentError(
+              absl::StrCat("input '", name, "': a BYTES element exceeds 4 GiB"));
+        }
+        total += 4 + s.size();
+      }
+      out.resize(total);
+      size_t offset = 0;
+      for (const std::string& s : c.bytes_contents()) {
+        const uint32_t length = static_cast<uint32_t>(s.size());
+        std::memcpy(out.data() + offset, &length, 4);
+        if (length > 0) std::memcpy(out.data() + offset + 4, s.data(), length);
+        offset += 4 + length;
+      }
+      break;
+    }
+    case DataType::kFp16:
+    case DataType::kBf16:
+      return absl::InvalidArgumentError(
+          absl::StrCat("input '", name, "': ", engine::DataTypeName(dtype),
+                       " has no typed contents field; send it in raw_input_contents"));
+    case DataType::kInvalid:
+      return absl::InvalidArgumentError(absl::StrCat("input '", name, "': invalid data type"));
+  }
+  RETURN_IF_ERROR(status);
+  if (count != elements) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "input '", name, "': shape ", engine::ShapeToString(std::span<const int64_t>(input.shape().data(), input.shape().size())), " needs ", elements,
+        " elements but ", field, " holds ", count));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<int64_t> ParseModelVersion(const std::string& version) {
+  if (version.empty()) return -1;
+  int64_t parsed = 0;
+  if (!absl::SimpleAtoi(version, &parsed) || parsed < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("model version '", version, "' is not a positive integer"));
+  }
+  return parsed;
+}
+
+absl::StatusOr<std::unique_ptr<engine::InferenceRequest>> ToEngineRequest(
+    const inference::ModelInferRequest& message, std::shared_ptr<const void> message_owner,
+    engine::InferenceRequest::Completion on_complete) {
+  if (message.model_name().empty()) {
+    return absl::InvalidArgumentError("model_name is empty");
+  }
+  ASSIGN_OR_RETURN(int64_t version, ParseModelVersion(message.model_version()));
+  const bool raw = message.raw_input_contents_size() > 0;
+  if (raw && message.raw_input_contents_size() != message.inputs_size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "request has ", message.inputs_size(), " inputs but ", message.raw_input_contents_size(),
+        " raw_input_contents entries; with raw inputs every input needs exactly one"));
+  }
+
+  auto storage = std::make_shared<RequestStorage>();
+  storage->message = std::move(message_owner);
+  storage->converted.resize(raw ? 0 : message.inputs_size());
+  std::vector<engine::TensorView> inputs(message.inputs_size());
+  for (int i = 0; i < message.inputs_size(); ++i) {
+    const auto& input = message.inputs(i);
+    engine::TensorView& view = inputs[i];
+    view.name = input.name();
+    view.dtype = engine::DataTypeFromName(input.datatype());
+    if (view.dtype == DataType::kInvalid) {
+      return absl::InvalidArgumentError(absl::StrCat("input '", input.name(),
+                                                     "': unknown datatype '", input.datatype(),
+                                                     "'"));
+    }
+    view.shape.assign(input.shape().begin(), input.shape().end());
+    absl::StatusOr<int64_t> elements = engine::ElementCount(view.shape);
+    if (!elements.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("input '", input.name(), "': ", elements.status().message()));
+    }
+    if (raw) {
+      if (HasTypedContents(input.contents())) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "input '", input.name(),
+            "' has typed contents but the request uses raw_input_contents; do not mix the two"));
+      }
+      const std::string& bytes = message.raw_input_contents(i);
+      view.data = std::span<const std::byte>(reinterpret_cast<const std::byte*>(bytes.data()),
+                                             bytes.size());
+    } else {
+      RETURN_IF_ERROR(ConvertTyped(input, view.dtype, *elements, storage->converted[i]));
+      view.data = storage->converted[i];
+    }
+  }
+
+  auto request = std::make_unique<engine::InferenceRequest>(message.model_name(), version,
+                                                            std::move(on_complete));
+  request->id = message.id();
+  request->inputs = std::move(inputs);
+  request->requested_outputs.reserve(message.outputs_size());
+  for (const auto& output : message.outputs()) {
+    request->requested_outputs.push_back(output.name());
+  }
+  request->keepalive = std::move(storage);
+  return request;
+}
+
+void ToProtoResponse(engine::InferenceResponse&& response, inference::ModelInferResponse* out) {
+  out->set_model_name(std::move(response.model_name));
+  out->set_model_version(absl::StrCat(response.model_version));
+  out->set_id(std::move(response.id));
+  for (engine::Tensor& tensor : response.outputs) {
+    auto* output = out->add_outputs();
+    output->set_name(std::move(tensor.name));
+    output->set_datatype(std::string(engine::DataTypeName(tensor.dtype)));
+    for (int64_t dim : tensor.shape) output->add_shape(dim);
+    out->add_raw_output_contents()->assign(reinterpret_cast<const char*>(tensor.data.data()),
+                                           tensor.data.size());
+  }
+}
+
+}  // namespace sluice::server

@@ -1,0 +1,245 @@
+#include "server/model_config_parser.h"
+
+#include <set>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/status_macros.h"
+#include "google/protobuf/io/tokenizer.h"
+#include "google/protobuf/text_format.h"
+
+namespace sluice::server {
+namespace {
+
+using google::protobuf::FieldDescriptor;
+using google::protobuf::Message;
+using google::protobuf::Reflection;
+
+// Collects the text parser's errors with their positions.
+class CollectingErrors final : public google::protobuf::io::ErrorCollector {
+ public:
+  void AddError(int line, int column, const std::string& message) override {
+    errors_.push_back(absl::StrCat("line ", line + 1, ", column ", column + 1, ": ", message));
+  }
+  void AddWarning(int line, int column, const std::string& message) override {}
+  const std::vector<std::string>& errors() const { return errors_; }
+
+ private:
+  std::vector<std::string> errors_;
+};
+
+// Fields sluice implements, per message type (full name). A set field outside its message's list
+// is an error: a config that asks for sequence batching or an ensemble must not load as something
+// else. Messages not listed here accept no fields at all.
+const std::map<std::string, std::set<std::string>>& SupportedFields() {
+  static const auto* fields = new std::map<std::string, std::set<std::string>>{
+      {"inference.ModelConfig",
+       {"name", "backend", "platform", "max_batch_size", "input", "output", "dynamic_batching",
+        "instance_group", "optimization", "parameters", "version_policy"}},
+      {"inference.ModelInput", {"name", "data_type", "dims"}},
+      {"inference.ModelOutput", {"name", "data_type", "dims"}},
+      {"inference.ModelDynamicBatching",
+       {"max_queue_delay_microseconds", "preferred_batch_size", "default_queue_policy"}},
+      {"inference.ModelQueuePolicy",
+       {"max_queue_size", "default_timeout_microseconds", "allow_timeout_override",
+        "timeout_action"}},
+      {"inference.ModelInstanceGroup", {"name", "count", "kind", "gpus"}},
+      {"inference.ModelOptimizationPolicy", {"cuda"}},
+      {"inference.ModelOptimizationPolicy.Cuda", {"graphs"}},
+      {"inference.ModelParameter", {"string_value"}},
+      {"inference.ModelParameters", {"key", "value"}},  // map entries
+      {"inference.ModelConfig.ParametersEntry", {"key", "value"}},
+      {"inference.ModelVersionPolicy", {"latest", "all", "specific"}},
+      {"inference.ModelVersionPolicy.Latest", {"num_versions"}},
+      {"inference.ModelVersionPolicy.All", {}},
+      {"inference.ModelVersionPolicy.Specific", {"versions"}},
+  };
+  return *fields;
+}
+
+absl::Status CheckSupported(const Message& message, const std::string& path) {
+  const Reflection* reflection = message.GetReflection();
+  std::vector<const FieldDescriptor*> set_fields;
+  reflection->ListFields(message, &set_fields);
+  const std::string& type = message.GetDescriptor()->full_name();
+  const auto& supported = SupportedFields();
+  auto it = supported.find(type);
+  for (const FieldDescriptor* field : set_fields) {
+    const std::string field_path = path.empty() ? field->name() : absl::StrCat(path, ".", field->name());
+    if (it == supported.end() || it->second.count(field->name()) == 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("field '", field_path, "' is not supported by sluice"));
+    }
+    if (field->cpp_type() != FieldDescriptor::CPPTYPE_MESSAGE) continue;
+    if (field->is_repeated()) {
+      for (int i = 0; i < reflection->FieldSize(message, field); ++i) {
+        RETURN_IF_ERROR(CheckSupported(reflection->GetRepeatedMessage(message, field, i),
+                                       absl::StrCat(field_path, "[", i, "]")));
+      }
+    } else {
+      RETURN_IF_ERROR(CheckSupported(reflection->GetMessage(message, field), field_path));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<engine::TensorSpec> ToTensorSpec(const std::string& name, inference::DataType type,
+                                                const google::protobuf::RepeatedField<int64_t>& dims,
+                                                absl::string_view kind) {
+  engine::TensorSpec spec;
+  spec.name = name;
+  spec.dtype = FromProtoDataType(type);
+  if (spec.dtype == engine::DataType::kInvalid) {
+    return absl::InvalidArgumentError(absl::StrCat(kind, " '", name, "': data_type ",
+                                                   inference::DataType_Name(type),
+                                                   " is not supported"));
+  }
+  spec.dims.assign(dims.begin(), dims.end());
+  return spec;
+}
+
+}  // namespace
+
+engine::DataType FromProtoDataType(inference::DataType type) {
+  using engine::DataType;
+  switch (type) {
+    case inference::TYPE_BOOL: return DataType::kBool;
+    case inference::TYPE_UINT8: return DataType::kUint8;
+    case inference::TYPE_UINT16: return DataType::kUint16;
+    case inference::TYPE_UINT32: return DataType::kUint32;
+    case inference::TYPE_UINT64: return DataType::kUint64;
+    case inference::TYPE_INT8: return DataType::kInt8;
+    case inference::TYPE_INT16: return DataType::kInt16;
+    case inference::TYPE_INT32: return DataType::kInt32;
+    case inference::TYPE_INT64: return DataType::kInt64;
+    case inference::TYPE_FP16: return DataType::kFp16;
+    case inference::TYPE_BF16: return DataType::kBf16;
+    case inference::TYPE_FP32: return DataType::kFp32;
+    case inference::TYPE_FP64: return DataType::kFp64;
+    case inference::TYPE_STRING: return DataType::kBytes;
+    default: return DataType::kInvalid;
+  }
+}
+
+inference::DataType ToProtoDataType(engine::DataType type) {
+  using engine::DataType;
+  switch (type) {
+    case DataType::kBool: return inference::TYPE_BOOL;
+    case DataType::kUint8: return inference::TYPE_UINT8;
+    case DataType::kUint16: return inference::TYPE_UINT16;
+    case DataType::kUint32: return inference::TYPE_UINT32;
+    case DataType::kUint64: return inference::TYPE_UINT64;
+    case DataType::kInt8: return inference::TYPE_INT8;
+    case DataType::kInt16: return inference::TYPE_INT16;
+    case DataType::kInt32: return inference::TYPE_INT32;
+    case DataType::kInt64: return inference::TYPE_INT64;
+    case DataType::kFp16: return inference::TYPE_FP16;
+    case DataType::kBf16: return inference::TYPE_BF16;
+    case DataType::kFp32: return inference::TYPE_FP32;
+    case DataType::kFp64: return inference::TYPE_FP64;
+    case DataType::kBytes: return inference::TYPE_STRING;
+    case DataType::kInvalid: return inference::TYPE_INVALID;
+  }
+  return inference::TYPE_INVALID;
+}
+
+absl::StatusOr<inference::ModelConfig> ParseModelConfigText(const std::string& text,
+                                                            const std::string& source) {
+  inference::ModelConfig config;
+  google::protobuf::TextFormat::Parser parser;
+  CollectingErrors errors;
+  parser.RecordErrorsTo(&errors);
+  if (!parser.ParseFromString(text, &config)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(source, ": ",
+                     errors.errors().empty() ? std::string("not a valid ModelConfig text")
+                                             : absl::StrJoin(errors.errors(), "; ")));
+  }
+  return config;
+}
+
+absl::StatusOr<engine::ModelConfig> ToEngineModelConfig(const inference::ModelConfig& proto,
+                                                        const std::string& model_dir_name) {
+  auto fail = [&](const absl::Status& status) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("model '", model_dir_name, "' config.pbtxt: ", status.message()));
+  };
+  if (absl::Status status = CheckSupported(proto, ""); !status.ok()) return fail(status);
+
+  engine::ModelConfig config;
+  config.name = proto.name().empty() ? model_dir_name : proto.name();
+  if (config.name != model_dir_name) {
+    return fail(absl::InvalidArgumentError(absl::StrCat(
+        "name '", proto.name(), "' differs from its folder name '", model_dir_name, "'")));
+  }
+  config.backend = proto.backend();
+  if (config.backend.empty()) {
+    return fail(absl::InvalidArgumentError(
+        proto.platform().empty()
+            ? std::string("no backend set (for example backend: \"simple\")")
+            : absl::StrCat("platform '", proto.platform(),
+                           "' is not supported; set backend to a sluice backend")));
+  }
+  config.max_batch_size = proto.max_batch_size();
+  for (const auto& input : proto.input()) {
+    absl::StatusOr<engine::TensorSpec> spec =
+        ToTensorSpec(input.name(), input.data_type(), input.dims(), "input");
+    if (!spec.ok()) return fail(spec.status());
+    config.inputs.push_back(*std::move(spec));
+  }
+  for (const auto& output : proto.output()) {
+    absl::StatusOr<engine::TensorSpec> spec =
+        ToTensorSpec(output.name(), output.data_type(), output.dims(), "output");
+    if (!spec.ok()) return fail(spec.status());
+    config.outputs.push_back(*std::move(spec));
+  }
+  if (proto.has_dynamic_batching()) {
+    const auto& db = proto.dynamic_batching();
+    engine::DynamicBatchingConfig batching;
+    batching.max_queue_delay = std::chrono::microseconds(db.max_queue_delay_microseconds());
+    batching.preferred_batch_sizes.assign(db.preferred_batch_size().begin(),
+                                          db.preferred_batch_size().end());
+    config.dynamic_batching = batching;
+    const auto& policy = db.default_queue_policy();
+    if (policy.timeout_action() != inference::ModelQueuePolicy::REJECT) {
+      return fail(absl::InvalidArgumentError(
+          "dynamic_batching.default_queue_policy.timeout_action: only REJECT is supported"));
+    }
+    config.queue_policy.max_queue_size = policy.max_queue_size();
+    config.queue_policy.default_timeout =
+        std::chrono::microseconds(policy.default_timeout_microseconds());
+    config.queue_policy.allow_timeout_override = policy.allow_timeout_override();
+  }
+  int instances = 0;
+  config.instance_kind = engine::InstanceKind::kAuto;
+  for (const auto& group : proto.instance_group()) {
+    if (group.count() < 0) {
+      return fail(absl::InvalidArgumentError(
+          absl::StrCat("instance_group count ", group.count(), " is negative")));
+    }
+    instances += group.count() == 0 ? 1 : group.count();  // Triton: count defaults to 1
+    switch (group.kind()) {
+      case inference::ModelInstanceGroup::KIND_CPU:
+        config.instance_kind = engine::InstanceKind::kCpu;
+        break;
+      case inference::ModelInstanceGroup::KIND_GPU:
+        config.instance_kind = engine::InstanceKind::kGpu;
+        break;
+      case inference::ModelInstanceGroup::KIND_AUTO:
+        break;
+      default:
+        return fail(absl::InvalidArgumentError(
+            absl::StrCat("instance_group kind ",
+                         inference::ModelInstanceGroup::Kind_Name(group.kind()),
+                         " is not supported (KIND_AUTO, KIND_CPU or KIND_GPU)")));
+    }
+  }
+  config.instance_count = instances > 0 ? instances : 1;
+  for (const auto& [key, value] : proto.parameters()) {
+    config.parameters[key] = value.string_value();
+  }
+  return config;
+}
+
+}  // namespace sluice::server

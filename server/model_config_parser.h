@@ -1,0 +1,29 @@
+#pragma once
+
+// config.pbtxt -> engine::ModelConfig. The file is Triton's ModelConfig in protobuf text format
+// (proto/model_config.proto), so existing config files work unchanged; every field sluice does not
+// implement is reported by its name rather than silently ignored.
+
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "engine/model_config.h"
+#include "proto/model_config.pb.h"
+
+namespace sluice::server {
+
+// Parses the text format. InvalidArgument with `source` (the file name), line and column, and the
+// parser's message (which names an unknown field).
+absl::StatusOr<inference::ModelConfig> ParseModelConfigText(const std::string& text,
+                                                            const std::string& source);
+
+// Checks that only supported fields are set, and converts. `model_dir_name` is the folder name:
+// an empty config name takes it; a different one is an error. InvalidArgument names the field.
+absl::StatusOr<engine::ModelConfig> ToEngineModelConfig(const inference::ModelConfig& proto,
+                                                        const std::string& model_dir_name);
+
+// engine data type <-> Triton's TYPE_* (TYPE_STRING is BYTES).
+engine::DataType FromProtoDataType(inference::DataType type);
+inference::DataType ToProtoDataType(engine::DataType type);
+
+}  // namespace sluice::server

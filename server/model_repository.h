@@ -1,0 +1,88 @@
+#pragma once
+
+// ModelRepository: the on-disk model repository (Triton's layout:
+// `<root>/<model>/config.pbtxt` and `<root>/<model>/<version>/...`) and the lifecycle of the
+// models in it: which versions to load (version_policy), loading them into the engine, unloading,
+// and the index with each model's state and the reason for a failure.
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/log.h"
+#include "engine/engine.h"
+#include "proto/model_config.pb.h"
+
+namespace sluice::server {
+
+// Thread-safe. Load/Unload block until done (call them off RPC threads).
+class ModelRepository {
+ public:
+  // `root` must be an existing directory (NotFound otherwise). `engine` and `logger` are borrowed
+  // and must outlive the repository; `logger` may be null.
+  static absl::StatusOr<std::unique_ptr<ModelRepository>> Create(const std::string& root,
+                                                                 engine::Engine* engine,
+                                                                 common::Logger* logger);
+
+  // Names of the model folders in the repository (sorted): every sub-directory with a valid name.
+  std::vector<std::string> ListModelNames() const;
+
+  // Loads every model folder; a model that fails is recorded and logged, the others load.
+  // Returns how many failed.
+  int LoadAll();
+
+  // (Re)loads `name` from disk: parses its config, picks versions by version_policy, loads each
+  // into the engine; versions no longer selected are unloaded. InvalidArgument for a bad name,
+  // NotFound for a missing folder, and the load error otherwise (also kept for Index()).
+  absl::Status Load(const std::string& name);
+
+  // Unloads every version of `name` (queued requests are answered first). NotFound if the model
+  // is not loaded.
+  absl::Status Unload(const std::string& name);
+
+  struct IndexEntry {
+    std::string name;
+    std::string version;  // empty when the failure concerns the whole model (its config)
+    std::string state;    // READY, UNAVAILABLE, LOADING, UNLOADING
+    std::string reason;
+  };
+  // Every model in the repository folder and every model loaded, with its versions' states.
+  std::vector<IndexEntry> Index(bool ready_only) const;
+
+  // The config as it was last loaded (name filled in). NotFound if the model was never loaded.
+  absl::StatusOr<inference::ModelConfig> GetConfig(const std::string& name) const;
+
+  // Model names are single path components of [A-Za-z0-9_.-] (not "." or ".."), at most 255
+  // bytes: no request can name a file outside the repository.
+  static absl::Status ValidateModelName(const std::string& name);
+
+  const std::string& root() const { return root_; }
+
+ private:
+  struct Record {
+    std::optional<inference::ModelConfig> config;  // set once parsed successfully
+    std::string error;                             // a whole-model failure (config, folders)
+    std::vector<int64_t> versions;                 // versions handed to the engine
+    bool unloaded = false;
+    bool loading = false;
+  };
+
+  ModelRepository(std::string root, engine::Engine* engine, common::Logger* logger);
+  // Reads and converts the config, and picks the versions. Fills `proto`.
+  absl::StatusOr<std::vector<engine::ModelSpec>> Prepare(const std::string& name,
+                                                         inference::ModelConfig& proto) const;
+
+  const std::string root_;
+  engine::Engine* const engine_;
+  common::Logger* const logger_;
+  mutable std::mutex mu_;
+  std::map<std::string, Record> records_;  // guarded by mu_
+  // Serializes Load/Unload so that two loads of one model never interleave.
+  std::mutex lifecycle_mu_;
+};
+
+}  // namespace sluice::server

@@ -1,0 +1,229 @@
+// sluice-server: the process. Flags, logger, engine, model repository, gRPC server, and the
+// SIGTERM/SIGINT drain: readiness goes false, new requests get UNAVAILABLE, queued and in-flight
+// requests are answered (up to --exit-timeout-secs), then the process exits 0.
+
+#include <csignal>
+#include <cstdlib>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "CLI/CLI.hpp"
+#include "absl/strings/str_cat.h"
+#include "common/log.h"
+#include "engine/engine.h"
+#include "grpcpp/grpcpp.h"
+#include "grpcpp/health_check_service_interface.h"
+#include "server/grpc_service.h"
+#include "server/model_repository.h"
+
+#ifndef SLUICE_DEFAULT_MODEL_REPOSITORY
+#define SLUICE_DEFAULT_MODEL_REPOSITORY "models"
+#endif
+#ifndef SLUICE_VERSION
+#define SLUICE_VERSION "0.0.0"
+#endif
+
+namespace sluice::server {
+namespace {
+
+struct Flags {
+  std::string model_repository = SLUICE_DEFAULT_MODEL_REPOSITORY;
+  std::string grpc_address = "0.0.0.0";
+  int grpc_port = 8001;
+  int64_t grpc_max_message_bytes = 2147483647;  // 2 GiB - 1, as Triton
+  std::string device = "auto";
+  std::string model_control_mode = "none";
+  std::vector<std::string> load_models;
+  std::string log_format = "text";
+  std::string log_level = "info";
+  int64_t log_queue_capacity = 8192;
+  int64_t max_queue_size = 4096;
+  int executor_slots = 2;
+  int exit_timeout_secs = 30;
+};
+
+void AddFlags(CLI::App& app, Flags& flags) {
+  app.add_option("--model-repository", flags.model_repository,
+                 "Model repository folder (<model>/config.pbtxt, <model>/<version>/)")
+      ->envname("SLUICE_MODEL_REPOSITORY")
+      ->capture_default_str();
+  app.add_option("--grpc-address", flags.grpc_address, "Address the gRPC server binds")
+      ->envname("SLUICE_GRPC_ADDRESS")
+      ->capture_default_str();
+  app.add_option("--grpc-port", flags.grpc_port,
+                 "gRPC port (KServe v2); 0 picks a free port, which is logged")
+      ->envname("SLUICE_GRPC_PORT")
+      ->check(CLI::Range(0, 65535))
+      ->capture_default_str();
+  app.add_option("--grpc-max-message-bytes", flags.grpc_max_message_bytes,
+                 "Largest gRPC message received or sent")
+      ->envname("SLUICE_GRPC_MAX_MESSAGE_BYTES")
+      ->check(CLI::Range(int64_t{1024}, int64_t{2147483647}))
+      ->capture_default_str();
+  app.add_option("--device", flags.device,
+                 "Where models run: auto (a GPU if one is usable, else the CPU), cpu, or cuda:N")
+      ->envname("SLUICE_DEVICE")
+      ->capture_default_str();
+  app.add_option("--model-control-mode", flags.model_control_mode,
+                 "none: load every model at start-up; explicit: load only --load-model ones and "
+                 "allow the RepositoryModelLoad/Unload RPCs")
+      ->envname("SLUICE_MODEL_CONTROL_MODE")
+      ->check(CLI::IsMember({"none", "explicit"}))
+      ->capture_default_str();
+  app.add_option("--load-model", flags.load_models,
+                 "With --model-control-mode=explicit: a model to load at start-up (repeatable)")
+      ->envname("SLUICE_LOAD_MODEL");
+  app.add_option("--log-format", flags.log_format, "Log lines as text or json")
+      ->envname("SLUICE_LOG_FORMAT")
+      ->check(CLI::IsMember({"text", "json"}))
+      ->capture_default_str();
+  app.add_option("--log-level", flags.log_level, "debug, info, warning or error")
+      ->envname("SLUICE_LOG_LEVEL")
+      ->check(CLI::IsMember({"debug", "info", "warning", "error"}))
+      ->capture_default_str();
+  app.add_option("--log-queue-capacity", flags.log_queue_capacity,
+                 "Log records waiting for the writer thread; beyond it records are dropped and "
+                 "counted, never waited for")
+      ->envname("SLUICE_LOG_QUEUE_CAPACITY")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 24))
+      ->capture_default_str();
+  app.add_option("--max-queue-size", flags.max_queue_size,
+                 "Requests that may wait per model when its config sets no max_queue_size; "
+                 "beyond it requests get RESOURCE_EXHAUSTED at once")
+      ->envname("SLUICE_MAX_QUEUE_SIZE")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 24))
+      ->capture_default_str();
+  app.add_option("--executor-slots", flags.executor_slots,
+                 "Batches in flight per model instance (staging buffers each)")
+      ->envname("SLUICE_EXECUTOR_SLOTS")
+      ->check(CLI::Range(1, 16))
+      ->capture_default_str();
+  app.add_option("--exit-timeout-secs,--exit-timeout", flags.exit_timeout_secs,
+                 "On SIGTERM/SIGINT, how long queued and in-flight requests may take to finish")
+      ->envname("SLUICE_EXIT_TIMEOUT_SECS")
+      ->check(CLI::Range(0, 3600))
+      ->capture_default_str();
+}
+
+int Run(const Flags& flags) {
+  // Block the shutdown signals in every thread; main waits for them with sigwait() below.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  common::LoggerOptions log_options;
+  log_options.min_level = *common::ParseLogLevel(flags.log_level);
+  log_options.format = *common::ParseLogFormat(flags.log_format);
+  log_options.queue_capacity = static_cast<size_t>(flags.log_queue_capacity);
+  common::Logger logger(log_options);
+  common::Logger* log = &logger;
+
+  LOG_INFO(log, "sluice-server ", SLUICE_VERSION, " starting");
+  if (flags.device == "auto") {
+    LOG_INFO(log, "device=auto: this build has no CUDA executor yet; models run on the CPU backend");
+  } else if (flags.device != "cpu") {
+    LOG_ERROR(log, "--device=", flags.device,
+              " is not available: this build runs models on the CPU backend only "
+              "(use --device=auto or --device=cpu)");
+    return 2;
+  }
+
+  engine::EngineOptions engine_options;
+  engine_options.logger = log;
+  engine_options.default_max_queue_size = flags.max_queue_size;
+  engine_options.executor_slots = flags.executor_slots;
+  absl::StatusOr<std::unique_ptr<engine::Engine>> engine = engine::Engine::Create(engine_options);
+  if (!engine.ok()) {
+    LOG_ERROR(log, "engine: ", engine.status().message());
+    return 1;
+  }
+  absl::StatusOr<std::unique_ptr<ModelRepository>> repository =
+      ModelRepository::Create(flags.model_repository, engine->get(), log);
+  if (!repository.ok()) {
+    LOG_ERROR(log, repository.status().message());
+    return 1;
+  }
+
+  const bool explicit_mode = flags.model_control_mode == "explicit";
+  if (!explicit_mode && !flags.load_models.empty()) {
+    LOG_ERROR(log, "--load-model needs --model-control-mode=explicit");
+    return 2;
+  }
+
+  ServiceOptions service_options;
+  service_options.explicit_model_control = explicit_mode;
+  service_options.server_version = SLUICE_VERSION;
+  InferenceService service(engine->get(), repository->get(), log, service_options);
+
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::ServerBuilder builder;
+  int bound_port = 0;
+  const std::string address = absl::StrCat(flags.grpc_address, ":", flags.grpc_port);
+  builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &bound_port);
+  builder.SetMaxReceiveMessageSize(static_cast<int>(flags.grpc_max_message_bytes));
+  builder.SetMaxSendMessageSize(static_cast<int>(flags.grpc_max_message_bytes));
+  builder.RegisterService(&service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (server == nullptr || bound_port == 0) {
+    LOG_ERROR(log, "cannot listen on ", address, " (port in use, or a bad address?)");
+    return 1;
+  }
+  grpc::HealthCheckServiceInterface* health = server->GetHealthCheckService();
+  health->SetServingStatus(false);
+  // Tests and scripts read this line to find a port picked with --grpc-port=0.
+  LOG_INFO(log, "gRPC listening on ", flags.grpc_address, ":", bound_port,
+           " grpc_port=", bound_port);
+
+  // Models load after the port is open: liveness answers during a long load, readiness waits.
+  int failed = 0;
+  if (explicit_mode) {
+    for (const std::string& name : flags.load_models) {
+      failed += (*repository)->Load(name).ok() ? 0 : 1;
+    }
+  } else {
+    failed = (*repository)->LoadAll();
+  }
+  if (failed > 0) {
+    LOG_WARNING(log, failed, " model(s) failed to load; see RepositoryIndex for the reasons");
+  }
+  service.SetReady(true);
+  health->SetServingStatus(true);
+  LOG_INFO(log, "server ready: repository ", (*repository)->root(), ", model control ",
+           flags.model_control_mode);
+
+  int signal_number = 0;
+  sigwait(&signals, &signal_number);
+  LOG_INFO(log, "received ", signal_number == SIGTERM ? "SIGTERM" : "SIGINT",
+           ": draining (exit timeout ", flags.exit_timeout_secs, " s)");
+  service.SetReady(false);
+  health->SetServingStatus(false);
+  (*engine)->BeginDrain();
+  const bool idle = (*engine)->WaitIdle(std::chrono::seconds(flags.exit_timeout_secs));
+  if (!idle) {
+    LOG_WARNING(log, "exit timeout reached with requests still running; they are cancelled");
+  }
+  // Answers already produced are still being written: give in-flight RPCs a moment to finish.
+  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(idle ? 5 : 1));
+  (*engine)->Shutdown();
+  server->Wait();
+  LOG_INFO(log, "sluice-server stopped");
+  return 0;
+}
+
+}  // namespace
+}  // namespace sluice::server
+
+int main(int argc, char** argv) {
+  CLI::App app{
+      "sluice-server: a KServe v2 (Open Inference Protocol) gRPC inference server.\n"
+      "Serves the models of a Triton-style model repository; every flag also reads the\n"
+      "environment variable named beside it."};
+  app.set_version_flag("--version", SLUICE_VERSION);
+  sluice::server::Flags flags;
+  sluice::server::AddFlags(app, flags);
+  CLI11_PARSE(app, argc, argv);
+  return sluice::server::Run(flags);
+}
