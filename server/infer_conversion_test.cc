@@ -1,0 +1,169 @@
+#include "server/infer_conversion.h"
+
+#include <cstring>
+
+#include "gtest/gtest.h"
+
+namespace sluice::server {
+namespace {
+
+using inference::ModelInferRequest;
+
+ModelInferRequest::InferInputTensor* AddInput(ModelInferRequest& request, const std::string& name,
+                                              const std::string& datatype,
+                                              std::vector<int64_t> shape) {
+  auto* input = request.add_inputs();
+  input->set_name(name);
+  input->set_datatype(datatype);
+  for (int64_t d : shape) input->add_shape(d);
+  return input;
+}
+
+absl::StatusOr<std::unique_ptr<engine::InferenceRequest>> Convert(const ModelInferRequest& r) {
+  return ToEngineRequest(r, nullptr, [](absl::StatusOr<engine::InferenceResponse>) {});
+}
+
+TEST(InferConversionTest, RawInputsAreBorrowedWithoutCopy) {
+  ModelInferRequest message;
+  message.set_model_name("simple");
+  message.set_model_version("3");
+  message.set_id("abc");
+  AddInput(message, "INPUT0", "INT32", {1, 4});
+  message.add_raw_input_contents(std::string(16, '\x01'));
+  message.add_outputs()->set_name("OUTPUT1");
+  auto request = Convert(message);
+  ASSERT_TRUE(request.ok()) << request.status();
+  EXPECT_EQ((*request)->model_name(), "simple");
+  EXPECT_EQ((*request)->model_version(), 3);
+  EXPECT_EQ((*request)->id, "abc");
+  ASSERT_EQ((*request)->inputs.size(), 1u);
+  const engine::TensorView& view = (*request)->inputs[0];
+  EXPECT_EQ(view.dtype, engine::DataType::kInt32);
+  EXPECT_EQ(view.shape, engine::Shape({1, 4}));
+  EXPECT_EQ(static_cast<const void*>(view.data.data()),
+            static_cast<const void*>(message.raw_input_contents(0).data()));
+  EXPECT_EQ((*request)->requested_outputs, std::vector<std::string>({"OUTPUT1"}));
+  (*request)->Complete(absl::CancelledError("test"));
+}
+
+TEST(InferConversionTest, TypedInputsAreConvertedToLittleEndianBytes) {
+  ModelInferRequest message;
+  message.set_model_name("m");
+  auto* a = AddInput(message, "A", "INT8", {3});
+  a->mutable_contents()->add_int_contents(-128);
+  a->mutable_contents()->add_int_contents(0);
+  a->mutable_contents()->add_int_contents(127);
+  auto* b = AddInput(message, "B", "BYTES", {2});
+  b->mutable_contents()->add_bytes_contents("hi");
+  b->mutable_contents()->add_bytes_contents("");
+  auto* c = AddInput(message, "C", "FP32", {1});
+  c->mutable_contents()->add_fp32_contents(1.5f);
+  auto request = Convert(message);
+  ASSERT_TRUE(request.ok()) << request.status();
+  const auto& inputs = (*request)->inputs;
+  ASSERT_EQ(inputs[0].data.size(), 3u);
+  EXPECT_EQ(static_cast<int8_t>(inputs[0].data[0]), -128);
+  EXPECT_EQ(static_cast<int8_t>(inputs[0].data[2]), 127);
+  const std::string bytes(reinterpret_cast<const char*>(inputs[1].data.data()),
+                          inputs[1].data.size());
+  EXPECT_EQ(bytes, std::string("\x02\0\0\0hi\0\0\0\0", 10));
+  float f;
+  std::memcpy(&f, inputs[2].data.data(), 4);
+  EXPECT_EQ(f, 1.5f);
+  (*request)->Complete(absl::CancelledError("test"));
+}
+
+TEST(InferConversionTest, BadRequestsNameTheTensor) {
+  struct Case {
+    std::string what;
+    std::function<void(ModelInferRequest&)> build;
+    std::string expected;
+  };
+  const std::vector<Case> cases = {
+      {"mixed raw and typed",
+       [](ModelInferRequest& m) {
+         AddInput(m, "A", "INT32", {1})->mutable_contents()->add_int_contents(1);
+         m.add_raw_input_contents(std::string(4, '\0'));
+       },
+       "'A' has typed contents"},
+      {"raw count mismatch",
+       [](ModelInferRequest& m) {
+         AddInput(m, "A", "INT32", {1});
+         AddInput(m, "B", "INT32", {1});
+         m.add_raw_input_contents(std::string(4, '\0'));
+       },
+       "2 inputs but 1 raw_input_contents"},
+      {"typed count mismatch",
+       [](ModelInferRequest& m) {
+         AddInput(m, "A", "FP32", {2})->mutable_contents()->add_fp32_contents(1);
+       },
+       "'A': shape [2] needs 2 elements but fp32_contents holds 1"},
+      {"int8 out of range",
+       [](ModelInferRequest& m) {
+         AddInput(m, "A", "INT8", {1})->mutable_contents()->add_int_contents(300);
+       },
+       "'A': int_contents[0] = 300 is out of range"},
+      {"fp16 typed",
+       [](ModelInferRequest& m) { AddInput(m, "H", "FP16", {1}); },
+       "'H': FP16 has no typed contents field"},
+      {"unknown datatype",
+       [](ModelInferRequest& m) { AddInput(m, "A", "FLOAT", {1}); },
+       "'A': unknown datatype 'FLOAT'"},
+      {"negative dim",
+       [](ModelInferRequest& m) {
+         AddInput(m, "A", "INT32", {-2});
+         m.add_raw_input_contents("");
+       },
+       "'A': shape [-2] has a negative dimension"},
+      {"overflowing shape",
+       [](ModelInferRequest& m) {
+         AddInput(m, "A", "INT32", {int64_t{1} << 40, int64_t{1} << 40});
+         m.add_raw_input_contents("");
+       },
+       "more elements than fit in 64 bits"},
+  };
+  for (const Case& c : cases) {
+    ModelInferRequest message;
+    message.set_model_name("m");
+    c.build(message);
+    auto request = Convert(message);
+    ASSERT_FALSE(request.ok()) << c.what;
+    EXPECT_EQ(request.status().code(), absl::StatusCode::kInvalidArgument) << c.what;
+    EXPECT_NE(request.status().message().find(c.expected), absl::string_view::npos)
+        << c.what << ": " << request.status();
+  }
+}
+
+TEST(InferConversionTest, ParsesVersions) {
+  EXPECT_EQ(*ParseModelVersion(""), -1);
+  EXPECT_EQ(*ParseModelVersion("12"), 12);
+  EXPECT_FALSE(ParseModelVersion("0").ok());
+  EXPECT_FALSE(ParseModelVersion("latest").ok());
+  EXPECT_FALSE(ParseModelVersion("-1").ok());
+}
+
+TEST(InferConversionTest, ResponseUsesRawOutputContentsInOrder) {
+  engine::InferenceResponse response;
+  response.model_name = "simple";
+  response.model_version = 2;
+  response.id = "x";
+  engine::Tensor a{"OUT_A", engine::DataType::kInt32, {1, 1}, std::vector<std::byte>(4, std::byte{7})};
+  engine::Tensor b{"OUT_B", engine::DataType::kFp64, {1}, std::vector<std::byte>(8, std::byte{1})};
+  response.outputs = {a, b};
+  inference::ModelInferResponse out;
+  ToProtoResponse(std::move(response), &out);
+  EXPECT_EQ(out.model_name(), "simple");
+  EXPECT_EQ(out.model_version(), "2");
+  EXPECT_EQ(out.id(), "x");
+  ASSERT_EQ(out.outputs_size(), 2);
+  ASSERT_EQ(out.raw_output_contents_size(), 2);
+  EXPECT_EQ(out.outputs(0).name(), "OUT_A");
+  EXPECT_EQ(out.outputs(0).datatype(), "INT32");
+  EXPECT_EQ(out.outputs(1).datatype(), "FP64");
+  EXPECT_EQ(out.raw_output_contents(0), std::string(4, '\x07'));
+  EXPECT_EQ(out.raw_output_contents(1).size(), 8u);
+  EXPECT_FALSE(out.outputs(0).has_contents());
+}
+
+}  // namespace
+}  // namespace sluice::server

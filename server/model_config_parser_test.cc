@@ -1,0 +1,127 @@
+#include "server/model_config_parser.h"
+
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+
+namespace sluice::server {
+namespace {
+
+constexpr char kSimpleConfig[] = R"pb(
+  name: "simple"
+  backend: "simple"
+  max_batch_size: 8
+  input [
+    { name: "INPUT0" data_type: TYPE_INT32 dims: [ 16 ] },
+    { name: "INPUT1" data_type: TYPE_INT32 dims: [ 16 ] }
+  ]
+  output [
+    { name: "OUTPUT0" data_type: TYPE_INT32 dims: [ 16 ] },
+    { name: "OUTPUT1" data_type: TYPE_STRING dims: [ -1 ] }
+  ]
+  dynamic_batching {
+    max_queue_delay_microseconds: 250
+    preferred_batch_size: [ 4, 8 ]
+    default_queue_policy { max_queue_size: 7 default_timeout_microseconds: 1000 allow_timeout_override: true }
+  }
+  instance_group [ { count: 2 kind: KIND_CPU }, { kind: KIND_CPU } ]
+  parameters { key: "activation" value: { string_value: "relu" } }
+)pb";
+
+TEST(ModelConfigParserTest, ConvertsEverySupportedField) {
+  absl::StatusOr<inference::ModelConfig> proto = ParseModelConfigText(kSimpleConfig, "cfg");
+  ASSERT_TRUE(proto.ok()) << proto.status();
+  absl::StatusOr<engine::ModelConfig> config = ToEngineModelConfig(*proto, "simple");
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->name, "simple");
+  EXPECT_EQ(config->backend, "simple");
+  EXPECT_EQ(config->max_batch_size, 8);
+  ASSERT_EQ(config->inputs.size(), 2u);
+  EXPECT_EQ(config->inputs[1].name, "INPUT1");
+  EXPECT_EQ(config->inputs[1].dtype, engine::DataType::kInt32);
+  EXPECT_EQ(config->inputs[1].dims, engine::Shape({16}));
+  EXPECT_EQ(config->outputs[1].dtype, engine::DataType::kBytes);
+  EXPECT_EQ(config->outputs[1].dims, engine::Shape({-1}));
+  ASSERT_TRUE(config->dynamic_batching.has_value());
+  EXPECT_EQ(config->dynamic_batching->max_queue_delay, std::chrono::microseconds(250));
+  EXPECT_EQ(config->dynamic_batching->preferred_batch_sizes, std::vector<int>({4, 8}));
+  EXPECT_EQ(config->queue_policy.max_queue_size, 7);
+  EXPECT_EQ(config->queue_policy.default_timeout, std::chrono::microseconds(1000));
+  EXPECT_TRUE(config->queue_policy.allow_timeout_override);
+  EXPECT_EQ(config->instance_count, 3);  // 2 + a group whose count defaults to 1
+  EXPECT_EQ(config->instance_kind, engine::InstanceKind::kCpu);
+  EXPECT_EQ(config->parameters.at("activation"), "relu");
+}
+
+TEST(ModelConfigParserTest, EmptyNameTakesTheFolderName) {
+  auto proto = ParseModelConfigText(R"pb(backend: "identity")pb", "cfg");
+  ASSERT_TRUE(proto.ok());
+  auto config = ToEngineModelConfig(*proto, "folder");
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->name, "folder");
+}
+
+TEST(ModelConfigParserTest, SyntaxErrorNamesFileLineAndField) {
+  auto proto = ParseModelConfigText("name: \"x\"\nno_such_field: 3\n", "models/x/config.pbtxt");
+  ASSERT_FALSE(proto.ok());
+  EXPECT_EQ(proto.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(proto.status().message().find("models/x/config.pbtxt"), absl::string_view::npos);
+  EXPECT_NE(proto.status().message().find("line 2"), absl::string_view::npos);
+  EXPECT_NE(proto.status().message().find("no_such_field"), absl::string_view::npos)
+      << proto.status();
+}
+
+TEST(ModelConfigParserTest, UnsupportedFieldsAreNamed) {
+  struct Case {
+    const char* text;
+    const char* field;
+  };
+  const Case cases[] = {
+      {R"pb(backend: "simple" sequence_batching {})pb", "sequence_batching"},
+      {R"pb(backend: "simple" ensemble_scheduling { step [ { model_name: "a" } ] })pb",
+       "ensemble_scheduling"},
+      {R"pb(backend: "simple" input [ { name: "a" data_type: TYPE_FP32 dims: [ 1 ] reshape { shape: [ 1 ] } } ])pb",
+       "input[0].reshape"},
+      {R"pb(backend: "simple" optimization { priority: PRIORITY_MAX })pb", "optimization.priority"},
+      {R"pb(backend: "simple" model_warmup [ { name: "w" } ])pb", "model_warmup"},
+  };
+  for (const Case& c : cases) {
+    auto proto = ParseModelConfigText(c.text, "cfg");
+    ASSERT_TRUE(proto.ok()) << c.text << ": " << proto.status();
+    auto config = ToEngineModelConfig(*proto, "m");
+    ASSERT_FALSE(config.ok()) << c.text;
+    EXPECT_NE(config.status().message().find(absl::StrCat("'", c.field, "'")),
+              absl::string_view::npos)
+        << config.status();
+  }
+}
+
+TEST(ModelConfigParserTest, RejectsNameMismatchAndMissingBackend) {
+  auto mismatch = ToEngineModelConfig(*ParseModelConfigText(R"pb(name: "a" backend: "simple")pb", "c"), "b");
+  EXPECT_FALSE(mismatch.ok());
+  EXPECT_NE(mismatch.status().message().find("differs from its folder name"),
+            absl::string_view::npos);
+  auto platform =
+      ToEngineModelConfig(*ParseModelConfigText(R"pb(platform: "onnxruntime_onnx")pb", "c"), "m");
+  EXPECT_FALSE(platform.ok());
+  EXPECT_NE(platform.status().message().find("onnxruntime_onnx"), absl::string_view::npos);
+  auto kind = ToEngineModelConfig(
+      *ParseModelConfigText(R"pb(backend: "simple" instance_group [ { kind: KIND_MODEL } ])pb", "c"),
+      "m");
+  EXPECT_FALSE(kind.ok());
+  EXPECT_NE(kind.status().message().find("KIND_MODEL"), absl::string_view::npos);
+}
+
+TEST(ModelConfigParserTest, DataTypesRoundTrip) {
+  for (int t = inference::DataType_MIN; t <= inference::DataType_MAX; ++t) {
+    if (!inference::DataType_IsValid(t)) continue;
+    const auto proto_type = static_cast<inference::DataType>(t);
+    const engine::DataType engine_type = FromProtoDataType(proto_type);
+    if (engine_type == engine::DataType::kInvalid) continue;
+    EXPECT_EQ(ToProtoDataType(engine_type), proto_type) << inference::DataType_Name(proto_type);
+  }
+  EXPECT_EQ(FromProtoDataType(inference::TYPE_STRING), engine::DataType::kBytes);
+  EXPECT_EQ(FromProtoDataType(inference::TYPE_BF16), engine::DataType::kBf16);
+}
+
+}  // namespace
+}  // namespace sluice::server

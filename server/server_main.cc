@@ -106,6 +106,9 @@ void AddFlags(CLI::App& app, Flags& flags) {
       ->capture_default_str();
 }
 
+// How long gRPC may take, once the engine is idle, to flush answers before calls are cancelled.
+constexpr auto kShutdownGrace = std::chrono::milliseconds(1000);
+
 int Run(const Flags& flags) {
   // Block the shutdown signals in every thread; main waits for them with sigwait() below.
   sigset_t signals;
@@ -205,8 +208,18 @@ int Run(const Flags& flags) {
   if (!idle) {
     LOG_WARNING(log, "exit timeout reached with requests still running; they are cancelled");
   }
-  // Answers already produced are still being written: give in-flight RPCs a moment to finish.
-  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(idle ? 5 : 1));
+  // Every accepted request has been answered (Finish() called); give gRPC a moment to flush the
+  // last answers and let streams end, then cancel what remains. (gRPC's Shutdown waits for the
+  // whole grace period while any client keeps a connection open, so it is kept short.)
+  server->Shutdown(std::chrono::system_clock::now() + kShutdownGrace);
+  // One line per model version with its final counts, for operators and for the drain tests.
+  if (auto stats = (*engine)->GetStats("", -1); stats.ok()) {
+    for (const auto& entry : *stats) {
+      LOG_INFO(log, "final stats model=", entry.name, " version=", entry.version,
+               " success=", entry.stats.success.count, " failure=", entry.stats.fail.count);
+    }
+  }
+  // Answers whatever the exit timeout cut short, so every reactor finishes and Wait() returns.
   (*engine)->Shutdown();
   server->Wait();
   LOG_INFO(log, "sluice-server stopped");

@@ -1,0 +1,103 @@
+#include "tests/integration/server_process.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <fstream>
+#include <regex>
+#include <sstream>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+
+namespace sluice::testing {
+
+std::string ServerBinary() { return SLUICE_SERVER_BINARY; }
+std::string BundledModelRepository() { return SLUICE_SOURCE_DIR "/models"; }
+
+absl::StatusOr<std::unique_ptr<ServerProcess>> ServerProcess::Start(std::vector<std::string> args,
+                                                                    std::chrono::seconds timeout) {
+  static std::atomic<int> counter{0};
+  const std::string log_path = absl::StrCat(::testing::TempDir(), "sluice_server_", getpid(), "_",
+                                            counter++, ".log");
+  std::vector<std::string> argv = {ServerBinary(), "--grpc-address=127.0.0.1", "--grpc-port=0"};
+  argv.insert(argv.end(), args.begin(), args.end());
+
+  const pid_t pid = fork();
+  if (pid < 0) return absl::InternalError("fork failed");
+  if (pid == 0) {
+    const int fd = open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd >= 0) {
+      dup2(fd, STDOUT_FILENO);
+      dup2(fd, STDERR_FILENO);
+      close(fd);
+    }
+    std::vector<char*> c_argv;
+    for (std::string& a : argv) c_argv.push_back(a.data());
+    c_argv.push_back(nullptr);
+    execv(c_argv[0], c_argv.data());
+    _exit(127);
+  }
+
+  std::unique_ptr<ServerProcess> process(new ServerProcess(pid, log_path));
+  const std::regex port_re("grpc_port=([0-9]+)");
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < deadline) {
+    int status = 0;
+    if (waitpid(pid, &status, WNOHANG) == pid) {
+      process->exited_ = true;
+      return absl::FailedPreconditionError(
+          absl::StrCat("sluice-server exited during start-up (status ", status, "):\n",
+                       process->Log()));
+    }
+    const std::string log = process->Log();
+    std::smatch match;
+    if (process->port_ == 0 && std::regex_search(log, match, port_re)) {
+      process->port_ = std::stoi(match[1]);
+    }
+    if (process->port_ != 0 && log.find("server ready") != std::string::npos) return process;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return absl::DeadlineExceededError(
+      absl::StrCat("sluice-server did not get ready in time:\n", process->Log()));
+}
+
+ServerProcess::~ServerProcess() {
+  if (!exited_) {
+    kill(pid_, SIGKILL);
+    waitpid(pid_, nullptr, 0);
+  }
+  unlink(log_path_.c_str());
+}
+
+std::string ServerProcess::address() const { return absl::StrCat("127.0.0.1:", port_); }
+
+absl::StatusOr<int> ServerProcess::Stop(std::chrono::seconds timeout, int signal) {
+  if (exited_) return absl::FailedPreconditionError("already stopped");
+  kill(pid_, signal);
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < deadline) {
+    int status = 0;
+    if (waitpid(pid_, &status, WNOHANG) == pid_) {
+      exited_ = true;
+      if (WIFEXITED(status)) return WEXITSTATUS(status);
+      if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
+      return status;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return absl::DeadlineExceededError("sluice-server did not exit in time");
+}
+
+std::string ServerProcess::Log() const {
+  std::ifstream in(log_path_);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+}  // namespace sluice::testing

@@ -1,0 +1,54 @@
+#pragma once
+
+// ServerProcess: runs the real `sluice-server` binary as a child process on a free loopback port
+// (--grpc-port=0, the bound port read from its log), for integration tests.
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace sluice::testing {
+
+class ServerProcess {
+ public:
+  // Starts the server with `args` added to --grpc-address=127.0.0.1 --grpc-port=0, and waits
+  // (up to `timeout`) until it has logged "server ready" (models loaded). Error if it exits first
+  // or never gets ready; the message carries its log.
+  static absl::StatusOr<std::unique_ptr<ServerProcess>> Start(
+      std::vector<std::string> args, std::chrono::seconds timeout = std::chrono::seconds(30));
+  // Kills the process if it still runs.
+  ~ServerProcess();
+
+  int port() const { return port_; }
+  // "127.0.0.1:<port>"
+  std::string address() const;
+  pid_t pid() const { return pid_; }
+
+  // Sends `signal` (SIGTERM by default) and waits up to `timeout` for the exit; returns the exit
+  // code (128 + signal number if a signal killed it). DeadlineExceeded if it did not exit.
+  absl::StatusOr<int> Stop(std::chrono::seconds timeout = std::chrono::seconds(30),
+                           int signal = 15);
+
+  // Everything the server logged so far.
+  std::string Log() const;
+
+ private:
+  ServerProcess(pid_t pid, std::string log_path) : pid_(pid), log_path_(std::move(log_path)) {}
+
+  pid_t pid_;
+  std::string log_path_;
+  int port_ = 0;
+  bool exited_ = false;
+};
+
+// Path of the sluice-server binary under test.
+std::string ServerBinary();
+// The bundled model repository (models/ of the source tree).
+std::string BundledModelRepository();
+
+}  // namespace sluice::testing
