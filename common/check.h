@@ -14,9 +14,9 @@ namespace sluice::internal {
 }
 }  // namespace sluice::internal
 
-#define CHECK(cond)                                                                    \
-  do {                                                                                 \
-    if (!(cond)) ::sluice::internal::CheckFailed(#cond, __FILE__, __LINE__);           \
+#define CHECK(cond)                                                          \
+  do {                                                                       \
+    if (!(cond)) ::sluice::internal::CheckFailed(#cond, __FILE__, __LINE__); \
   } while (false)
 
 #ifdef NDEBUG

@@ -11,11 +11,21 @@ void AppendJsonString(std::string& out, absl::string_view s) {
   out.push_back('"');
   for (unsigned char c : s) {
     switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
       default:
         if (c < 0x20) {
           out += absl::StrFormat("\\u%04x", c);
@@ -49,10 +59,14 @@ absl::StatusOr<LogFormat> ParseLogFormat(absl::string_view name) {
 
 absl::string_view LogLevelName(LogLevel level) {
   switch (level) {
-    case LogLevel::kDebug: return "debug";
-    case LogLevel::kInfo: return "info";
-    case LogLevel::kWarning: return "warning";
-    case LogLevel::kError: return "error";
+    case LogLevel::kDebug:
+      return "debug";
+    case LogLevel::kInfo:
+      return "info";
+    case LogLevel::kWarning:
+      return "warning";
+    case LogLevel::kError:
+      return "error";
   }
   return "unknown";
 }
@@ -126,7 +140,8 @@ void Logger::WriterLoop() {
 }
 
 std::string Logger::Format(const Record& record) const {
-  const std::string time = absl::FormatTime("%Y-%m-%dT%H:%M:%E6SZ", record.time, absl::UTCTimeZone());
+  const std::string time =
+      absl::FormatTime("%Y-%m-%dT%H:%M:%E6SZ", record.time, absl::UTCTimeZone());
   std::string out;
   if (options_.format == LogFormat::kJson) {
     out = absl::StrCat("{\"time\":\"", time, "\",\"level\":\"", LogLevelName(record.level),
@@ -149,6 +164,5 @@ std::string Logger::Format(const Record& record) const {
   }
   return out;
 }
-
 
 }  // namespace sluice::common

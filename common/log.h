@@ -6,20 +6,19 @@
 //
 // Owned by main (injected, not global): components take a `Logger*` and must accept nullptr.
 
-#include "absl/strings/string_view.h"
 #include <condition_variable>
 #include <cstdint>
 #include <cstdio>
 #include <deque>
 #include <mutex>
 #include <string>
-
 #include <thread>
 #include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 
 namespace sluice::common {
@@ -88,12 +87,12 @@ class Logger {
 };
 
 // Convenience: log through a nullable logger; the message is only built if the level is enabled.
-#define SLUICE_LOG(logger, level, ...)                                           \
-  do {                                                                           \
-    ::sluice::common::Logger* sluice_logger_ = (logger);                         \
-    if (sluice_logger_ != nullptr && sluice_logger_->Enabled(level)) {           \
-      sluice_logger_->Log(level, ::absl::StrCat(__VA_ARGS__));                   \
-    }                                                                            \
+#define SLUICE_LOG(logger, level, ...)                                 \
+  do {                                                                 \
+    ::sluice::common::Logger* sluice_logger_ = (logger);               \
+    if (sluice_logger_ != nullptr && sluice_logger_->Enabled(level)) { \
+      sluice_logger_->Log(level, ::absl::StrCat(__VA_ARGS__));         \
+    }                                                                  \
   } while (false)
 #define LOG_DEBUG(logger, ...) SLUICE_LOG(logger, ::sluice::common::LogLevel::kDebug, __VA_ARGS__)
 #define LOG_INFO(logger, ...) SLUICE_LOG(logger, ::sluice::common::LogLevel::kInfo, __VA_ARGS__)

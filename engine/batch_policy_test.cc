@@ -1,0 +1,191 @@
+#include "engine/batch_policy.h"
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace sluice::engine {
+namespace {
+
+using std::chrono::microseconds;
+using TimePoint = std::chrono::steady_clock::time_point;
+
+// A fixed "now" far from the epoch, so that "now - delay" is still a valid time.
+const TimePoint kNow = TimePoint{} + std::chrono::hours(1);
+constexpr TimePoint kNever = TimePoint::max();
+
+BatchPolicy Batching(int max_batch_size, microseconds delay, std::vector<int> preferred = {}) {
+  BatchPolicy policy;
+  policy.max_batch_size = max_batch_size;
+  policy.batching_enabled = true;
+  policy.max_queue_delay = delay;
+  policy.preferred_batch_sizes = std::move(preferred);
+  return policy;
+}
+
+// Requests of the given batch sizes, the first enqueued `age` before kNow and each later one a
+// microsecond after the previous.
+std::vector<PendingRequest> Queue(std::vector<int> sizes, microseconds age = microseconds(0)) {
+  std::vector<PendingRequest> pending;
+  TimePoint t = kNow - age;
+  for (int size : sizes) {
+    pending.push_back(PendingRequest{size, t});
+    t += microseconds(1);
+  }
+  return pending;
+}
+
+TEST(BatchPolicyTest, EmptyQueueWaitsForAnArrival) {
+  const BatchDecision decision =
+      DecideBatch(Batching(8, microseconds(100)), {}, /*more_incompatible=*/false, kNow);
+  EXPECT_EQ(decision.request_count, 0);
+  EXPECT_EQ(decision.wake_at, kNever);
+}
+
+TEST(BatchPolicyTest, EmptyQueueWaitsEvenWhenBatchingIsOff) {
+  BatchPolicy policy;
+  const BatchDecision decision = DecideBatch(policy, {}, /*more_incompatible=*/true, kNow);
+  EXPECT_EQ(decision.request_count, 0);
+  EXPECT_EQ(decision.wake_at, kNever);
+}
+
+TEST(BatchPolicyTest, BatchingOffTakesOneRequest) {
+  BatchPolicy policy;
+  policy.max_batch_size = 8;
+  policy.batching_enabled = false;
+  policy.max_queue_delay = microseconds(1000);
+  const std::vector<PendingRequest> pending = Queue({1, 1, 1});
+  const BatchDecision decision = DecideBatch(policy, pending, false, kNow);
+  EXPECT_EQ(decision.request_count, 1);
+}
+
+TEST(BatchPolicyTest, MaxBatchSizeOneTakesOneRequest) {
+  const std::vector<PendingRequest> pending = Queue({1, 1, 1});
+  const BatchDecision decision = DecideBatch(Batching(1, microseconds(1000)), pending, false, kNow);
+  EXPECT_EQ(decision.request_count, 1);
+}
+
+TEST(BatchPolicyTest, FlushesAtMaxBatchSize) {
+  // Four fresh requests of one item fill a batch of 4: no reason to wait for the delay.
+  const std::vector<PendingRequest> pending = Queue({1, 1, 1, 1});
+  const BatchDecision decision =
+      DecideBatch(Batching(4, microseconds(1000000)), pending, false, kNow);
+  EXPECT_EQ(decision.request_count, 4);
+}
+
+TEST(BatchPolicyTest, FlushesAtMaxBatchSizeCountingItems) {
+  // 2 + 2 items reach max_batch_size 4 with two requests; the third waits for the next batch.
+  const std::vector<PendingRequest> pending = Queue({2, 2, 1});
+  const BatchDecision decision =
+      DecideBatch(Batching(4, microseconds(1000000)), pending, false, kNow);
+  EXPECT_EQ(decision.request_count, 2);
+}
+
+TEST(BatchPolicyTest, TakesWhatFitsWhenTheNextRequestWouldOverflow) {
+  // 3 + 2 > 4: the first request alone is flushed at once (the batch cannot grow).
+  const std::vector<PendingRequest> pending = Queue({3, 2});
+  const BatchDecision decision =
+      DecideBatch(Batching(4, microseconds(1000000)), pending, false, kNow);
+  EXPECT_EQ(decision.request_count, 1);
+}
+
+TEST(BatchPolicyTest, OversizedRequestRunsAlone) {
+  const std::vector<PendingRequest> pending = Queue({6, 1});
+  const BatchDecision decision =
+      DecideBatch(Batching(4, microseconds(1000000)), pending, false, kNow);
+  EXPECT_EQ(decision.request_count, 1);
+}
+
+TEST(BatchPolicyTest, OversizedSingleRequestRunsAlone) {
+  const std::vector<PendingRequest> pending = Queue({6});
+  const BatchDecision decision =
+      DecideBatch(Batching(4, microseconds(1000000)), pending, false, kNow);
+  EXPECT_EQ(decision.request_count, 1);
+}
+
+TEST(BatchPolicyTest, IncompatibleRequestBehindFlushesAtOnce) {
+  const std::vector<PendingRequest> pending = Queue({1, 1});
+  const BatchDecision decision =
+      DecideBatch(Batching(8, microseconds(1000000)), pending, /*more_incompatible=*/true, kNow);
+  EXPECT_EQ(decision.request_count, 2);
+}
+
+TEST(BatchPolicyTest, WaitsUntilTheOldestRequestsDelayExpires) {
+  // The oldest request has waited 30us of its 100us.
+  const std::vector<PendingRequest> pending = Queue({1, 1}, microseconds(30));
+  const BatchDecision decision = DecideBatch(Batching(8, microseconds(100)), pending, false, kNow);
+  EXPECT_EQ(decision.request_count, 0);
+  EXPECT_EQ(decision.wake_at, pending.front().enqueue_time + microseconds(100));
+  EXPECT_EQ(decision.wake_at, kNow + microseconds(70));
+}
+
+TEST(BatchPolicyTest, TakesAllThatFitsOnceTheDelayExpired) {
+  const std::vector<PendingRequest> pending = Queue({1, 2, 1}, microseconds(100));
+  const BatchDecision decision = DecideBatch(Batching(8, microseconds(100)), pending, false, kNow);
+  EXPECT_EQ(decision.request_count, 3);
+}
+
+TEST(BatchPolicyTest, DelayExpiresExactlyAtTheDeadline) {
+  const std::vector<PendingRequest> pending = Queue({1});
+  const BatchPolicy policy = Batching(8, microseconds(100));
+  EXPECT_EQ(DecideBatch(policy, pending, false, kNow + microseconds(99)).request_count, 0);
+  EXPECT_EQ(DecideBatch(policy, pending, false, kNow + microseconds(100)).request_count, 1);
+}
+
+TEST(BatchPolicyTest, ZeroDelayTakesWhatIsQueued) {
+  const std::vector<PendingRequest> pending = Queue({1, 1, 1});
+  const BatchDecision decision = DecideBatch(Batching(8, microseconds(0)), pending, false, kNow);
+  EXPECT_EQ(decision.request_count, 3);
+}
+
+TEST(BatchPolicyTest, ExpiredDelayStillRespectsMaxBatchSize) {
+  const std::vector<PendingRequest> pending = Queue({2, 2, 2}, microseconds(500));
+  const BatchDecision decision = DecideBatch(Batching(5, microseconds(100)), pending, false, kNow);
+  EXPECT_EQ(decision.request_count, 2);
+}
+
+// Preferred batch sizes, table-driven: fresh requests (delay far from expired).
+struct PreferredCase {
+  std::string name;
+  int max_batch_size;
+  std::vector<int> preferred;
+  std::vector<int> sizes;
+  int expected_count;
+};
+
+class PreferredBatchSizeTest : public ::testing::TestWithParam<PreferredCase> {};
+
+TEST_P(PreferredBatchSizeTest, TakesTheLongestPreferredPrefix) {
+  const PreferredCase& c = GetParam();
+  const std::vector<PendingRequest> pending = Queue(c.sizes);
+  const BatchDecision decision = DecideBatch(
+      Batching(c.max_batch_size, microseconds(1000000), c.preferred), pending, false, kNow);
+  EXPECT_EQ(decision.request_count, c.expected_count);
+  if (c.expected_count == 0) {
+    EXPECT_EQ(decision.wake_at, kNow + microseconds(1000000));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    BatchPolicyTest, PreferredBatchSizeTest,
+    ::testing::Values(
+        // {2,4} with three single items pending: 2 is reachable, 4 is not yet.
+        PreferredCase{"ThreeOfOneTakesTwo", 8, {2, 4}, {1, 1, 1}, 2},
+        // Both reachable: the largest (longest prefix) wins.
+        PreferredCase{"FiveOfOneTakesFour", 8, {2, 4}, {1, 1, 1, 1, 1}, 4},
+        // Unsorted preferred sizes.
+        PreferredCase{"UnsortedPreferred", 8, {4, 2}, {1, 1, 1, 1, 1}, 4},
+        // Item counts, not request counts: 1+2 = 3 is preferred.
+        PreferredCase{"CountsItems", 8, {3}, {1, 2, 1}, 2},
+        // Prefixes reach 1, 3, 4 items: 2 is never a prefix sum, so nothing is preferred yet.
+        PreferredCase{"UnreachablePreferredWaits", 8, {2}, {1, 2, 1}, 0},
+        // One item below the only preferred size: keep waiting.
+        PreferredCase{"BelowPreferredWaits", 8, {4}, {1, 1, 1}, 0},
+        // A single request of a preferred size.
+        PreferredCase{"SingleRequestOfPreferredSize", 8, {2}, {2}, 1}),
+    [](const ::testing::TestParamInfo<PreferredCase>& info) { return info.param.name; });
+
+}  // namespace
+}  // namespace sluice::engine

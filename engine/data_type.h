@@ -3,9 +3,9 @@
 // DataType: the tensor element types of the KServe v2 protocol, by their protocol names
 // ("BOOL", "UINT8", ..., "FP16", "BF16", "FP32", "FP64", "BYTES").
 
-#include "absl/strings/string_view.h"
 #include <cstddef>
 
+#include "absl/strings/string_view.h"
 
 namespace sluice::engine {
 

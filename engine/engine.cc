@@ -56,9 +56,9 @@ absl::Status WarmUp(const ModelConfig& config, ModelInstance& instance) {
     }
     absl::StatusOr<std::vector<Tensor>> outputs = instance.Run(views);
     if (!outputs.ok()) {
-      return absl::Status(outputs.status().code(),
-                          absl::StrCat("warm-up at batch size ", batch,
-                                       " failed: ", outputs.status().message()));
+      return absl::Status(
+          outputs.status().code(),
+          absl::StrCat("warm-up at batch size ", batch, " failed: ", outputs.status().message()));
     }
   }
   return absl::OkStatus();
@@ -68,10 +68,14 @@ absl::Status WarmUp(const ModelConfig& config, ModelInstance& instance) {
 
 absl::string_view ModelStateName(ModelState state) {
   switch (state) {
-    case ModelState::kLoading: return "LOADING";
-    case ModelState::kReady: return "READY";
-    case ModelState::kUnloading: return "UNLOADING";
-    case ModelState::kUnavailable: return "UNAVAILABLE";
+    case ModelState::kLoading:
+      return "LOADING";
+    case ModelState::kReady:
+      return "READY";
+    case ModelState::kUnloading:
+      return "UNLOADING";
+    case ModelState::kUnavailable:
+      return "UNAVAILABLE";
   }
   return "UNKNOWN";
 }
@@ -110,8 +114,7 @@ absl::StatusOr<std::shared_ptr<Engine::LoadedModel>> Engine::Build(const ModelSp
       config.max_batch_size > 0 && config.dynamic_batching.has_value();
   if (config.dynamic_batching.has_value()) {
     scheduler_options.policy.max_queue_delay = config.dynamic_batching->max_queue_delay;
-    scheduler_options.policy.preferred_batch_sizes =
-        config.dynamic_batching->preferred_batch_sizes;
+    scheduler_options.policy.preferred_batch_sizes = config.dynamic_batching->preferred_batch_sizes;
   }
   scheduler_options.stats = &loaded->stats;
   ASSIGN_OR_RETURN(loaded->scheduler, ModelScheduler::Create(config, scheduler_options));
@@ -206,21 +209,29 @@ absl::Status Engine::UnloadModelVersion(const std::string& name, int64_t version
 absl::StatusOr<std::shared_ptr<Engine::LoadedModel>> Engine::Resolve(const std::string& name,
                                                                      int64_t version) const {
   std::lock_guard<std::mutex> lock(mu_);
-  auto it = models_.find(name);
-  if (it == models_.end() || it->second.empty()) {
+  // A version that failed to load is UNAVAILABLE (with the reason), not unknown.
+  auto failure = [&](int64_t v) -> const std::string* {
     auto failed = failures_.find(name);
-    if (failed != failures_.end()) {
-      return absl::UnavailableError(
-          absl::StrCat("model '", name, "' is not ready: ", failed->second.rbegin()->second));
-    }
+    if (failed == failures_.end() || failed->second.empty()) return nullptr;
+    if (v < 0) return &failed->second.rbegin()->second;
+    auto reason = failed->second.find(v);
+    return reason == failed->second.end() ? nullptr : &reason->second;
+  };
+  auto it = models_.find(name);
+  const bool any_loaded = it != models_.end() && !it->second.empty();
+  if (any_loaded && version < 0) return it->second.rbegin()->second;
+  if (any_loaded) {
+    auto v = it->second.find(version);
+    if (v != it->second.end()) return v->second;
+  }
+  if (const std::string* reason = failure(version); reason != nullptr) {
+    return absl::UnavailableError(absl::StrCat("model '", name, "' version ", VersionText(version),
+                                               " is not ready: ", *reason));
+  }
+  if (!any_loaded && failures_.count(name) == 0) {
     return absl::NotFoundError(absl::StrCat("unknown model '", name, "'"));
   }
-  if (version < 0) return it->second.rbegin()->second;
-  auto v = it->second.find(version);
-  if (v == it->second.end()) {
-    return absl::NotFoundError(absl::StrCat("model '", name, "' has no version ", version));
-  }
-  return v->second;
+  return absl::NotFoundError(absl::StrCat("model '", name, "' has no version ", version));
 }
 
 absl::Status Engine::ValidateAndBind(const ModelConfig& config, InferenceRequest& request) const {
@@ -234,6 +245,20 @@ absl::Status Engine::ValidateAndBind(const ModelConfig& config, InferenceRequest
         return absl::InvalidArgumentError(
             absl::StrCat("model '", model, "': missing input '", spec.name, "' (expected ",
                          config.inputs.size(), " inputs, got ", request.inputs.size(), ")"));
+      }
+    }
+    // None missing, so there are too many: name the first unknown or repeated one.
+    for (size_t i = 0; i < request.inputs.size(); ++i) {
+      const std::string& name = request.inputs[i].name;
+      if (config.FindInput(name) == nullptr) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("model '", model, "' has no input named '", name, "'"));
+      }
+      for (size_t j = 0; j < i; ++j) {
+        if (request.inputs[j].name == name) {
+          return absl::InvalidArgumentError(
+              absl::StrCat("model '", model, "': input '", name, "' given twice"));
+        }
       }
     }
     return absl::InvalidArgumentError(absl::StrCat("model '", model, "' expects ",
@@ -261,8 +286,8 @@ absl::Status Engine::ValidateAndBind(const ModelConfig& config, InferenceRequest
     const TensorSpec& spec = config.inputs[index];
     if (input.dtype != spec.dtype) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "model '", model, "': input '", input.name, "' has data type ",
-          DataTypeName(input.dtype), ", the model expects ", DataTypeName(spec.dtype)));
+          "model '", model, "': input '", input.name, "' has data type ", DataTypeName(input.dtype),
+          ", the model expects ", DataTypeName(spec.dtype)));
     }
     const size_t batch_dims = config.max_batch_size > 0 ? 1 : 0;
     bool shape_ok = input.shape.size() == spec.dims.size() + batch_dims;
@@ -271,23 +296,23 @@ absl::Status Engine::ValidateAndBind(const ModelConfig& config, InferenceRequest
       shape_ok = (spec.dims[d] == -1 && got >= 0) || spec.dims[d] == got;
     }
     if (!shape_ok) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "model '", model, "': input '", input.name, "' has shape ",
-          ShapeToString(input.shape), ", the model expects ",
-          batch_dims ? absl::StrCat("[batch<=", config.max_batch_size, "]+") : "",
-          ShapeToString(spec.dims)));
+      return absl::InvalidArgumentError(
+          absl::StrCat("model '", model, "': input '", input.name, "' has shape ",
+                       ShapeToString(input.shape), ", the model expects ",
+                       batch_dims ? absl::StrCat("[batch<=", config.max_batch_size, "]+") : "",
+                       ShapeToString(spec.dims)));
     }
     if (batch_dims == 1) {
       const int64_t b = input.shape[0];
       if (b < 1 || b > config.max_batch_size) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("model '", model, "': input '", input.name, "' has batch size ", b,
-                         ", allowed 1..", config.max_batch_size, " (max_batch_size)"));
+        return absl::InvalidArgumentError(absl::StrCat("model '", model, "': input '", input.name,
+                                                       "' has batch size ", b, ", allowed 1..",
+                                                       config.max_batch_size, " (max_batch_size)"));
       }
       if (batch_size >= 0 && b != batch_size) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("model '", model, "': input '", input.name, "' has batch size ", b,
-                         " but another input has ", batch_size));
+        return absl::InvalidArgumentError(absl::StrCat("model '", model, "': input '", input.name,
+                                                       "' has batch size ", b,
+                                                       " but another input has ", batch_size));
       }
       batch_size = static_cast<int>(b);
     }
@@ -297,10 +322,10 @@ absl::Status Engine::ValidateAndBind(const ModelConfig& config, InferenceRequest
     } else {
       ASSIGN_OR_RETURN(size_t expected, FixedByteSize(input.dtype, elements));
       if (expected != input.data.size()) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "model '", model, "': input '", input.name, "' holds ", input.data.size(),
-            " bytes, shape ", ShapeToString(input.shape), " of ", DataTypeName(input.dtype),
-            " needs ", expected));
+        return absl::InvalidArgumentError(
+            absl::StrCat("model '", model, "': input '", input.name, "' holds ", input.data.size(),
+                         " bytes, shape ", ShapeToString(input.shape), " of ",
+                         DataTypeName(input.dtype), " needs ", expected));
       }
     }
     ordered[index] = std::move(input);
@@ -344,8 +369,7 @@ void Engine::Submit(std::unique_ptr<InferenceRequest> request) {
   model.scheduler->Enqueue(std::move(request));
 }
 
-absl::StatusOr<Engine::ModelInfo> Engine::GetModel(const std::string& name,
-                                                   int64_t version) const {
+absl::StatusOr<Engine::ModelInfo> Engine::GetModel(const std::string& name, int64_t version) const {
   ASSIGN_OR_RETURN(std::shared_ptr<LoadedModel> loaded, Resolve(name, version));
   ModelInfo info;
   info.config = std::shared_ptr<const ModelConfig>(loaded, &loaded->config());
@@ -371,7 +395,17 @@ std::vector<ModelVersionStatus> Engine::ListModels() const {
     }
   }
   for (const auto& [name, versions] : failures_) {
+    auto loaded = models_.find(name);
     for (const auto& [version, reason] : versions) {
+      if (loaded != models_.end() && loaded->second.count(version) > 0) {
+        // A failed reload: the previous load of this version still serves.
+        for (ModelVersionStatus& status : out) {
+          if (status.name == name && status.version == version) {
+            status.reason = absl::StrCat("reload failed, previous load serving: ", reason);
+          }
+        }
+        continue;
+      }
       out.push_back({name, version, ModelState::kUnavailable, reason});
     }
   }
@@ -395,8 +429,8 @@ absl::StatusOr<std::vector<Engine::VersionStats>> Engine::GetStats(const std::st
     }
   }
   if (!name.empty() && selected.empty()) {
-    return absl::NotFoundError(absl::StrCat("model '", name, "' version ", VersionText(version),
-                                            " is not loaded"));
+    return absl::NotFoundError(
+        absl::StrCat("model '", name, "' version ", VersionText(version), " is not loaded"));
   }
   std::vector<VersionStats> out;
   for (const auto& [model_name, loaded] : selected) {

@@ -4,7 +4,6 @@
 // scheduler, executors and stats), validates and submits requests, and reports state and stats.
 // No gRPC, protobuf or Prometheus type appears here.
 
-#include "absl/strings/string_view.h"
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -13,6 +12,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "common/clock.h"
 #include "common/log.h"
 #include "engine/backend.h"
@@ -40,7 +40,8 @@ struct ModelVersionStatus {
   std::string name;
   int64_t version = 0;
   ModelState state = ModelState::kUnavailable;
-  // Why it is not ready (a load error), empty otherwise.
+  // Why it is not ready (its load error), or that a reload failed while the previous load
+  // serves; empty otherwise.
   std::string reason;
 };
 
@@ -57,7 +58,8 @@ class Engine {
   absl::Status LoadModel(ModelSpec spec);
 
   // Unloads every version of `name`: new requests are refused, queued and in-flight ones are
-  // answered, then its threads and memory are freed. NotFound if nothing of that name is loaded.
+  // answered, then its threads and memory are freed. Also forgets the name's failed loads.
+  // NotFound if nothing of that name is loaded or failed.
   absl::Status UnloadModel(const std::string& name);
 
   // Unloads one version of `name`, as UnloadModel does. NotFound if it is not loaded.

@@ -35,8 +35,8 @@ absl::Status ValidateTensors(const ModelConfig& config, const std::vector<Tensor
                                                      spec.name, "' has no valid data_type"));
     }
     if (spec.dims.empty() && config.max_batch_size == 0) {
-      return absl::InvalidArgumentError(absl::StrCat("model '", config.name, "': ", kind, " '",
-                                                     spec.name, "' has no dims"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("model '", config.name, "': ", kind, " '", spec.name, "' has no dims"));
     }
     for (int64_t dim : spec.dims) {
       if (dim < -1 || dim == 0) {
@@ -72,9 +72,9 @@ absl::Status ValidateModelConfig(const ModelConfig& config) {
   if (config.dynamic_batching.has_value()) {
     for (int size : config.dynamic_batching->preferred_batch_sizes) {
       if (size < 1 || size > config.max_batch_size) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "model '", config.name, "': preferred_batch_size ", size,
-            " is outside [1, max_batch_size=", config.max_batch_size, "]"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("model '", config.name, "': preferred_batch_size ", size,
+                         " is outside [1, max_batch_size=", config.max_batch_size, "]"));
       }
     }
     if (config.dynamic_batching->max_queue_delay.count() < 0) {

@@ -3,7 +3,6 @@
 // ModelConfig: what the engine needs to know about a model, as plain structs. The server reads
 // Triton's config.pbtxt (protobuf text format) and fills this in; the engine never sees protobuf.
 
-#include "absl/strings/string_view.h"
 #include <chrono>
 #include <cstdint>
 #include <map>
@@ -12,6 +11,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 #include "engine/data_type.h"
 #include "engine/tensor.h"
 

@@ -10,7 +10,7 @@
 namespace sluice::engine {
 
 absl::StatusOr<std::unique_ptr<ModelScheduler>> ModelScheduler::Create(const ModelConfig& config,
-                                                                        SchedulerOptions options) {
+                                                                       SchedulerOptions options) {
   if (options.clock == nullptr || options.stats == nullptr) {
     return absl::InvalidArgumentError("ModelScheduler needs a clock and stats");
   }
@@ -93,11 +93,9 @@ bool ModelScheduler::Idle() const {
 }
 
 void ModelScheduler::Stop() {
+  std::lock_guard<std::mutex> stop_lock(stop_mu_);
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (stopping_ && !batcher_.joinable()) {
-      return;
-    }
     stopping_ = true;
   }
   cv_.notify_all();
@@ -200,11 +198,12 @@ void ModelScheduler::BatcherLoop() {
     while (compatible < queue_.size() &&
            compatible < static_cast<size_t>(std::max(options_.policy.max_batch_size, 1)) &&
            Compatible(head, *queue_[compatible].request)) {
-      pending.push_back({queue_[compatible].request->batch_size, queue_[compatible].request->enqueue_time});
+      pending.push_back(
+          {queue_[compatible].request->batch_size, queue_[compatible].request->enqueue_time});
       ++compatible;
     }
-    const bool more_incompatible = compatible < queue_.size() &&
-                                   !Compatible(head, *queue_[compatible].request);
+    const bool more_incompatible =
+        compatible < queue_.size() && !Compatible(head, *queue_[compatible].request);
     // While stopping nothing waits for a fuller batch.
     const auto decide_time = stopping_ ? common::Clock::TimePoint::max() : now;
     const BatchDecision decision =

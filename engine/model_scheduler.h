@@ -58,12 +58,14 @@ class ModelScheduler {
   // Wakes the batcher: an executor slot is free (or, in tests, the fake clock moved).
   void NotifySlotFreed();
 
-  // Requests queued plus batches not yet finished by the executors.
+  // Requests waiting in the queue (not yet handed to an executor).
   int64_t QueueDepth() const;
+  // Nothing queued and no batch in flight on any executor.
   bool Idle() const;
 
   // Stops taking requests; answers everything queued (batches formed without waiting for the
-  // delay) and in flight; joins the batcher and the executors. Idempotent.
+  // delay) and in flight; joins the batcher and the executors. Idempotent, and safe to call
+  // from several threads at once (later callers wait for the first).
   void Stop();
 
  private:
@@ -92,6 +94,7 @@ class ModelScheduler {
   mutable size_t next_executor_ = 0;                  // guarded by mu_
   bool started_ = false;                              // guarded by mu_
   bool stopping_ = false;                             // guarded by mu_
+  std::mutex stop_mu_;  // serializes Stop(): one caller joins, the others wait
   std::thread batcher_;
 };
 

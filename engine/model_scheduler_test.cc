@@ -1,0 +1,655 @@
+#include "engine/model_scheduler.h"
+
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "common/clock.h"
+#include "engine/model_stats.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace sluice::engine {
+namespace {
+
+using std::chrono::microseconds;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+// Bound for waiting on something the batcher thread does asynchronously.
+constexpr auto kAsyncTimeout = std::chrono::seconds(10);
+// How long a test watches for something that must NOT happen (a batch dispatched too early). The
+// fake clock does not move meanwhile, so a correct scheduler never dispatches, however long this
+// is.
+constexpr auto kQuietPeriod = std::chrono::milliseconds(30);
+
+// Every answer the scheduler gives, by request id.
+class Answers {
+ public:
+  InferenceRequest::Completion For(const std::string& id) {
+    std::lock_guard<std::mutex> lock(mu_);
+    issued_.push_back(id);
+    return [this, id](absl::StatusOr<InferenceResponse> result) {
+      std::lock_guard<std::mutex> lock(mu_);
+      answers_[id].push_back(result.status());
+      cv_.notify_all();
+    };
+  }
+
+  bool WaitFor(const std::string& id) {
+    std::unique_lock<std::mutex> lock(mu_);
+    return cv_.wait_for(lock, kAsyncTimeout, [&] { return answers_.count(id) > 0; });
+  }
+
+  int Count(const std::string& id) const {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = answers_.find(id);
+    return it == answers_.end() ? 0 : static_cast<int>(it->second.size());
+  }
+
+  // The first answer's status; Unknown("no answer") if there was none.
+  absl::Status StatusOf(const std::string& id) const {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = answers_.find(id);
+    if (it == answers_.end()) return absl::UnknownError("no answer");
+    return it->second.front();
+  }
+
+  std::vector<std::string> issued() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return issued_;
+  }
+
+ private:
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<std::string> issued_;
+  std::map<std::string, std::vector<absl::Status>> answers_;
+};
+
+// An Executor that records the batches it is given and finishes them when the test says so.
+class FakeExecutor final : public Executor {
+ public:
+  struct Record {
+    int items = 0;
+    std::vector<std::string> ids;
+    // The first input's shape, per request.
+    std::vector<Shape> shapes;
+  };
+
+  explicit FakeExecutor(int free_slots) : free_slots_(free_slots) {}
+
+  // What a real executor's ExecutorOptions::on_slot_freed does: wake the scheduler.
+  void set_on_slot_freed(std::function<void()> on_slot_freed) {
+    on_slot_freed_ = std::move(on_slot_freed);
+  }
+  // Answers every batch inside Execute (OK), so slots never run out.
+  void set_auto_complete(bool auto_complete) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto_complete_ = auto_complete;
+  }
+
+  bool HasFreeSlot() const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return free_slots_ > 0;
+  }
+
+  void Execute(Batch batch) override {
+    std::vector<std::unique_ptr<InferenceRequest>> to_answer;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (free_slots_ <= 0) ++executes_without_slot_;
+      Record record;
+      record.items = batch.items;
+      for (const auto& request : batch.requests) {
+        record.ids.push_back(request->id);
+        record.shapes.push_back(request->inputs.empty() ? Shape{} : request->inputs[0].shape);
+      }
+      records_.push_back(std::move(record));
+      if (auto_complete_) {
+        to_answer = std::move(batch.requests);
+      } else {
+        --free_slots_;
+        in_flight_.push_back(std::move(batch));
+      }
+      cv_.notify_all();
+    }
+    for (auto& request : to_answer) Answer(*request);
+  }
+
+  int InFlight() const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return static_cast<int>(in_flight_.size());
+  }
+
+  // Finishes what it holds, as a real executor finishes every batch it took.
+  void Stop() override {
+    std::deque<Batch> batches;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      batches.swap(in_flight_);
+    }
+    for (Batch& batch : batches) {
+      for (auto& request : batch.requests) Answer(*request);
+    }
+  }
+
+  // Answers every batch in flight (OK), frees their slots and tells the scheduler.
+  void FinishAll() {
+    std::deque<Batch> batches;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      batches.swap(in_flight_);
+      free_slots_ += static_cast<int>(batches.size());
+    }
+    for (Batch& batch : batches) {
+      for (auto& request : batch.requests) Answer(*request);
+    }
+    if (on_slot_freed_) on_slot_freed_();
+  }
+
+  // Frees `n` more slots and tells the scheduler.
+  void AddSlots(int n) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      free_slots_ += n;
+    }
+    if (on_slot_freed_) on_slot_freed_();
+  }
+
+  bool WaitForBatches(size_t n) {
+    std::unique_lock<std::mutex> lock(mu_);
+    return cv_.wait_for(lock, kAsyncTimeout, [&] { return records_.size() >= n; });
+  }
+
+  // Waits until `n` requests in all were handed over.
+  bool WaitForRequests(size_t n) {
+    std::unique_lock<std::mutex> lock(mu_);
+    return cv_.wait_for(lock, kAsyncTimeout, [&] {
+      size_t requests = 0;
+      for (const Record& record : records_) requests += record.ids.size();
+      return requests >= n;
+    });
+  }
+
+  std::vector<Record> records() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return records_;
+  }
+
+  int executes_without_slot() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return executes_without_slot_;
+  }
+
+ private:
+  static void Answer(InferenceRequest& request) {
+    InferenceResponse response;
+    response.model_name = request.model_name();
+    response.id = request.id;
+    request.Complete(std::move(response));
+  }
+
+  std::function<void()> on_slot_freed_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  int free_slots_;
+  bool auto_complete_ = false;
+  int executes_without_slot_ = 0;
+  std::deque<Batch> in_flight_;
+  std::vector<Record> records_;
+};
+
+std::vector<std::string> Ids(const FakeExecutor::Record& record) { return record.ids; }
+
+class ModelSchedulerTest : public ::testing::Test {
+ protected:
+  ModelSchedulerTest() {
+    config_.name = "m";
+    config_.backend = "fake";
+    config_.max_batch_size = 4;
+    config_.inputs = {TensorSpec{"IN", DataType::kFp32, {2}}};
+    config_.outputs = {TensorSpec{"OUT", DataType::kFp32, {2}}};
+  }
+
+  // Batching with max_batch_size 4 and a 100us delay, a queue of 16.
+  SchedulerOptions DefaultOptions() {
+    SchedulerOptions options;
+    options.clock = &clock_;
+    options.stats = &stats_;
+    options.max_queue_size = 16;
+    options.policy.max_batch_size = config_.max_batch_size;
+    options.policy.batching_enabled = true;
+    options.policy.max_queue_delay = microseconds(100);
+    return options;
+  }
+
+  // Creates the scheduler (not started) with one fake executor of `slots` free slots.
+  void Create(SchedulerOptions options, int slots) {
+    absl::StatusOr<std::unique_ptr<ModelScheduler>> scheduler =
+        ModelScheduler::Create(config_, options);
+    ASSERT_TRUE(scheduler.ok()) << scheduler.status();
+    scheduler_ = *std::move(scheduler);
+    auto executor = std::make_unique<FakeExecutor>(slots);
+    executor->set_on_slot_freed([s = scheduler_.get()] { s->NotifySlotFreed(); });
+    executor_ = executor.get();
+    pending_executors_.push_back(std::move(executor));
+  }
+
+  void Start() { scheduler_->Start(std::move(pending_executors_)); }
+
+  void CreateAndStart(SchedulerOptions options, int slots) {
+    Create(options, slots);
+    Start();
+  }
+
+  // A validated request of `batch` items whose per-item shape is [width].
+  std::unique_ptr<InferenceRequest> Request(const std::string& id, int batch = 1,
+                                            int64_t width = 2) {
+    auto request = std::make_unique<InferenceRequest>("m", 1, answers_.For(id));
+    request->id = id;
+    buffers_.emplace_back(static_cast<size_t>(batch * width), 1.0f);
+    const std::vector<float>& buffer = buffers_.back();
+    request->inputs.push_back(
+        TensorView{"IN", DataType::kFp32, Shape{batch, width},
+                   std::as_bytes(std::span<const float>(buffer.data(), buffer.size()))});
+    request->batch_size = batch;
+    request->received_time = std::chrono::steady_clock::now();
+    return request;
+  }
+
+  void Enqueue(const std::string& id, int batch = 1, int64_t width = 2) {
+    scheduler_->Enqueue(Request(id, batch, width));
+  }
+
+  // Moves the fake clock and wakes the batcher so that it looks at the time again.
+  void Advance(microseconds d) {
+    clock_.Advance(d);
+    scheduler_->NotifySlotFreed();
+  }
+
+  void TearDown() override {
+    if (scheduler_ != nullptr) {
+      // Let whatever is still queued run so that Stop() can finish it.
+      if (executor_ != nullptr) {
+        executor_->set_auto_complete(true);
+        executor_->AddSlots(1);
+        executor_->FinishAll();
+        EXPECT_EQ(executor_->executes_without_slot(), 0)
+            << "Execute() called while the executor had no free slot";
+      }
+      scheduler_.reset();
+    }
+    // Nothing accepted is ever lost, and nothing is answered twice.
+    for (const std::string& id : answers_.issued()) {
+      EXPECT_EQ(answers_.Count(id), 1) << "request " << id;
+    }
+  }
+
+  ModelConfig config_;
+  common::FakeClock clock_{common::Clock::TimePoint{} + std::chrono::hours(1)};
+  ModelStats stats_;
+  Answers answers_;
+  std::deque<std::vector<float>> buffers_;
+  std::vector<std::unique_ptr<Executor>> pending_executors_;
+  FakeExecutor* executor_ = nullptr;  // owned by scheduler_ once started
+  std::unique_ptr<ModelScheduler> scheduler_;
+};
+
+TEST_F(ModelSchedulerTest, CreateRejectsAnEmptyQueueBound) {
+  SchedulerOptions options = DefaultOptions();
+  options.max_queue_size = 0;
+  EXPECT_EQ(ModelScheduler::Create(config_, options).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(ModelSchedulerTest, NothingDispatchedBeforeTheDelay) {
+  CreateAndStart(DefaultOptions(), /*slots=*/4);
+  Enqueue("a");
+  std::this_thread::sleep_for(kQuietPeriod);
+  EXPECT_TRUE(executor_->records().empty());
+  EXPECT_EQ(answers_.Count("a"), 0);
+
+  Advance(microseconds(99));
+  std::this_thread::sleep_for(kQuietPeriod);
+  EXPECT_TRUE(executor_->records().empty());
+
+  Advance(microseconds(1));
+  ASSERT_TRUE(executor_->WaitForBatches(1));
+  const auto records = executor_->records();
+  ASSERT_EQ(records.size(), 1u);
+  EXPECT_EQ(records[0].items, 1);
+  EXPECT_THAT(Ids(records[0]), ElementsAre("a"));
+}
+
+TEST_F(ModelSchedulerTest, DelayCountsFromTheOldestRequest) {
+  CreateAndStart(DefaultOptions(), /*slots=*/4);
+  Enqueue("a");
+  Advance(microseconds(60));
+  Enqueue("b");
+  std::this_thread::sleep_for(kQuietPeriod);
+  EXPECT_TRUE(executor_->records().empty());
+
+  Advance(microseconds(40));  // a's 100us are up; b waited only 40us
+  ASSERT_TRUE(executor_->WaitForBatches(1));
+  const auto records = executor_->records();
+  ASSERT_EQ(records.size(), 1u);
+  EXPECT_EQ(records[0].items, 2);
+  EXPECT_THAT(Ids(records[0]), ElementsAre("a", "b"));
+}
+
+TEST_F(ModelSchedulerTest, FullBatchDispatchedAtOnce) {
+  CreateAndStart(DefaultOptions(), /*slots=*/4);
+  for (const char* id : {"a", "b", "c", "d"}) Enqueue(id);
+  // The clock never moves: only reaching max_batch_size can dispatch.
+  ASSERT_TRUE(executor_->WaitForBatches(1));
+  const auto records = executor_->records();
+  ASSERT_EQ(records.size(), 1u);
+  EXPECT_EQ(records[0].items, 4);
+  EXPECT_THAT(Ids(records[0]), ElementsAre("a", "b", "c", "d"));
+}
+
+TEST_F(ModelSchedulerTest, FullBatchCountsItemsNotRequests) {
+  CreateAndStart(DefaultOptions(), /*slots=*/4);
+  Enqueue("a", /*batch=*/2);
+  Enqueue("b", /*batch=*/2);
+  ASSERT_TRUE(executor_->WaitForBatches(1));
+  const auto records = executor_->records();
+  ASSERT_EQ(records.size(), 1u);
+  EXPECT_EQ(records[0].items, 4);
+  EXPECT_THAT(Ids(records[0]), ElementsAre("a", "b"));
+}
+
+TEST_F(ModelSchedulerTest, BatchingOffRunsEachRequestAlone) {
+  SchedulerOptions options = DefaultOptions();
+  options.policy.batching_enabled = false;
+  CreateAndStart(options, /*slots=*/8);
+  for (const char* id : {"a", "b", "c"}) Enqueue(id);
+  ASSERT_TRUE(executor_->WaitForBatches(3));
+  const auto records = executor_->records();
+  ASSERT_EQ(records.size(), 3u);
+  EXPECT_THAT(Ids(records[0]), ElementsAre("a"));
+  EXPECT_THAT(Ids(records[1]), ElementsAre("b"));
+  EXPECT_THAT(Ids(records[2]), ElementsAre("c"));
+}
+
+TEST_F(ModelSchedulerTest, FullQueueAnswersResourceExhaustedAtOnce) {
+  SchedulerOptions options = DefaultOptions();
+  options.max_queue_size = 2;
+  CreateAndStart(options, /*slots=*/0);  // nothing can leave the queue
+  Enqueue("a");
+  Enqueue("b");
+  Enqueue("c");
+  // Answered on the calling thread, before Enqueue returned.
+  ASSERT_EQ(answers_.Count("c"), 1);
+  const absl::Status status = answers_.StatusOf("c");
+  EXPECT_EQ(status.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(status.message(), HasSubstr("queue"));
+  EXPECT_EQ(answers_.Count("a"), 0);
+  EXPECT_EQ(answers_.Count("b"), 0);
+  EXPECT_EQ(scheduler_->QueueDepth(), 2);
+  EXPECT_FALSE(scheduler_->Idle());
+  EXPECT_EQ(stats_.Snapshot().fail.count, 1u);
+}
+
+TEST_F(ModelSchedulerTest, DeadlinePassedInQueueAnswersDeadlineExceeded) {
+  CreateAndStart(DefaultOptions(), /*slots=*/0);
+  auto request = Request("a");
+  request->deadline = clock_.Now() + microseconds(50);
+  scheduler_->Enqueue(std::move(request));
+  Enqueue("b");  // no deadline
+
+  Advance(microseconds(60));
+  ASSERT_TRUE(answers_.WaitFor("a"));
+  EXPECT_EQ(answers_.StatusOf("a").code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_EQ(answers_.Count("b"), 0);
+
+  // A slot frees and b's delay expires: only b reaches the executor.
+  Advance(microseconds(100));
+  executor_->AddSlots(1);
+  ASSERT_TRUE(executor_->WaitForBatches(1));
+  ASSERT_TRUE(executor_->records().size() == 1);
+  EXPECT_THAT(Ids(executor_->records()[0]), ElementsAre("b"));
+}
+
+TEST_F(ModelSchedulerTest, DeadlinePassedWhileWaitingForABatchNeverReachesTheExecutor) {
+  SchedulerOptions options = DefaultOptions();
+  options.policy.max_queue_delay = microseconds(1000);
+  CreateAndStart(options, /*slots=*/4);
+  auto request = Request("a");
+  request->deadline = clock_.Now() + microseconds(50);
+  scheduler_->Enqueue(std::move(request));
+
+  Advance(microseconds(50));
+  ASSERT_TRUE(answers_.WaitFor("a"));
+  EXPECT_EQ(answers_.StatusOf("a").code(), absl::StatusCode::kDeadlineExceeded);
+  Advance(microseconds(2000));
+  std::this_thread::sleep_for(kQuietPeriod);
+  EXPECT_TRUE(executor_->records().empty());
+}
+
+TEST_F(ModelSchedulerTest, DefaultTimeoutExpiresQueuedRequests) {
+  SchedulerOptions options = DefaultOptions();
+  options.default_timeout = microseconds(50);
+  CreateAndStart(options, /*slots=*/0);
+  Enqueue("a");
+  Advance(microseconds(50));
+  ASSERT_TRUE(answers_.WaitFor("a"));
+  EXPECT_EQ(answers_.StatusOf("a").code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_TRUE(executor_->records().empty());
+}
+
+TEST_F(ModelSchedulerTest, RequestDeadlineAppliesWithoutTimeoutOverride) {
+  SchedulerOptions options = DefaultOptions();
+  options.allow_timeout_override = false;
+  CreateAndStart(options, /*slots=*/0);
+  auto request = Request("a");
+  request->deadline = clock_.Now() + microseconds(20);
+  scheduler_->Enqueue(std::move(request));
+  Advance(microseconds(20));
+  ASSERT_TRUE(answers_.WaitFor("a"));
+  EXPECT_EQ(answers_.StatusOf("a").code(), absl::StatusCode::kDeadlineExceeded);
+}
+
+TEST_F(ModelSchedulerTest, RequestTimeoutIgnoredWithoutTimeoutOverride) {
+  SchedulerOptions options = DefaultOptions();
+  options.allow_timeout_override = false;
+  CreateAndStart(options, /*slots=*/0);
+  auto request = Request("a");
+  request->timeout = microseconds(10);
+  scheduler_->Enqueue(std::move(request));
+  Advance(microseconds(100));
+  std::this_thread::sleep_for(kQuietPeriod);
+  EXPECT_EQ(answers_.Count("a"), 0) << answers_.StatusOf("a");
+  executor_->AddSlots(1);
+  ASSERT_TRUE(executor_->WaitForBatches(1));
+  EXPECT_THAT(Ids(executor_->records()[0]), ElementsAre("a"));
+}
+
+TEST_F(ModelSchedulerTest, RequestTimeoutReplacesDefaultTimeoutWithOverride) {
+  SchedulerOptions options = DefaultOptions();
+  options.allow_timeout_override = true;
+  options.default_timeout = microseconds(50);
+  CreateAndStart(options, /*slots=*/0);
+  auto shorter = Request("shorter");
+  shorter->timeout = microseconds(20);
+  scheduler_->Enqueue(std::move(shorter));
+  auto longer = Request("longer");
+  longer->timeout = microseconds(10000);
+  scheduler_->Enqueue(std::move(longer));
+  Enqueue("default");
+
+  Advance(microseconds(20));
+  ASSERT_TRUE(answers_.WaitFor("shorter"));
+  EXPECT_EQ(answers_.StatusOf("shorter").code(), absl::StatusCode::kDeadlineExceeded);
+  Advance(microseconds(30));
+  ASSERT_TRUE(answers_.WaitFor("default"));
+  EXPECT_EQ(answers_.StatusOf("default").code(), absl::StatusCode::kDeadlineExceeded);
+  // The longer timeout replaced the default: still queued, and it runs once a slot frees.
+  EXPECT_EQ(answers_.Count("longer"), 0);
+  Advance(microseconds(50));  // its batching delay is up too
+  executor_->AddSlots(1);
+  ASSERT_TRUE(executor_->WaitForBatches(1));
+  EXPECT_THAT(Ids(executor_->records()[0]), ElementsAre("longer"));
+}
+
+TEST_F(ModelSchedulerTest, EarlierOfRequestDeadlineAndDefaultTimeoutWins) {
+  SchedulerOptions options = DefaultOptions();
+  options.default_timeout = microseconds(1000);
+  CreateAndStart(options, /*slots=*/0);
+  auto request = Request("a");
+  request->deadline = clock_.Now() + microseconds(20);
+  scheduler_->Enqueue(std::move(request));
+  Advance(microseconds(20));
+  ASSERT_TRUE(answers_.WaitFor("a"));
+  EXPECT_EQ(answers_.StatusOf("a").code(), absl::StatusCode::kDeadlineExceeded);
+}
+
+TEST_F(ModelSchedulerTest, DifferentPerItemShapesAreNeverBatchedTogether) {
+  config_.inputs = {TensorSpec{"IN", DataType::kFp32, {-1}}};
+  config_.outputs = {TensorSpec{"OUT", DataType::kFp32, {-1}}};
+  CreateAndStart(DefaultOptions(), /*slots=*/8);
+  Enqueue("a1", 1, /*width=*/2);
+  Enqueue("a2", 1, /*width=*/2);
+  Enqueue("b1", 1, /*width=*/3);
+  Enqueue("b2", 1, /*width=*/3);
+  Enqueue("a3", 1, /*width=*/2);
+  Enqueue("c1", 2, /*width=*/2);
+  Advance(microseconds(100));
+  ASSERT_TRUE(executor_->WaitForRequests(6));
+
+  const auto records = executor_->records();
+  size_t requests = 0;
+  for (const auto& record : records) {
+    ASSERT_FALSE(record.shapes.empty());
+    int items = 0;
+    for (size_t i = 0; i < record.shapes.size(); ++i) {
+      ASSERT_EQ(record.shapes[i].size(), 2u);
+      items += static_cast<int>(record.shapes[i][0]);
+      EXPECT_EQ(record.shapes[i][1], record.shapes[0][1])
+          << "request " << record.ids[i] << " batched with " << record.ids[0];
+    }
+    EXPECT_EQ(items, record.items);
+    requests += record.ids.size();
+  }
+  EXPECT_EQ(requests, 6u);
+  // Compatible neighbours still share a batch.
+  ASSERT_FALSE(records.empty());
+  EXPECT_THAT(Ids(records[0]), ElementsAre("a1", "a2"));
+}
+
+TEST_F(ModelSchedulerTest, NoFreeSlotHoldsBatchesUntilASlotFrees) {
+  CreateAndStart(DefaultOptions(), /*slots=*/1);
+  for (const char* id : {"a", "b", "c", "d"}) Enqueue(id);
+  ASSERT_TRUE(executor_->WaitForBatches(1));
+  for (const char* id : {"e", "f", "g", "h"}) Enqueue(id);
+  Advance(microseconds(1000));  // delays long expired: only the missing slot holds them
+  std::this_thread::sleep_for(kQuietPeriod);
+  EXPECT_EQ(executor_->records().size(), 1u);
+  EXPECT_EQ(scheduler_->QueueDepth(), 4);
+  EXPECT_EQ(answers_.Count("e"), 0);
+
+  executor_->FinishAll();  // answers a..d, frees the slot, notifies the scheduler
+  EXPECT_EQ(answers_.StatusOf("a").code(), absl::StatusCode::kOk);
+  ASSERT_TRUE(executor_->WaitForBatches(2));
+  const auto records = executor_->records();
+  ASSERT_EQ(records.size(), 2u);
+  EXPECT_THAT(Ids(records[1]), ElementsAre("e", "f", "g", "h"));
+}
+
+TEST_F(ModelSchedulerTest, UsesEveryExecutorWithAFreeSlot) {
+  Create(DefaultOptions(), /*slots=*/1);
+  FakeExecutor* first = executor_;
+  auto second_owned = std::make_unique<FakeExecutor>(1);
+  second_owned->set_on_slot_freed([s = scheduler_.get()] { s->NotifySlotFreed(); });
+  FakeExecutor* second = second_owned.get();
+  pending_executors_.push_back(std::move(second_owned));
+  Start();
+  for (int i = 0; i < 8; ++i) Enqueue("r" + std::to_string(i));
+  ASSERT_TRUE(first->WaitForBatches(1));
+  ASSERT_TRUE(second->WaitForBatches(1));
+  ASSERT_EQ(first->records().size(), 1u);
+  ASSERT_EQ(second->records().size(), 1u);
+  EXPECT_EQ(first->records()[0].items, 4);
+  EXPECT_EQ(second->records()[0].items, 4);
+  EXPECT_EQ(second->executes_without_slot(), 0);
+}
+
+TEST_F(ModelSchedulerTest, StopAnswersEverythingQueued) {
+  SchedulerOptions options = DefaultOptions();
+  options.policy.max_queue_delay = std::chrono::seconds(10);
+  CreateAndStart(options, /*slots=*/1);
+  executor_->set_auto_complete(true);
+  for (const char* id : {"a", "b", "c", "d", "e", "f"}) Enqueue(id);
+  // a..d form a full batch; e and f wait for the (10 s, never reached) delay.
+  ASSERT_TRUE(executor_->WaitForBatches(1));
+  EXPECT_EQ(answers_.Count("e"), 0);
+
+  scheduler_->Stop();
+  // Stop() returns only after everything queued was answered, each exactly once.
+  for (const char* id : {"a", "b", "c", "d", "e", "f"}) {
+    EXPECT_EQ(answers_.Count(id), 1) << id;
+    EXPECT_TRUE(answers_.StatusOf(id).ok()) << id << ": " << answers_.StatusOf(id);
+  }
+  // e and f ran as one batch, formed without waiting for the delay.
+  const auto records = executor_->records();
+  ASSERT_EQ(records.size(), 2u);
+  EXPECT_THAT(Ids(records[1]), ElementsAre("e", "f"));
+  EXPECT_TRUE(scheduler_->Idle());
+  EXPECT_EQ(scheduler_->QueueDepth(), 0);
+
+  Enqueue("late");
+  ASSERT_EQ(answers_.Count("late"), 1);
+  EXPECT_EQ(answers_.StatusOf("late").code(), absl::StatusCode::kUnavailable);
+
+  scheduler_->Stop();  // idempotent
+}
+
+TEST_F(ModelSchedulerTest, StopFinishesBatchesInFlight) {
+  CreateAndStart(DefaultOptions(), /*slots=*/1);
+  for (const char* id : {"a", "b", "c", "d"}) Enqueue(id);
+  ASSERT_TRUE(executor_->WaitForBatches(1));
+  EXPECT_EQ(answers_.Count("a"), 0);
+  EXPECT_FALSE(scheduler_->Idle());
+  scheduler_->Stop();  // stops the executor, which finishes what it took
+  for (const char* id : {"a", "b", "c", "d"}) EXPECT_EQ(answers_.Count(id), 1) << id;
+}
+
+TEST_F(ModelSchedulerTest, StopBeforeStartAnswersQueuedRequests) {
+  Create(DefaultOptions(), /*slots=*/1);
+  Enqueue("a");
+  Enqueue("b");
+  EXPECT_EQ(answers_.Count("a"), 0);
+  scheduler_->Stop();
+  for (const char* id : {"a", "b"}) {
+    ASSERT_EQ(answers_.Count(id), 1) << id;
+    EXPECT_FALSE(answers_.StatusOf(id).ok()) << id;
+  }
+  Enqueue("late");
+  ASSERT_EQ(answers_.Count("late"), 1);
+  EXPECT_EQ(answers_.StatusOf("late").code(), absl::StatusCode::kUnavailable);
+}
+
+TEST_F(ModelSchedulerTest, IdleWhenNothingQueuedOrInFlight) {
+  CreateAndStart(DefaultOptions(), /*slots=*/1);
+  EXPECT_TRUE(scheduler_->Idle());
+  EXPECT_EQ(scheduler_->QueueDepth(), 0);
+  for (const char* id : {"a", "b", "c", "d"}) Enqueue(id);
+  ASSERT_TRUE(executor_->WaitForBatches(1));
+  EXPECT_FALSE(scheduler_->Idle());  // a batch is in flight
+  executor_->FinishAll();
+  EXPECT_TRUE(scheduler_->Idle());
+}
+
+}  // namespace
+}  // namespace sluice::engine

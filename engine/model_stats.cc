@@ -2,9 +2,9 @@
 
 namespace sluice::engine {
 
-void ModelStats::RecordBatch(uint64_t items, uint64_t request_count,
-                             std::chrono::nanoseconds input, std::chrono::nanoseconds infer,
-                             std::chrono::nanoseconds output, std::chrono::nanoseconds total_queue,
+void ModelStats::RecordBatch(uint64_t items, uint64_t request_count, std::chrono::nanoseconds input,
+                             std::chrono::nanoseconds infer, std::chrono::nanoseconds output,
+                             std::chrono::nanoseconds total_queue,
                              std::chrono::nanoseconds total_e2e) {
   const auto now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
                           std::chrono::system_clock::now().time_since_epoch())

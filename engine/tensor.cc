@@ -32,8 +32,8 @@ absl::StatusOr<size_t> FixedByteSize(DataType type, int64_t elements) {
   }
   if (elements < 0 ||
       static_cast<uint64_t>(elements) > std::numeric_limits<size_t>::max() / element_size) {
-    return absl::InvalidArgumentError(absl::StrCat(elements, " elements of ", DataTypeName(type),
-                                                   " overflow the byte size"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(elements, " elements of ", DataTypeName(type), " overflow the byte size"));
   }
   return static_cast<size_t>(elements) * element_size;
 }
@@ -51,16 +51,16 @@ absl::Status ValidateBytesElements(absl::string_view tensor_name, std::span<cons
     std::memcpy(&length, data.data() + offset, 4);  // little-endian on every target we build for
     offset += 4;
     if (length > data.size() - offset) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("input '", tensor_name, "': BYTES element ", i, " declares ", length,
-                       " bytes but only ", data.size() - offset, " remain"));
+      return absl::InvalidArgumentError(absl::StrCat("input '", tensor_name, "': BYTES element ", i,
+                                                     " declares ", length, " bytes but only ",
+                                                     data.size() - offset, " remain"));
     }
     offset += length;
   }
   if (offset != data.size()) {
     return absl::InvalidArgumentError(
-        absl::StrCat("input '", tensor_name, "': ", data.size() - offset,
-                     " bytes left over after ", elements, " BYTES elements"));
+        absl::StrCat("input '", tensor_name, "': ", data.size() - offset, " bytes left over after ",
+                     elements, " BYTES elements"));
   }
   return absl::OkStatus();
 }

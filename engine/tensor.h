@@ -5,7 +5,6 @@
 //    request's keep-alive handle); it never owns them.
 //  - Tensor owns its bytes (model outputs).
 
-#include "absl/strings/string_view.h"
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -13,6 +12,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "engine/data_type.h"
 
 namespace sluice::engine {

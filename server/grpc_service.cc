@@ -298,8 +298,7 @@ grpc::ServerUnaryReactor* InferenceService::ModelInfer(grpc::CallbackServerConte
   // gRPC keeps `request` and `response` alive until Finish(): the engine may borrow the request's
   // raw bytes without a copy.
   absl::StatusOr<std::unique_ptr<engine::InferenceRequest>> converted = ToEngineRequest(
-      *request, nullptr,
-      [reactor, response](absl::StatusOr<engine::InferenceResponse> result) {
+      *request, nullptr, [reactor, response](absl::StatusOr<engine::InferenceResponse> result) {
         if (!result.ok()) {
           reactor->Finish(ToGrpcStatus(result.status()));
           return;
@@ -374,10 +373,10 @@ grpc::ServerUnaryReactor* InferenceService::RepositoryIndex(
     grpc::CallbackServerContext* context, const inference::RepositoryIndexRequest* request,
     inference::RepositoryIndexResponse* response) {
   if (!request->repository_name().empty()) {
-    return FinishNow(context, grpc::Status(grpc::StatusCode::NOT_FOUND,
-                                           absl::StrCat("unknown repository '",
-                                                        request->repository_name(),
-                                                        "' (sluice serves one repository)")));
+    return FinishNow(context,
+                     grpc::Status(grpc::StatusCode::NOT_FOUND,
+                                  absl::StrCat("unknown repository '", request->repository_name(),
+                                               "' (sluice serves one repository)")));
   }
   for (const ModelRepository::IndexEntry& entry : repository_->Index(request->ready())) {
     auto* model = response->add_models();

@@ -76,8 +76,7 @@ class InferenceService final : public inference::GRPCInferenceService::CallbackS
       grpc::CallbackServerContext* context, const inference::RepositoryModelLoadRequest* request,
       inference::RepositoryModelLoadResponse* response) override;
   grpc::ServerUnaryReactor* RepositoryModelUnload(
-      grpc::CallbackServerContext* context,
-      const inference::RepositoryModelUnloadRequest* request,
+      grpc::CallbackServerContext* context, const inference::RepositoryModelUnloadRequest* request,
       inference::RepositoryModelUnloadResponse* response) override;
 
   // Not implemented yet: answered UNIMPLEMENTED with a message that says so.
@@ -94,8 +93,7 @@ class InferenceService final : public inference::GRPCInferenceService::CallbackS
       const inference::SystemSharedMemoryUnregisterRequest* request,
       inference::SystemSharedMemoryUnregisterResponse* response) override;
   grpc::ServerUnaryReactor* CudaSharedMemoryStatus(
-      grpc::CallbackServerContext* context,
-      const inference::CudaSharedMemoryStatusRequest* request,
+      grpc::CallbackServerContext* context, const inference::CudaSharedMemoryStatusRequest* request,
       inference::CudaSharedMemoryStatusResponse* response) override;
   grpc::ServerUnaryReactor* CudaSharedMemoryRegister(
       grpc::CallbackServerContext* context,
@@ -128,7 +126,7 @@ class InferenceService final : public inference::GRPCInferenceService::CallbackS
   std::mutex control_mu_;
   std::condition_variable control_cv_;
   std::deque<std::function<void()>> control_tasks_;  // guarded by control_mu_
-  bool control_stop_ = false;                         // guarded by control_mu_
+  bool control_stop_ = false;                        // guarded by control_mu_
   std::thread control_thread_;
 };
 

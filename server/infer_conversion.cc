@@ -38,8 +38,8 @@ absl::Status ConvertNumbers(const google::protobuf::RepeatedField<In>& values,
                   sizeof(Out) < sizeof(In)) {
       if (v < static_cast<In>(std::numeric_limits<Out>::min()) ||
           v > static_cast<In>(std::numeric_limits<Out>::max())) {
-        return absl::InvalidArgumentError(absl::StrCat("input '", name, "': ", field, "[", i,
-                                                       "] = ", v, " is out of range"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("input '", name, "': ", field, "[", i, "] = ", v, " is out of range"));
       }
     }
     const Out converted = static_cast<Out>(v);
@@ -144,8 +144,9 @@ absl::Status ConvertTyped(const inference::ModelInferRequest::InferInputTensor& 
   RETURN_IF_ERROR(status);
   if (count != elements) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "input '", name, "': shape ", engine::ShapeToString(std::span<const int64_t>(input.shape().data(), input.shape().size())), " needs ", elements,
-        " elements but ", field, " holds ", count));
+        "input '", name, "': shape ",
+        engine::ShapeToString(std::span<const int64_t>(input.shape().data(), input.shape().size())),
+        " needs ", elements, " elements but ", field, " holds ", count));
   }
   return absl::OkStatus();
 }
@@ -186,9 +187,8 @@ absl::StatusOr<std::unique_ptr<engine::InferenceRequest>> ToEngineRequest(
     view.name = input.name();
     view.dtype = engine::DataTypeFromName(input.datatype());
     if (view.dtype == DataType::kInvalid) {
-      return absl::InvalidArgumentError(absl::StrCat("input '", input.name(),
-                                                     "': unknown datatype '", input.datatype(),
-                                                     "'"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("input '", input.name(), "': unknown datatype '", input.datatype(), "'"));
     }
     view.shape.assign(input.shape().begin(), input.shape().end());
     absl::StatusOr<int64_t> elements = engine::ElementCount(view.shape);

@@ -103,11 +103,9 @@ TEST(InferConversionTest, BadRequestsNameTheTensor) {
          AddInput(m, "A", "INT8", {1})->mutable_contents()->add_int_contents(300);
        },
        "'A': int_contents[0] = 300 is out of range"},
-      {"fp16 typed",
-       [](ModelInferRequest& m) { AddInput(m, "H", "FP16", {1}); },
+      {"fp16 typed", [](ModelInferRequest& m) { AddInput(m, "H", "FP16", {1}); },
        "'H': FP16 has no typed contents field"},
-      {"unknown datatype",
-       [](ModelInferRequest& m) { AddInput(m, "A", "FLOAT", {1}); },
+      {"unknown datatype", [](ModelInferRequest& m) { AddInput(m, "A", "FLOAT", {1}); },
        "'A': unknown datatype 'FLOAT'"},
       {"negative dim",
        [](ModelInferRequest& m) {
@@ -147,7 +145,8 @@ TEST(InferConversionTest, ResponseUsesRawOutputContentsInOrder) {
   response.model_name = "simple";
   response.model_version = 2;
   response.id = "x";
-  engine::Tensor a{"OUT_A", engine::DataType::kInt32, {1, 1}, std::vector<std::byte>(4, std::byte{7})};
+  engine::Tensor a{
+      "OUT_A", engine::DataType::kInt32, {1, 1}, std::vector<std::byte>(4, std::byte{7})};
   engine::Tensor b{"OUT_B", engine::DataType::kFp64, {1}, std::vector<std::byte>(8, std::byte{1})};
   response.outputs = {a, b};
   inference::ModelInferResponse out;

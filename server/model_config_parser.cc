@@ -66,7 +66,8 @@ absl::Status CheckSupported(const Message& message, const std::string& path) {
   const auto& supported = SupportedFields();
   auto it = supported.find(type);
   for (const FieldDescriptor* field : set_fields) {
-    const std::string field_path = path.empty() ? field->name() : absl::StrCat(path, ".", field->name());
+    const std::string field_path =
+        path.empty() ? field->name() : absl::StrCat(path, ".", field->name());
     if (it == supported.end() || it->second.count(field->name()) == 0) {
       return absl::InvalidArgumentError(
           absl::StrCat("field '", field_path, "' is not supported by sluice"));
@@ -84,16 +85,15 @@ absl::Status CheckSupported(const Message& message, const std::string& path) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<engine::TensorSpec> ToTensorSpec(const std::string& name, inference::DataType type,
-                                                const google::protobuf::RepeatedField<int64_t>& dims,
-                                                absl::string_view kind) {
+absl::StatusOr<engine::TensorSpec> ToTensorSpec(
+    const std::string& name, inference::DataType type,
+    const google::protobuf::RepeatedField<int64_t>& dims, absl::string_view kind) {
   engine::TensorSpec spec;
   spec.name = name;
   spec.dtype = FromProtoDataType(type);
   if (spec.dtype == engine::DataType::kInvalid) {
-    return absl::InvalidArgumentError(absl::StrCat(kind, " '", name, "': data_type ",
-                                                   inference::DataType_Name(type),
-                                                   " is not supported"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        kind, " '", name, "': data_type ", inference::DataType_Name(type), " is not supported"));
   }
   spec.dims.assign(dims.begin(), dims.end());
   return spec;
@@ -104,42 +104,72 @@ absl::StatusOr<engine::TensorSpec> ToTensorSpec(const std::string& name, inferen
 engine::DataType FromProtoDataType(inference::DataType type) {
   using engine::DataType;
   switch (type) {
-    case inference::TYPE_BOOL: return DataType::kBool;
-    case inference::TYPE_UINT8: return DataType::kUint8;
-    case inference::TYPE_UINT16: return DataType::kUint16;
-    case inference::TYPE_UINT32: return DataType::kUint32;
-    case inference::TYPE_UINT64: return DataType::kUint64;
-    case inference::TYPE_INT8: return DataType::kInt8;
-    case inference::TYPE_INT16: return DataType::kInt16;
-    case inference::TYPE_INT32: return DataType::kInt32;
-    case inference::TYPE_INT64: return DataType::kInt64;
-    case inference::TYPE_FP16: return DataType::kFp16;
-    case inference::TYPE_BF16: return DataType::kBf16;
-    case inference::TYPE_FP32: return DataType::kFp32;
-    case inference::TYPE_FP64: return DataType::kFp64;
-    case inference::TYPE_STRING: return DataType::kBytes;
-    default: return DataType::kInvalid;
+    case inference::TYPE_BOOL:
+      return DataType::kBool;
+    case inference::TYPE_UINT8:
+      return DataType::kUint8;
+    case inference::TYPE_UINT16:
+      return DataType::kUint16;
+    case inference::TYPE_UINT32:
+      return DataType::kUint32;
+    case inference::TYPE_UINT64:
+      return DataType::kUint64;
+    case inference::TYPE_INT8:
+      return DataType::kInt8;
+    case inference::TYPE_INT16:
+      return DataType::kInt16;
+    case inference::TYPE_INT32:
+      return DataType::kInt32;
+    case inference::TYPE_INT64:
+      return DataType::kInt64;
+    case inference::TYPE_FP16:
+      return DataType::kFp16;
+    case inference::TYPE_BF16:
+      return DataType::kBf16;
+    case inference::TYPE_FP32:
+      return DataType::kFp32;
+    case inference::TYPE_FP64:
+      return DataType::kFp64;
+    case inference::TYPE_STRING:
+      return DataType::kBytes;
+    default:
+      return DataType::kInvalid;
   }
 }
 
 inference::DataType ToProtoDataType(engine::DataType type) {
   using engine::DataType;
   switch (type) {
-    case DataType::kBool: return inference::TYPE_BOOL;
-    case DataType::kUint8: return inference::TYPE_UINT8;
-    case DataType::kUint16: return inference::TYPE_UINT16;
-    case DataType::kUint32: return inference::TYPE_UINT32;
-    case DataType::kUint64: return inference::TYPE_UINT64;
-    case DataType::kInt8: return inference::TYPE_INT8;
-    case DataType::kInt16: return inference::TYPE_INT16;
-    case DataType::kInt32: return inference::TYPE_INT32;
-    case DataType::kInt64: return inference::TYPE_INT64;
-    case DataType::kFp16: return inference::TYPE_FP16;
-    case DataType::kBf16: return inference::TYPE_BF16;
-    case DataType::kFp32: return inference::TYPE_FP32;
-    case DataType::kFp64: return inference::TYPE_FP64;
-    case DataType::kBytes: return inference::TYPE_STRING;
-    case DataType::kInvalid: return inference::TYPE_INVALID;
+    case DataType::kBool:
+      return inference::TYPE_BOOL;
+    case DataType::kUint8:
+      return inference::TYPE_UINT8;
+    case DataType::kUint16:
+      return inference::TYPE_UINT16;
+    case DataType::kUint32:
+      return inference::TYPE_UINT32;
+    case DataType::kUint64:
+      return inference::TYPE_UINT64;
+    case DataType::kInt8:
+      return inference::TYPE_INT8;
+    case DataType::kInt16:
+      return inference::TYPE_INT16;
+    case DataType::kInt32:
+      return inference::TYPE_INT32;
+    case DataType::kInt64:
+      return inference::TYPE_INT64;
+    case DataType::kFp16:
+      return inference::TYPE_FP16;
+    case DataType::kBf16:
+      return inference::TYPE_BF16;
+    case DataType::kFp32:
+      return inference::TYPE_FP32;
+    case DataType::kFp64:
+      return inference::TYPE_FP64;
+    case DataType::kBytes:
+      return inference::TYPE_STRING;
+    case DataType::kInvalid:
+      return inference::TYPE_INVALID;
   }
   return inference::TYPE_INVALID;
 }
@@ -151,10 +181,10 @@ absl::StatusOr<inference::ModelConfig> ParseModelConfigText(const std::string& t
   CollectingErrors errors;
   parser.RecordErrorsTo(&errors);
   if (!parser.ParseFromString(text, &config)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(source, ": ",
-                     errors.errors().empty() ? std::string("not a valid ModelConfig text")
-                                             : absl::StrJoin(errors.errors(), "; ")));
+    return absl::InvalidArgumentError(absl::StrCat(source, ": ",
+                                                   errors.errors().empty()
+                                                       ? std::string("not a valid ModelConfig text")
+                                                       : absl::StrJoin(errors.errors(), "; ")));
   }
   return config;
 }
@@ -229,10 +259,9 @@ absl::StatusOr<engine::ModelConfig> ToEngineModelConfig(const inference::ModelCo
       case inference::ModelInstanceGroup::KIND_AUTO:
         break;
       default:
-        return fail(absl::InvalidArgumentError(
-            absl::StrCat("instance_group kind ",
-                         inference::ModelInstanceGroup::Kind_Name(group.kind()),
-                         " is not supported (KIND_AUTO, KIND_CPU or KIND_GPU)")));
+        return fail(absl::InvalidArgumentError(absl::StrCat(
+            "instance_group kind ", inference::ModelInstanceGroup::Kind_Name(group.kind()),
+            " is not supported (KIND_AUTO, KIND_CPU or KIND_GPU)")));
     }
   }
   config.instance_count = instances > 0 ? instances : 1;

@@ -9,22 +9,42 @@ namespace {
 constexpr char kSimpleConfig[] = R"pb(
   name: "simple"
   backend: "simple"
-  max_batch_size: 8
-  input [
-    { name: "INPUT0" data_type: TYPE_INT32 dims: [ 16 ] },
-    { name: "INPUT1" data_type: TYPE_INT32 dims: [ 16 ] }
-  ]
-  output [
-    { name: "OUTPUT0" data_type: TYPE_INT32 dims: [ 16 ] },
-    { name: "OUTPUT1" data_type: TYPE_STRING dims: [ -1 ] }
-  ]
+  max_batch_size: 8 input
+  [ {
+    name: "INPUT0"
+    data_type: TYPE_INT32
+    dims: [ 16 ]
+  }
+    , {
+      name: "INPUT1"
+      data_type: TYPE_INT32
+      dims: [ 16 ]
+    }] output
+  [ {
+    name: "OUTPUT0"
+    data_type: TYPE_INT32
+    dims: [ 16 ]
+  }
+    , {
+      name: "OUTPUT1"
+      data_type: TYPE_STRING
+      dims: [ -1 ]
+    }]
   dynamic_batching {
     max_queue_delay_microseconds: 250
     preferred_batch_size: [ 4, 8 ]
-    default_queue_policy { max_queue_size: 7 default_timeout_microseconds: 1000 allow_timeout_override: true }
+    default_queue_policy {
+      max_queue_size: 7
+      default_timeout_microseconds: 1000
+      allow_timeout_override: true
+    }
+  } instance_group
+  [ { count: 2 kind: KIND_CPU }
+    , { kind: KIND_CPU }]
+  parameters {
+    key: "activation"
+    value: { string_value: "relu" }
   }
-  instance_group [ { count: 2 kind: KIND_CPU }, { kind: KIND_CPU } ]
-  parameters { key: "activation" value: { string_value: "relu" } }
 )pb";
 
 TEST(ModelConfigParserTest, ConvertsEverySupportedField) {
@@ -76,13 +96,27 @@ TEST(ModelConfigParserTest, UnsupportedFieldsAreNamed) {
     const char* field;
   };
   const Case cases[] = {
-      {R"pb(backend: "simple" sequence_batching {})pb", "sequence_batching"},
-      {R"pb(backend: "simple" ensemble_scheduling { step [ { model_name: "a" } ] })pb",
+      {R"pb(backend: "simple"
+            sequence_batching {})pb",
+       "sequence_batching"},
+      {R"pb(backend: "simple"
+            ensemble_scheduling { step
+                                  [ { model_name: "a" }] })pb",
        "ensemble_scheduling"},
-      {R"pb(backend: "simple" input [ { name: "a" data_type: TYPE_FP32 dims: [ 1 ] reshape { shape: [ 1 ] } } ])pb",
+      {R"pb(backend: "simple" input
+            [ {
+              name: "a"
+              data_type: TYPE_FP32
+              dims: [ 1 ]
+              reshape { shape: [ 1 ] }
+            }])pb",
        "input[0].reshape"},
-      {R"pb(backend: "simple" optimization { priority: PRIORITY_MAX })pb", "optimization.priority"},
-      {R"pb(backend: "simple" model_warmup [ { name: "w" } ])pb", "model_warmup"},
+      {R"pb(backend: "simple"
+            optimization { priority: PRIORITY_MAX })pb",
+       "optimization.priority"},
+      {R"pb(backend: "simple" model_warmup
+            [ { name: "w" }])pb",
+       "model_warmup"},
   };
   for (const Case& c : cases) {
     auto proto = ParseModelConfigText(c.text, "cfg");
@@ -96,7 +130,8 @@ TEST(ModelConfigParserTest, UnsupportedFieldsAreNamed) {
 }
 
 TEST(ModelConfigParserTest, RejectsNameMismatchAndMissingBackend) {
-  auto mismatch = ToEngineModelConfig(*ParseModelConfigText(R"pb(name: "a" backend: "simple")pb", "c"), "b");
+  auto mismatch =
+      ToEngineModelConfig(*ParseModelConfigText(R"pb(name: "a" backend: "simple")pb", "c"), "b");
   EXPECT_FALSE(mismatch.ok());
   EXPECT_NE(mismatch.status().message().find("differs from its folder name"),
             absl::string_view::npos);
@@ -104,9 +139,10 @@ TEST(ModelConfigParserTest, RejectsNameMismatchAndMissingBackend) {
       ToEngineModelConfig(*ParseModelConfigText(R"pb(platform: "onnxruntime_onnx")pb", "c"), "m");
   EXPECT_FALSE(platform.ok());
   EXPECT_NE(platform.status().message().find("onnxruntime_onnx"), absl::string_view::npos);
-  auto kind = ToEngineModelConfig(
-      *ParseModelConfigText(R"pb(backend: "simple" instance_group [ { kind: KIND_MODEL } ])pb", "c"),
-      "m");
+  auto kind = ToEngineModelConfig(*ParseModelConfigText(R"pb(backend: "simple" instance_group
+                                                             [ { kind: KIND_MODEL }])pb",
+                                                        "c"),
+                                  "m");
   EXPECT_FALSE(kind.ok());
   EXPECT_NE(kind.status().message().find("KIND_MODEL"), absl::string_view::npos);
 }

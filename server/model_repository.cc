@@ -56,8 +56,9 @@ absl::StatusOr<std::vector<int64_t>> SelectVersions(const inference::ModelConfig
     std::vector<int64_t> selected;
     for (int64_t version : policy.specific().versions()) {
       if (std::find(available.begin(), available.end(), version) == available.end()) {
-        return absl::NotFoundError(absl::StrCat("model '", name, "': version_policy asks for version ",
-                                                version, " but there is no folder ", version, "/"));
+        return absl::NotFoundError(absl::StrCat("model '", name,
+                                                "': version_policy asks for version ", version,
+                                                " but there is no folder ", version, "/"));
       }
       selected.push_back(version);
     }
@@ -99,15 +100,13 @@ absl::StatusOr<std::unique_ptr<ModelRepository>> ModelRepository::Create(const s
                                                                          common::Logger* logger) {
   std::error_code ec;
   if (!fs::is_directory(root, ec)) {
-    return absl::NotFoundError(
-        absl::StrCat("model repository '", root, "' is not a directory"));
+    return absl::NotFoundError(absl::StrCat("model repository '", root, "' is not a directory"));
   }
   return std::unique_ptr<ModelRepository>(
       new ModelRepository(fs::canonical(root, ec).string(), engine, logger));
 }
 
-ModelRepository::ModelRepository(std::string root, engine::Engine* engine,
-                                 common::Logger* logger)
+ModelRepository::ModelRepository(std::string root, engine::Engine* engine, common::Logger* logger)
     : root_(std::move(root)), engine_(engine), logger_(logger) {}
 
 std::vector<std::string> ModelRepository::ListModelNames() const {

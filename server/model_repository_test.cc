@@ -11,16 +11,25 @@ namespace fs = std::filesystem;
 
 constexpr char kIdentityConfig[] = R"pb(
   backend: "identity"
-  max_batch_size: 4
-  input [ { name: "IN" data_type: TYPE_FP32 dims: [ 2 ] } ]
-  output [ { name: "OUT" data_type: TYPE_FP32 dims: [ 2 ] } ]
+  max_batch_size: 4 input
+  [ {
+    name: "IN"
+    data_type: TYPE_FP32
+    dims: [ 2 ]
+  }] output
+  [ {
+    name: "OUT"
+    data_type: TYPE_FP32
+    dims: [ 2 ]
+  }]
 )pb";
 
 class ModelRepositoryTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    root_ = fs::path(::testing::TempDir()) /
-            ("repo_" + std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()));
+    root_ =
+        fs::path(::testing::TempDir()) /
+        ("repo_" + std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()));
     fs::remove_all(root_);
     fs::create_directories(root_);
     engine_ = *engine::Engine::Create({});
@@ -77,10 +86,12 @@ TEST_F(ModelRepositoryTest, BrokenModelsDoNotStopTheOthers) {
 }
 
 TEST_F(ModelRepositoryTest, VersionPolicies) {
-  WriteModel("latest2", std::string(kIdentityConfig) + "version_policy { latest { num_versions: 2 } }",
+  WriteModel("latest2",
+             std::string(kIdentityConfig) + "version_policy { latest { num_versions: 2 } }",
              {1, 2, 3});
   WriteModel("all", std::string(kIdentityConfig) + "version_policy { all {} }", {1, 5});
-  WriteModel("specific", std::string(kIdentityConfig) + "version_policy { specific { versions: [1] } }",
+  WriteModel("specific",
+             std::string(kIdentityConfig) + "version_policy { specific { versions: [1] } }",
              {1, 2});
   WriteModel("default", kIdentityConfig, {3, 10, 9});
   auto repository = Open();
@@ -125,11 +136,10 @@ TEST_F(ModelRepositoryTest, UnloadAndStates) {
 }
 
 TEST_F(ModelRepositoryTest, ModelNamesCannotLeaveTheRepository) {
-  for (const std::string& name : {std::string("../x"), std::string(".."), std::string("."),
-                                  std::string("a/b"), std::string(""), std::string("a\\b"),
-                                  std::string("x\0y", 3), std::string("/etc")}) {
-    EXPECT_EQ(ModelRepository::ValidateModelName(name).code(),
-              absl::StatusCode::kInvalidArgument)
+  for (const std::string& name :
+       {std::string("../x"), std::string(".."), std::string("."), std::string("a/b"),
+        std::string(""), std::string("a\\b"), std::string("x\0y", 3), std::string("/etc")}) {
+    EXPECT_EQ(ModelRepository::ValidateModelName(name).code(), absl::StatusCode::kInvalidArgument)
         << name;
   }
   EXPECT_TRUE(ModelRepository::ValidateModelName("mlp_large-2.v1").ok());

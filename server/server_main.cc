@@ -126,7 +126,8 @@ int Run(const Flags& flags) {
 
   LOG_INFO(log, "sluice-server ", SLUICE_VERSION, " starting");
   if (flags.device == "auto") {
-    LOG_INFO(log, "device=auto: this build has no CUDA executor yet; models run on the CPU backend");
+    LOG_INFO(log,
+             "device=auto: this build has no CUDA executor yet; models run on the CPU backend");
   } else if (flags.device != "cpu") {
     LOG_ERROR(log, "--device=", flags.device,
               " is not available: this build runs models on the CPU backend only "

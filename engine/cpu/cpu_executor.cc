@@ -130,9 +130,9 @@ void CpuExecutor::Execute(Batch batch) {
 }
 
 void CpuExecutor::Stop() {
+  std::lock_guard<std::mutex> stop_lock(stop_mu_);
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (stopping_ && !exec_thread_.joinable()) return;
     stopping_ = true;
   }
   exec_cv_.notify_all();
@@ -261,9 +261,8 @@ void CpuExecutor::Finish(Work& work) {
         const int64_t elements = elements_per_item[o] * request.batch_size;
         const std::span<const std::byte> rest =
             std::span<const std::byte>(out.data).subspan(byte_offsets[o]);
-        const size_t length = out.dtype == DataType::kBytes
-                                  ? BytesElementsLength(rest, elements)
-                                  : *FixedByteSize(out.dtype, elements);
+        const size_t length = out.dtype == DataType::kBytes ? BytesElementsLength(rest, elements)
+                                                            : *FixedByteSize(out.dtype, elements);
         sliced[o].name = out.name;
         sliced[o].dtype = out.dtype;
         sliced[o].shape = out.shape;

@@ -63,13 +63,14 @@ class CpuExecutor final : public Executor {
   mutable std::mutex mu_;
   std::condition_variable exec_cv_;
   std::condition_variable completion_cv_;
-  std::vector<int> free_slots_;       // guarded by mu_
-  std::deque<Work> exec_queue_;       // guarded by mu_
-  std::deque<Work> completion_queue_; // guarded by mu_
-  int in_flight_ = 0;                 // guarded by mu_
-  bool stopping_ = false;             // guarded by mu_
-  bool exec_done_ = false;            // guarded by mu_
+  std::vector<int> free_slots_;        // guarded by mu_
+  std::deque<Work> exec_queue_;        // guarded by mu_
+  std::deque<Work> completion_queue_;  // guarded by mu_
+  int in_flight_ = 0;                  // guarded by mu_
+  bool stopping_ = false;              // guarded by mu_
+  bool exec_done_ = false;             // guarded by mu_
 
+  std::mutex stop_mu_;  // serializes Stop(): one caller joins, the others wait
   std::thread exec_thread_;
   std::thread completion_thread_;
 };

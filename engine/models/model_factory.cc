@@ -15,8 +15,8 @@ absl::StatusOr<std::unique_ptr<Model>> CreateModel(const ModelSpec& spec) {
   if (backend == "simple") return models::CreateSimpleModel(spec);
   if (backend == "identity") return models::CreateIdentityModel(spec);
   return absl::NotFoundError(absl::StrCat("model '", spec.config.name, "': unknown backend '",
-                                          backend, "' (known: ",
-                                          absl::StrJoin(KnownBackends(), ", "), ")"));
+                                          backend,
+                                          "' (known: ", absl::StrJoin(KnownBackends(), ", "), ")"));
 }
 
 }  // namespace sluice::engine

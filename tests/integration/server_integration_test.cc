@@ -159,8 +159,8 @@ TEST_F(ServerIntegrationTest, GrpcHealthServiceSaysServing) {
   std::mutex mu;
   std::condition_variable cv;
   bool done = false;
-  stub.UnaryCall(&context, "/grpc.health.v1.Health/Check", grpc::StubOptions(), &request,
-                 &response, [&](grpc::Status s) {
+  stub.UnaryCall(&context, "/grpc.health.v1.Health/Check", grpc::StubOptions(), &request, &response,
+                 [&](grpc::Status s) {
                    std::lock_guard<std::mutex> lock(mu);
                    status = s;
                    done = true;
@@ -202,7 +202,8 @@ TEST_F(ServerIntegrationTest, RequestedOutputSubsetAndTypedInputs) {
     input->set_datatype("INT32");
     input->add_shape(1);
     input->add_shape(16);
-    for (int i = 0; i < 16; ++i) input->mutable_contents()->add_int_contents(i * (name[5] == '0' ? 3 : 1));
+    for (int i = 0; i < 16; ++i)
+      input->mutable_contents()->add_int_contents(i * (name[5] == '0' ? 3 : 1));
   }
   client::AddRequestedOutput(request, "OUTPUT1");
   auto response = client_->Infer(request);
@@ -474,7 +475,9 @@ TEST(ServerLifecycleTest, ExplicitModelControl) {
   EXPECT_THAT(std::string(broken.message()), HasSubstr("TYPE_NOPE"));
   index = client->RepositoryIndex();
   for (const auto& m : index->models()) {
-    if (m.name() == "broken") EXPECT_THAT(m.reason(), HasSubstr("TYPE_NOPE"));
+    if (m.name() == "broken") {
+      EXPECT_THAT(m.reason(), HasSubstr("TYPE_NOPE"));
+    }
   }
   EXPECT_EQ(client->LoadModel("../simple").code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(client->LoadModel("absent").code(), absl::StatusCode::kNotFound);
@@ -487,9 +490,17 @@ TEST(ServerLifecycleTest, FullQueueAnswersResourceExhaustedAtOnce) {
   // The first request waits up to 3 s for a fuller batch; the queue holds only it.
   repo.Add("slow", R"pb(
     backend: "identity"
-    max_batch_size: 64
-    input [ { name: "IN" data_type: TYPE_FP32 dims: [ 1 ] } ]
-    output [ { name: "OUT" data_type: TYPE_FP32 dims: [ 1 ] } ]
+    max_batch_size: 64 input
+    [ {
+      name: "IN"
+      data_type: TYPE_FP32
+      dims: [ 1 ]
+    }] output
+    [ {
+      name: "OUT"
+      data_type: TYPE_FP32
+      dims: [ 1 ]
+    }]
     dynamic_batching {
       max_queue_delay_microseconds: 3000000
       default_queue_policy { max_queue_size: 1 }
@@ -532,7 +543,8 @@ TEST(ServerLifecycleTest, SigtermUnderLoadAnswersEveryAcceptedRequest) {
   constexpr int kRequests = 3000;
   std::vector<std::vector<int32_t>> a(kRequests), b(kRequests);
   std::vector<ModelInferRequest> requests;
-  for (int i = 0; i < kRequests; ++i) requests.push_back(SimpleRequest(rng, 1, a[i], b[i], absl::StrCat(i)));
+  for (int i = 0; i < kRequests; ++i)
+    requests.push_back(SimpleRequest(rng, 1, a[i], b[i], absl::StrCat(i)));
 
   std::mutex mu;
   std::map<absl::StatusCode, int> outcomes;
@@ -553,7 +565,8 @@ TEST(ServerLifecycleTest, SigtermUnderLoadAnswersEveryAcceptedRequest) {
       while (client->AsyncInFlight() > 64) std::this_thread::yield();
     }
   });
-  while (callbacks.load() < kRequests / 4) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  while (callbacks.load() < kRequests / 4)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
   auto exit_code = (*server)->Stop(std::chrono::seconds(30), SIGTERM);
   sender.join();
   client->WaitForAsync();

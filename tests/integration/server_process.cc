@@ -22,8 +22,8 @@ std::string BundledModelRepository() { return SLUICE_SOURCE_DIR "/models"; }
 absl::StatusOr<std::unique_ptr<ServerProcess>> ServerProcess::Start(std::vector<std::string> args,
                                                                     std::chrono::seconds timeout) {
   static std::atomic<int> counter{0};
-  const std::string log_path = absl::StrCat(::testing::TempDir(), "sluice_server_", getpid(), "_",
-                                            counter++, ".log");
+  const std::string log_path =
+      absl::StrCat(::testing::TempDir(), "sluice_server_", getpid(), "_", counter++, ".log");
   std::vector<std::string> argv = {ServerBinary(), "--grpc-address=127.0.0.1", "--grpc-port=0"};
   argv.insert(argv.end(), args.begin(), args.end());
 
@@ -50,9 +50,8 @@ absl::StatusOr<std::unique_ptr<ServerProcess>> ServerProcess::Start(std::vector<
     int status = 0;
     if (waitpid(pid, &status, WNOHANG) == pid) {
       process->exited_ = true;
-      return absl::FailedPreconditionError(
-          absl::StrCat("sluice-server exited during start-up (status ", status, "):\n",
-                       process->Log()));
+      return absl::FailedPreconditionError(absl::StrCat(
+          "sluice-server exited during start-up (status ", status, "):\n", process->Log()));
     }
     const std::string log = process->Log();
     std::smatch match;

@@ -1,0 +1,443 @@
+#include "engine/cpu/cpu_executor.h"
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "engine/model_stats.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace sluice::engine::cpu {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr auto kAsyncTimeout = std::chrono::seconds(10);
+
+// A ModelInstance whose Run() the test scripts: by default out = 2 * in (FP32) for each input;
+// `gate` holds Run() until the test opens it; `override_outputs` replaces the result.
+class FakeInstance final : public ModelInstance {
+ public:
+  struct Shared {
+    std::mutex mu;
+    std::condition_variable cv;
+    bool open = true;
+    int runs = 0;
+    std::vector<Shape> last_shapes;
+    std::vector<std::vector<float>> last_inputs;
+    std::function<absl::StatusOr<std::vector<Tensor>>(std::span<const TensorView>)> run;
+
+    void Close() {
+      std::lock_guard<std::mutex> lock(mu);
+      open = false;
+    }
+    void Open() {
+      std::lock_guard<std::mutex> lock(mu);
+      open = true;
+      cv.notify_all();
+    }
+    bool WaitForRuns(int n) {
+      std::unique_lock<std::mutex> lock(mu);
+      return cv.wait_for(lock, kAsyncTimeout, [&] { return runs >= n; });
+    }
+  };
+
+  FakeInstance(const ModelConfig& config, std::shared_ptr<Shared> shared)
+      : config_(config), shared_(std::move(shared)) {}
+
+  absl::StatusOr<std::vector<Tensor>> Run(std::span<const TensorView> inputs) override {
+    std::function<absl::StatusOr<std::vector<Tensor>>(std::span<const TensorView>)> run;
+    {
+      std::unique_lock<std::mutex> lock(shared_->mu);
+      ++shared_->runs;
+      shared_->last_shapes.clear();
+      shared_->last_inputs.clear();
+      for (const TensorView& input : inputs) {
+        shared_->last_shapes.push_back(input.shape);
+        std::vector<float> values(input.data.size() / sizeof(float));
+        if (!values.empty()) std::memcpy(values.data(), input.data.data(), input.data.size());
+        shared_->last_inputs.push_back(std::move(values));
+      }
+      shared_->cv.notify_all();
+      shared_->cv.wait(lock, [&] { return shared_->open; });
+      run = shared_->run;
+    }
+    if (run) return run(inputs);
+    std::vector<Tensor> outputs(inputs.size());
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      outputs[i].name = config_.outputs[i].name;
+      outputs[i].dtype = DataType::kFp32;
+      outputs[i].shape = inputs[i].shape;
+      std::vector<float> values(inputs[i].data.size() / sizeof(float));
+      std::memcpy(values.data(), inputs[i].data.data(), inputs[i].data.size());
+      for (float& v : values) v *= 2;
+      outputs[i].data.resize(inputs[i].data.size());
+      std::memcpy(outputs[i].data.data(), values.data(), outputs[i].data.size());
+    }
+    return outputs;
+  }
+
+ private:
+  const ModelConfig& config_;
+  std::shared_ptr<Shared> shared_;
+};
+
+// One request's answers.
+struct Answer {
+  std::mutex mu;
+  std::condition_variable cv;
+  int count = 0;
+  absl::StatusOr<InferenceResponse> result = absl::UnknownError("no answer");
+
+  bool Wait() {
+    std::unique_lock<std::mutex> lock(mu);
+    return cv.wait_for(lock, kAsyncTimeout, [&] { return count > 0; });
+  }
+};
+
+std::vector<std::byte> FloatBytes(const std::vector<float>& values) {
+  std::vector<std::byte> bytes(values.size() * sizeof(float));
+  std::memcpy(bytes.data(), values.data(), bytes.size());
+  return bytes;
+}
+
+std::vector<float> Floats(const std::vector<std::byte>& bytes) {
+  std::vector<float> values(bytes.size() / sizeof(float));
+  if (!values.empty()) std::memcpy(values.data(), bytes.data(), bytes.size());
+  return values;
+}
+
+class CpuExecutorTest : public ::testing::Test {
+ protected:
+  CpuExecutorTest() {
+    config_.name = "fake";
+    config_.backend = "fake";
+    config_.max_batch_size = 8;
+    config_.inputs = {{"A", DataType::kFp32, {2}}, {"B", DataType::kFp32, {2}}};
+    config_.outputs = {{"A2", DataType::kFp32, {2}}, {"B2", DataType::kFp32, {2}}};
+    shared_ = std::make_shared<FakeInstance::Shared>();
+  }
+
+  void Create(int slots) {
+    ExecutorOptions options;
+    options.slot_count = slots;
+    options.stats = &stats_;
+    options.on_slot_freed = [this] {
+      std::lock_guard<std::mutex> lock(freed_mu_);
+      ++slots_freed_;
+      freed_cv_.notify_all();
+    };
+    absl::StatusOr<std::unique_ptr<CpuExecutor>> executor = CpuExecutor::Create(
+        config_, std::make_unique<FakeInstance>(config_, shared_), std::move(options));
+    ASSERT_TRUE(executor.ok()) << executor.status();
+    executor_ = *std::move(executor);
+  }
+
+  // A request of `batch` items: A = base + j, B = -(base + j), each item 2 floats. Its buffers
+  // are kept alive by the request itself.
+  std::unique_ptr<InferenceRequest> Request(int batch, float base,
+                                            std::vector<std::string> outputs = {}) {
+    auto answer = std::make_shared<Answer>();
+    answers_.push_back(answer);
+    auto request = std::make_unique<InferenceRequest>(
+        "fake", 1, [answer](absl::StatusOr<InferenceResponse> result) {
+          std::lock_guard<std::mutex> lock(answer->mu);
+          if (answer->count++ == 0) answer->result = std::move(result);
+          answer->cv.notify_all();
+        });
+    std::vector<float> a, b;
+    for (int j = 0; j < batch * 2; ++j) {
+      a.push_back(base + j);
+      b.push_back(-(base + j));
+    }
+    auto owned = std::make_shared<std::vector<std::vector<std::byte>>>();
+    owned->push_back(FloatBytes(a));
+    owned->push_back(FloatBytes(b));
+    request->inputs = {TensorView{"A", DataType::kFp32, {batch, 2}, (*owned)[0]},
+                       TensorView{"B", DataType::kFp32, {batch, 2}, (*owned)[1]}};
+    request->keepalive = owned;
+    request->batch_size = batch;
+    request->requested_outputs = std::move(outputs);
+    request->id = "r" + std::to_string(answers_.size() - 1);
+    return request;
+  }
+
+  Batch MakeBatch(std::vector<std::unique_ptr<InferenceRequest>> requests) {
+    Batch batch;
+    for (auto& request : requests) {
+      batch.items += request->batch_size;
+      batch.requests.push_back(std::move(request));
+    }
+    batch.dispatch_time = std::chrono::steady_clock::now();
+    return batch;
+  }
+
+  int Count(size_t r) {
+    std::lock_guard<std::mutex> lock(answers_[r]->mu);
+    return answers_[r]->count;
+  }
+
+  bool WaitForSlotsFreed(int n) {
+    std::unique_lock<std::mutex> lock(freed_mu_);
+    return freed_cv_.wait_for(lock, kAsyncTimeout, [&] { return slots_freed_ >= n; });
+  }
+
+  void TearDown() override {
+    shared_->Open();
+    if (executor_ != nullptr) executor_->Stop();
+    for (size_t i = 0; i < answers_.size(); ++i) {
+      std::lock_guard<std::mutex> lock(answers_[i]->mu);
+      EXPECT_EQ(answers_[i]->count, 1) << "request " << i;
+    }
+  }
+
+  ModelConfig config_;
+  ModelStats stats_;
+  std::shared_ptr<FakeInstance::Shared> shared_;
+  std::vector<std::shared_ptr<Answer>> answers_;
+  std::mutex freed_mu_;
+  std::condition_variable freed_cv_;
+  int slots_freed_ = 0;
+  std::unique_ptr<CpuExecutor> executor_;
+};
+
+TEST_F(CpuExecutorTest, CreateRejectsBadOptions) {
+  ExecutorOptions no_stats;
+  EXPECT_FALSE(
+      CpuExecutor::Create(config_, std::make_unique<FakeInstance>(config_, shared_), no_stats)
+          .ok());
+  ExecutorOptions no_slots;
+  no_slots.stats = &stats_;
+  no_slots.slot_count = 0;
+  EXPECT_FALSE(
+      CpuExecutor::Create(config_, std::make_unique<FakeInstance>(config_, shared_), no_slots)
+          .ok());
+  ExecutorOptions ok;
+  ok.stats = &stats_;
+  EXPECT_FALSE(CpuExecutor::Create(config_, nullptr, ok).ok());
+}
+
+TEST_F(CpuExecutorTest, GathersInQueueOrderAndScattersEachRequestsSlice) {
+  Create(2);
+  std::vector<std::unique_ptr<InferenceRequest>> requests;
+  requests.push_back(Request(1, 100));
+  requests.push_back(Request(3, 200));
+  requests.push_back(Request(2, 300));
+  executor_->Execute(MakeBatch(std::move(requests)));
+  for (size_t r = 0; r < 3; ++r) ASSERT_TRUE(answers_[r]->Wait()) << r;
+
+  // The model saw one batch of 6 items, requests concatenated in order.
+  {
+    std::lock_guard<std::mutex> lock(shared_->mu);
+    EXPECT_EQ(shared_->runs, 1);
+    ASSERT_EQ(shared_->last_shapes.size(), 2u);
+    EXPECT_EQ(shared_->last_shapes[0], Shape({6, 2}));
+    EXPECT_EQ(shared_->last_inputs[0],
+              std::vector<float>({100, 101, 200, 201, 202, 203, 204, 205, 300, 301, 302, 303}));
+  }
+  const int batches[] = {1, 3, 2};
+  const float bases[] = {100, 200, 300};
+  for (size_t r = 0; r < 3; ++r) {
+    SCOPED_TRACE(r);
+    std::lock_guard<std::mutex> lock(answers_[r]->mu);
+    ASSERT_TRUE(answers_[r]->result.ok()) << answers_[r]->result.status();
+    const InferenceResponse& response = *answers_[r]->result;
+    EXPECT_EQ(response.id, "r" + std::to_string(r));
+    EXPECT_EQ(response.model_name, "fake");
+    ASSERT_EQ(response.outputs.size(), 2u);
+    EXPECT_EQ(response.outputs[0].name, "A2");
+    EXPECT_EQ(response.outputs[1].name, "B2");
+    EXPECT_EQ(response.outputs[0].shape, Shape({batches[r], 2}));
+    std::vector<float> a2, b2;
+    for (int j = 0; j < batches[r] * 2; ++j) {
+      a2.push_back(2 * (bases[r] + j));
+      b2.push_back(-2 * (bases[r] + j));
+    }
+    EXPECT_EQ(Floats(response.outputs[0].data), a2);
+    EXPECT_EQ(Floats(response.outputs[1].data), b2);
+  }
+  const ModelStatsSnapshot stats = stats_.Snapshot();
+  EXPECT_EQ(stats.inference_count, 6u);
+  EXPECT_EQ(stats.execution_count, 1u);
+  EXPECT_EQ(stats.success.count, 3u);
+  EXPECT_EQ(stats.batch_stats.count(6), 1u);
+}
+
+TEST_F(CpuExecutorTest, RequestedOutputsPerRequestInABatch) {
+  Create(1);
+  std::vector<std::unique_ptr<InferenceRequest>> requests;
+  requests.push_back(Request(1, 10, {"B2"}));
+  requests.push_back(Request(1, 20, {"B2", "A2"}));
+  requests.push_back(Request(1, 30));
+  executor_->Execute(MakeBatch(std::move(requests)));
+  for (size_t r = 0; r < 3; ++r) ASSERT_TRUE(answers_[r]->Wait()) << r;
+  {
+    std::lock_guard<std::mutex> lock(answers_[0]->mu);
+    ASSERT_TRUE(answers_[0]->result.ok());
+    ASSERT_EQ(answers_[0]->result->outputs.size(), 1u);
+    EXPECT_EQ(answers_[0]->result->outputs[0].name, "B2");
+    EXPECT_EQ(Floats(answers_[0]->result->outputs[0].data), std::vector<float>({-20, -22}));
+  }
+  {
+    std::lock_guard<std::mutex> lock(answers_[1]->mu);
+    ASSERT_TRUE(answers_[1]->result.ok());
+    ASSERT_EQ(answers_[1]->result->outputs.size(), 2u);
+    EXPECT_EQ(answers_[1]->result->outputs[0].name, "B2");
+    EXPECT_EQ(answers_[1]->result->outputs[1].name, "A2");
+    EXPECT_EQ(Floats(answers_[1]->result->outputs[1].data), std::vector<float>({40, 42}));
+  }
+  {
+    std::lock_guard<std::mutex> lock(answers_[2]->mu);
+    ASSERT_TRUE(answers_[2]->result.ok());
+    ASSERT_EQ(answers_[2]->result->outputs.size(), 2u);
+    EXPECT_EQ(answers_[2]->result->outputs[0].name, "A2");
+  }
+}
+
+TEST_F(CpuExecutorTest, SingleRequestSelectsOutputs) {
+  Create(1);
+  executor_->Execute(MakeBatch([&] {
+    std::vector<std::unique_ptr<InferenceRequest>> requests;
+    requests.push_back(Request(2, 1, {"B2", "A2"}));
+    return requests;
+  }()));
+  ASSERT_TRUE(answers_[0]->Wait());
+  std::lock_guard<std::mutex> lock(answers_[0]->mu);
+  ASSERT_TRUE(answers_[0]->result.ok()) << answers_[0]->result.status();
+  ASSERT_EQ(answers_[0]->result->outputs.size(), 2u);
+  EXPECT_EQ(answers_[0]->result->outputs[0].name, "B2");
+  EXPECT_EQ(Floats(answers_[0]->result->outputs[0].data), std::vector<float>({-2, -4, -6, -8}));
+  EXPECT_EQ(answers_[0]->result->outputs[1].name, "A2");
+}
+
+TEST_F(CpuExecutorTest, BackendErrorFailsEveryRequestOfTheBatch) {
+  shared_->run = [](std::span<const TensorView>) -> absl::StatusOr<std::vector<Tensor>> {
+    return absl::InternalError("kernel exploded");
+  };
+  Create(1);
+  std::vector<std::unique_ptr<InferenceRequest>> requests;
+  requests.push_back(Request(1, 0));
+  requests.push_back(Request(2, 0));
+  executor_->Execute(MakeBatch(std::move(requests)));
+  for (size_t r = 0; r < 2; ++r) {
+    ASSERT_TRUE(answers_[r]->Wait());
+    std::lock_guard<std::mutex> lock(answers_[r]->mu);
+    EXPECT_EQ(answers_[r]->result.status().code(), absl::StatusCode::kInternal);
+    EXPECT_THAT(std::string(answers_[r]->result.status().message()), HasSubstr("exploded"));
+  }
+  EXPECT_EQ(stats_.Snapshot().fail.count, 2u);
+  EXPECT_EQ(stats_.Snapshot().success.count, 0u);
+}
+
+// A backend bug (outputs that do not match the config) fails the batch with INTERNAL; no client
+// gets bytes it did not ask for.
+TEST_F(CpuExecutorTest, MalformedBackendOutputsFailWithInternal) {
+  struct Case {
+    const char* name;
+    std::function<void(std::vector<Tensor>&)> damage;
+  };
+  const std::vector<Case> cases = {
+      {"MissingOutput", [](std::vector<Tensor>& out) { out.pop_back(); }},
+      {"WrongBatchDimension", [](std::vector<Tensor>& out) { out[0].shape[0] += 1; }},
+      {"ShortData", [](std::vector<Tensor>& out) { out[1].data.resize(out[1].data.size() - 4); }},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    shared_->run =
+        [&c, this](std::span<const TensorView> inputs) -> absl::StatusOr<std::vector<Tensor>> {
+      std::vector<Tensor> outputs(inputs.size());
+      for (size_t i = 0; i < inputs.size(); ++i) {
+        outputs[i].name = config_.outputs[i].name;
+        outputs[i].dtype = DataType::kFp32;
+        outputs[i].shape = inputs[i].shape;
+        outputs[i].data.assign(inputs[i].data.begin(), inputs[i].data.end());
+      }
+      c.damage(outputs);
+      return outputs;
+    };
+    Create(1);
+    const size_t first = answers_.size();
+    std::vector<std::unique_ptr<InferenceRequest>> requests;
+    requests.push_back(Request(1, 0));
+    requests.push_back(Request(1, 0));
+    executor_->Execute(MakeBatch(std::move(requests)));
+    for (size_t r = first; r < answers_.size(); ++r) {
+      ASSERT_TRUE(answers_[r]->Wait());
+      std::lock_guard<std::mutex> lock(answers_[r]->mu);
+      EXPECT_EQ(answers_[r]->result.status().code(), absl::StatusCode::kInternal)
+          << answers_[r]->result.status();
+    }
+    executor_->Stop();
+    executor_.reset();
+    shared_->run = nullptr;
+  }
+}
+
+TEST_F(CpuExecutorTest, SlotsBoundBatchesInFlight) {
+  shared_->Close();  // Run() blocks until the test opens the gate
+  Create(2);
+  EXPECT_TRUE(executor_->HasFreeSlot());
+  EXPECT_EQ(executor_->InFlight(), 0);
+  for (int i = 0; i < 2; ++i) {
+    std::vector<std::unique_ptr<InferenceRequest>> requests;
+    requests.push_back(Request(1, float(i)));
+    executor_->Execute(MakeBatch(std::move(requests)));
+  }
+  EXPECT_FALSE(executor_->HasFreeSlot());
+  EXPECT_EQ(executor_->InFlight(), 2);
+  ASSERT_TRUE(shared_->WaitForRuns(1));
+  EXPECT_EQ(Count(0), 0);
+
+  shared_->Open();
+  ASSERT_TRUE(WaitForSlotsFreed(2));
+  for (int r = 0; r < 2; ++r) ASSERT_TRUE(answers_[r]->Wait());
+  EXPECT_TRUE(executor_->HasFreeSlot());
+  EXPECT_EQ(executor_->InFlight(), 0);
+}
+
+TEST_F(CpuExecutorTest, StopFinishesEveryBatchTaken) {
+  shared_->Close();
+  Create(3);
+  for (int i = 0; i < 3; ++i) {
+    std::vector<std::unique_ptr<InferenceRequest>> requests;
+    requests.push_back(Request(1, float(i)));
+    requests.push_back(Request(2, float(i)));
+    executor_->Execute(MakeBatch(std::move(requests)));
+  }
+  ASSERT_TRUE(shared_->WaitForRuns(1));
+  shared_->Open();
+  executor_->Stop();
+  // Stop() returns after every request was answered.
+  for (size_t r = 0; r < answers_.size(); ++r) {
+    std::lock_guard<std::mutex> lock(answers_[r]->mu);
+    EXPECT_EQ(answers_[r]->count, 1) << r;
+    EXPECT_TRUE(answers_[r]->result.ok()) << r;
+  }
+  EXPECT_EQ(executor_->InFlight(), 0);
+  EXPECT_FALSE(executor_->HasFreeSlot());  // stopped: takes nothing more
+  executor_->Stop();                       // idempotent
+}
+
+TEST_F(CpuExecutorTest, KeepaliveReleasedOnceAnswered) {
+  Create(1);
+  std::vector<std::unique_ptr<InferenceRequest>> requests;
+  requests.push_back(Request(1, 5));
+  std::weak_ptr<const void> keepalive = requests[0]->keepalive;
+  executor_->Execute(MakeBatch(std::move(requests)));
+  ASSERT_TRUE(answers_[0]->Wait());
+  ASSERT_TRUE(WaitForSlotsFreed(1));
+  EXPECT_TRUE(keepalive.expired());
+}
+
+}  // namespace
+}  // namespace sluice::engine::cpu
