@@ -1,5 +1,7 @@
 #include "common/log.h"
 
+#include <cmath>
+
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_format.h"
 
@@ -38,6 +40,30 @@ void AppendJsonString(std::string& out, absl::string_view s) {
 }
 
 }  // namespace
+
+void LogValue::AppendText(std::string& out) const {
+  if (const auto* text = std::get_if<std::string>(&value_)) {
+    out += *text;
+  } else if (const auto* i = std::get_if<int64_t>(&value_)) {
+    absl::StrAppend(&out, *i);
+  } else if (const auto* u = std::get_if<uint64_t>(&value_)) {
+    absl::StrAppend(&out, *u);
+  } else {
+    absl::StrAppend(&out, std::get<double>(value_));
+  }
+}
+
+void LogValue::AppendJson(std::string& out) const {
+  if (const auto* text = std::get_if<std::string>(&value_)) {
+    AppendJsonString(out, *text);
+    return;
+  }
+  if (const auto* d = std::get_if<double>(&value_); d != nullptr && !std::isfinite(*d)) {
+    AppendJsonString(out, absl::StrCat(*d));  // JSON has no NaN or infinity
+    return;
+  }
+  AppendText(out);
+}
 
 absl::StatusOr<LogLevel> ParseLogLevel(absl::string_view name) {
   std::string lower = absl::AsciiStrToLower(name);
@@ -87,12 +113,28 @@ Logger::~Logger() {
 bool Logger::Log(LogLevel level, std::string message, Fields fields) {
   if (!Enabled(level)) return false;
   Record record{absl::Now(), level, std::move(message), std::move(fields)};
+  bool wake = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (queue_.size() >= options_.queue_capacity) {
       ++dropped_;
       return false;
     }
+    queue_.push_back(std::move(record));
+    ++queued_total_;
+    wake = writer_idle_;
+  }
+  // Only an idle writer needs waking; while it gathers a batch (batch_delay) nobody signals it.
+  if (wake) work_cv_.notify_one();
+  return true;
+}
+
+bool Logger::LogWaiting(LogLevel level, std::string message, Fields fields) {
+  if (!Enabled(level)) return false;
+  Record record{absl::Now(), level, std::move(message), std::move(fields)};
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    room_cv_.wait(lock, [&] { return queue_.size() < options_.queue_capacity; });
     queue_.push_back(std::move(record));
     ++queued_total_;
   }
@@ -112,16 +154,31 @@ uint64_t Logger::dropped() const {
   return dropped_;
 }
 
+uint64_t Logger::written() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return written_total_;
+}
+
 void Logger::WriterLoop() {
   std::deque<Record> batch;
   std::string text;
   for (;;) {
     {
       std::unique_lock<std::mutex> lock(mu_);
+      writer_idle_ = true;
       work_cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+      writer_idle_ = false;
       if (queue_.empty() && stop_) return;
+      // Let a burst accumulate so that it costs one wake-up and one write, not one per record.
+      if (!stop_ && options_.batch_delay.count() > 0 &&
+          queue_.size() < options_.queue_capacity / 2) {
+        lock.unlock();
+        std::this_thread::sleep_for(options_.batch_delay);
+        lock.lock();
+      }
       batch.swap(queue_);
     }
+    room_cv_.notify_all();
     // Formatting and I/O happen here, outside the lock and off every request thread.
     text.clear();
     for (const Record& record : batch) {
@@ -151,7 +208,7 @@ std::string Logger::Format(const Record& record) const {
       out.push_back(',');
       AppendJsonString(out, key);
       out.push_back(':');
-      AppendJsonString(out, value);
+      value.AppendJson(out);
     }
     out.push_back('}');
     return out;
@@ -160,7 +217,8 @@ std::string Logger::Format(const Record& record) const {
   out = absl::StrCat(time, " ", std::string(1, kLevelLetter[static_cast<int>(record.level)]), " ",
                      record.message);
   for (const auto& [key, value] : record.fields) {
-    absl::StrAppend(&out, " ", key, "=", value);
+    absl::StrAppend(&out, " ", key, "=");
+    value.AppendText(out);
   }
   return out;
 }

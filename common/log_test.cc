@@ -2,6 +2,8 @@
 
 #include <cstdio>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "gtest/gtest.h"
 
@@ -73,6 +75,74 @@ TEST(LoggerTest, OverflowDropsAndCountsExactly) {
   EXPECT_GT(dropped, 0u) << "a 4-record queue should overflow under 20000 records";
   EXPECT_EQ(accepted + dropped, static_cast<uint64_t>(kRecords));
   EXPECT_EQ(CountLines(ReadAll(f)), accepted);
+  std::fclose(f);
+}
+
+TEST(LoggerTest, TypedFieldsAreFormattedByTheWriter) {
+  std::FILE* text_file = std::tmpfile();
+  std::FILE* json_file = std::tmpfile();
+  ASSERT_NE(text_file, nullptr);
+  ASSERT_NE(json_file, nullptr);
+  const Logger::Fields fields = {{"s", "text"},      {"i", int64_t{-42}},
+                                 {"u", uint64_t{7}}, {"n", 3},
+                                 {"d", 0.5},         {"sv", absl::string_view("view")}};
+  {
+    Logger text({.sink = text_file});
+    Logger json({.format = LogFormat::kJson, .sink = json_file});
+    text.Log(LogLevel::kInfo, "typed", fields);
+    json.Log(LogLevel::kInfo, "typed", fields);
+  }
+  const std::string text = ReadAll(text_file);
+  EXPECT_NE(text.find(" I typed s=text i=-42 u=7 n=3 d=0.5 sv=view\n"), std::string::npos) << text;
+  const std::string json = ReadAll(json_file);
+  // Numbers are JSON numbers, strings are strings.
+  EXPECT_NE(json.find(R"("msg":"typed","s":"text","i":-42,"u":7,"n":3,"d":0.5,"sv":"view"})"),
+            std::string::npos)
+      << json;
+  std::fclose(text_file);
+  std::fclose(json_file);
+}
+
+TEST(LoggerTest, WrittenPlusDroppedIsEveryRecordOffered) {
+  std::FILE* f = std::tmpfile();
+  ASSERT_NE(f, nullptr);
+  constexpr int kRecords = 5000;
+  constexpr int kThreads = 4;
+  {
+    Logger logger({.queue_capacity = 2, .sink = f});
+    std::vector<std::thread> threads;
+    for (int t = 0; t < kThreads; ++t) {
+      threads.emplace_back([&logger, t] {
+        for (int i = 0; i < kRecords; ++i) {
+          logger.Log(LogLevel::kInfo, "r", {{"thread", t}, {"i", i}});
+        }
+      });
+    }
+    for (std::thread& thread : threads) thread.join();
+    logger.Flush();
+    EXPECT_EQ(logger.written() + logger.dropped(), static_cast<uint64_t>(kRecords * kThreads));
+    EXPECT_EQ(CountLines(ReadAll(f)), logger.written());
+  }
+  std::fclose(f);
+}
+
+TEST(LoggerTest, LogWaitingNeverDrops) {
+  std::FILE* f = std::tmpfile();
+  ASSERT_NE(f, nullptr);
+  constexpr int kRecords = 2000;
+  {
+    Logger logger({.queue_capacity = 1, .sink = f});
+    std::thread other([&logger] {
+      for (int i = 0; i < kRecords; ++i) logger.LogWaiting(LogLevel::kInfo, "waiting");
+    });
+    for (int i = 0; i < kRecords; ++i) LOG_INFO_WAITING(&logger, "waiting ", i);
+    other.join();
+    logger.Flush();
+    EXPECT_EQ(logger.dropped(), 0u);
+    EXPECT_EQ(logger.written(), 2u * kRecords);
+    EXPECT_FALSE(logger.LogWaiting(LogLevel::kDebug, "below the level"));
+  }
+  EXPECT_EQ(CountLines(ReadAll(f)), 2u * kRecords);
   std::fclose(f);
 }
 

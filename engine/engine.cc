@@ -14,9 +14,13 @@ namespace sluice::engine {
 // One loaded model version. Members are destroyed bottom-up: the scheduler (and its executors,
 // which borrow the model's config and the stats) goes first.
 struct Engine::LoadedModel {
+  explicit LoadedModel(ModelStatsOptions stats_options) : stats(std::move(stats_options)) {}
+
   int64_t version = 0;
   std::unique_ptr<Model> model;
   ModelStats stats;
+  // The scheduler's executors, borrowed (it owns them): the stats collector reads their counters.
+  std::vector<Executor*> executors;
   std::unique_ptr<ModelScheduler> scheduler;
 
   const ModelConfig& config() const { return model->config(); }
@@ -88,7 +92,21 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(EngineOptions options) {
   if (options.executor_slots < 1) {
     return absl::InvalidArgumentError("executor slots must be >= 1");
   }
-  return std::unique_ptr<Engine>(new Engine(options));
+  if (options.stats_interval.count() < 0) {
+    return absl::InvalidArgumentError("stats interval must be >= 0 ms");
+  }
+  if (!(options.access_log_sample_rate >= 0 && options.access_log_sample_rate <= 1)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "access log sample rate ", options.access_log_sample_rate, " is outside 0..1"));
+  }
+  std::unique_ptr<Engine> engine(new Engine(options));
+  if (options.stats_interval.count() > 0) {
+    Engine* raw = engine.get();
+    ASSIGN_OR_RETURN(engine->collector_,
+                     StatsCollector::Start({.interval = options.stats_interval},
+                                           [raw](auto now) { raw->CollectStats(now); }));
+  }
+  return engine;
 }
 
 Engine::Engine(EngineOptions options) : options_(options) {}
@@ -97,7 +115,11 @@ Engine::~Engine() { Shutdown(); }
 
 absl::StatusOr<std::shared_ptr<Engine::LoadedModel>> Engine::Build(const ModelSpec& spec) {
   RETURN_IF_ERROR(ValidateModelConfig(spec.config));
-  auto loaded = std::make_shared<LoadedModel>();
+  auto loaded = std::make_shared<LoadedModel>(
+      ModelStatsOptions{.model_name = spec.config.name,
+                        .model_version = spec.version,
+                        .logger = options_.logger,
+                        .access_log_sample_rate = options_.access_log_sample_rate});
   loaded->version = spec.version;
   ASSIGN_OR_RETURN(loaded->model, CreateModel(spec));
   const ModelConfig& config = loaded->config();
@@ -130,6 +152,7 @@ absl::StatusOr<std::shared_ptr<Engine::LoadedModel>> Engine::Build(const ModelSp
     executor_options.on_slot_freed = [scheduler] { scheduler->NotifySlotFreed(); };
     ASSIGN_OR_RETURN(std::unique_ptr<cpu::CpuExecutor> executor,
                      cpu::CpuExecutor::Create(config, std::move(instance), executor_options));
+    loaded->executors.push_back(executor.get());
     executors.push_back(std::move(executor));
   }
   loaded->scheduler->Start(std::move(executors));
@@ -361,7 +384,7 @@ void Engine::Submit(std::unique_ptr<InferenceRequest> request) {
   }
   LoadedModel& model = **loaded;
   if (absl::Status status = ValidateAndBind(model.config(), *request); !status.ok()) {
-    model.stats.RecordFailure(std::chrono::steady_clock::now() - request->received_time);
+    model.stats.RecordFailure(*request, status.code());
     request->Complete(std::move(status));
     return;
   }
@@ -441,6 +464,23 @@ absl::StatusOr<std::vector<Engine::VersionStats>> Engine::GetStats(const std::st
   return out;
 }
 
+void Engine::CollectStats(std::chrono::steady_clock::time_point now) {
+  std::vector<std::shared_ptr<LoadedModel>> loaded;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& [name, versions] : models_) {
+      for (const auto& [version, model] : versions) loaded.push_back(model);
+    }
+  }
+  // Outside the engine lock: reading a device counter waits for a copy. A version unloaded
+  // meanwhile stays alive (and its stopped executors readable) through `loaded`.
+  for (const std::shared_ptr<LoadedModel>& model : loaded) {
+    uint64_t items = 0;
+    for (Executor* executor : model->executors) items += executor->ReadItemCounter();
+    model->stats.RecordDeviceItems(items, now);
+  }
+}
+
 void Engine::BeginDrain() { draining_.store(true, std::memory_order_release); }
 
 bool Engine::draining() const { return draining_.load(std::memory_order_acquire); }
@@ -463,6 +503,7 @@ bool Engine::WaitIdle(std::chrono::milliseconds timeout) const {
 
 void Engine::Shutdown() {
   BeginDrain();
+  if (collector_ != nullptr) collector_->Stop();  // it reads the models freed below
   std::map<std::string, std::map<int64_t, std::shared_ptr<LoadedModel>>> models;
   {
     std::lock_guard<std::mutex> lock(mu_);

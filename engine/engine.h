@@ -4,6 +4,8 @@
 // scheduler, executors and stats), validates and submits requests, and reports state and stats.
 // No gRPC, protobuf or Prometheus type appears here.
 
+#include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -19,6 +21,7 @@
 #include "engine/inference_request.h"
 #include "engine/model_config.h"
 #include "engine/model_stats.h"
+#include "engine/stats_collector.h"
 
 namespace sluice::engine {
 
@@ -31,6 +34,13 @@ struct EngineOptions {
   int64_t default_max_queue_size = 4096;
   // In-flight batches per model instance.
   int executor_slots = 2;
+  // Period of the stats collector thread, which reads the executors' item counters and computes
+  // each model's throughput (ModelStatsSnapshot::device_items, throughput_items_per_second).
+  // 0: no collector thread (those two fields stay 0); CollectStats() may still be called.
+  std::chrono::milliseconds stats_interval{0};
+  // Fraction of requests (0..1) that get an access-log record (model, version, id, batch, queue
+  // and compute time, status) at info level through `logger`. 0: none.
+  double access_log_sample_rate = 0;
 };
 
 enum class ModelState { kLoading, kReady, kUnloading, kUnavailable };
@@ -93,6 +103,13 @@ class Engine {
   absl::StatusOr<std::vector<VersionStats>> GetStats(const std::string& name,
                                                      int64_t version) const;
 
+  // One collection of the stats collector: reads every loaded version's executor item counters
+  // and records them with `now` (throughput = items since the previous call / time since it).
+  // Runs on the collector thread every EngineOptions::stats_interval; public for embedders that
+  // collect on their own schedule, and for tests. Never call it on a request path: on a GPU it
+  // waits for a copy of the device counters.
+  void CollectStats(std::chrono::steady_clock::time_point now);
+
   // From now on Submit() answers UNAVAILABLE. Queued and in-flight requests still run.
   void BeginDrain();
   bool draining() const;
@@ -118,6 +135,9 @@ class Engine {
   // Versions that failed to load, with the reason; guarded by mu_.
   std::map<std::string, std::map<int64_t, std::string>> failures_;
   std::atomic<bool> draining_{false};
+  // The collector thread (null when stats_interval is 0); set once by Create(), stopped by
+  // Shutdown() before any model is freed.
+  std::unique_ptr<StatsCollector> collector_;
 };
 
 }  // namespace sluice::engine

@@ -5,6 +5,7 @@
 // the CUDA executor (engine/cuda) has the same shape with a real stream and events.
 
 #include <chrono>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <vector>
@@ -38,6 +39,13 @@ class Executor {
   virtual int InFlight() const = 0;
   // Finishes every batch taken, then joins the executor's threads. Idempotent.
   virtual void Stop() = 0;
+  // Items this executor has run since it started, counted where it computes: the CPU executor's
+  // thread counts each batch after running it; the CUDA executor's counter kernel adds to device
+  // memory, and this copies that counter to pinned memory on the executor's own stats stream and
+  // waits for it (ARCHITECTURE §2 rule 5). For the stats collector thread only, once per
+  // interval: never call it on a request path. Monotonic; valid after Stop(). An executor without
+  // counters: 0.
+  virtual uint64_t ReadItemCounter() { return 0; }
 };
 
 struct ExecutorOptions {

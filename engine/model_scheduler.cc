@@ -65,7 +65,7 @@ void ModelScheduler::Enqueue(std::unique_ptr<InferenceRequest> request) {
     }
   }
   if (!rejection.ok()) {
-    options_.stats->RecordFailure(std::chrono::steady_clock::now() - request->received_time);
+    options_.stats->RecordFailure(*request, rejection.code());
     request->Complete(std::move(rejection));
     return;
   }
@@ -161,7 +161,7 @@ void ModelScheduler::BatcherLoop() {
     if (!expired.empty()) {
       lock.unlock();
       for (auto& request : expired) {
-        options_.stats->RecordFailure(std::chrono::steady_clock::now() - request->received_time);
+        options_.stats->RecordFailure(*request, absl::StatusCode::kDeadlineExceeded);
         request->Complete(absl::DeadlineExceededError(absl::StrCat(
             "request timed out in the queue of model '", config_.name, "' before it ran")));
       }

@@ -1,15 +1,35 @@
 #pragma once
 
-// ModelStats: the per-model-version counters that ModelStatistics (and later /metrics) report,
-// kept as Triton keeps them: counts and summed nanoseconds per phase, and per batch size.
-// Thread-safe; updated once per batch by the completion path, and once per rejected request.
+// ModelStats: the per-model-version counters that ModelStatistics and /metrics report, plus the
+// sampled access log. Kept as Triton keeps its statistics (counts and summed nanoseconds per
+// phase, and per batch size) and, for Prometheus, as cumulative histograms with fixed bucket
+// bounds. No Prometheus type appears here: server/metrics_exporter maps a snapshot to families.
+//
+// Thread-safety: every method is safe to call from any thread. Record*() take one mutex for a few
+// additions (never for I/O: access-log records are built and queued after it is released).
+// Recording happens once per executed batch (completion thread), once per rejected or failed
+// request (the thread that rejects it), and once per collector interval (RecordDeviceItems);
+// never per request on a path that also serves successful requests.
 
+#include <array>
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <map>
 #include <mutex>
+#include <span>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+
+namespace sluice::common {
+class Logger;
+}
 
 namespace sluice::engine {
+
+class InferenceRequest;
 
 struct DurationStat {
   uint64_t count = 0;
@@ -26,8 +46,56 @@ struct BatchStat {
   DurationStat compute_output;
 };
 
+// Why a request failed, from its status code (the `reason` label of
+// sluice_inference_requests_total{outcome="failure"}).
+enum class FailureReason {
+  kInvalidArgument = 0,  // INVALID_ARGUMENT: the request did not match the model
+  kQueueFull,            // RESOURCE_EXHAUSTED: the model's queue was full
+  kDeadlineExceeded,     // DEADLINE_EXCEEDED: expired in the queue
+  kUnavailable,          // UNAVAILABLE: model stopping or server draining
+  kInternal,             // INTERNAL: the backend failed the batch
+  kOther,                // any other code
+};
+inline constexpr size_t kFailureReasonCount = 6;
+// "invalid_argument", "queue_full", "deadline_exceeded", "unavailable", "internal", "other".
+absl::string_view FailureReasonName(FailureReason reason);
+FailureReason FailureReasonFromCode(absl::StatusCode code);
+
+// Upper bounds (inclusive, Prometheus `le`) of the duration histograms' buckets, in seconds, from
+// 50 us to 10 s; a last, implicit bucket is +Inf.
+inline constexpr std::array<double, 18> kDurationBucketBoundsSeconds = {
+    0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025,
+    0.05,    0.1,    0.25,    0.5,    1.0,   2.5,    5.0,   10.0, 30.0};
+// Upper bounds of the batch-size histogram's buckets (items per executed batch); +Inf implicit.
+inline constexpr std::array<double, 12> kBatchSizeBucketBounds = {1,  2,   4,   8,   16,   32,
+                                                                  64, 128, 256, 512, 1024, 2048};
+
+// A histogram with the fixed bounds `kBounds`: per-bucket (not cumulative) counts, the last one
+// for observations above every bound, and their count and sum. Plain data; not thread-safe.
+template <size_t kBucketCount>
+struct FixedHistogram {
+  // counts[i]: observations v with bounds[i-1] < v <= bounds[i]; counts[kBucketCount]: v above
+  // the last bound.
+  std::array<uint64_t, kBucketCount + 1> counts{};
+  uint64_t count = 0;
+  double sum = 0;
+
+  void Observe(const std::array<double, kBucketCount>& bounds, double value, uint64_t n = 1) {
+    size_t i = 0;
+    while (i < kBucketCount && value > bounds[i]) ++i;
+    counts[i] += n;
+    count += n;
+    sum += value * static_cast<double>(n);
+  }
+};
+// Durations in seconds, buckets kDurationBucketBoundsSeconds.
+using DurationHistogram = FixedHistogram<kDurationBucketBoundsSeconds.size()>;
+// Items per batch, buckets kBatchSizeBucketBounds.
+using BatchSizeHistogram = FixedHistogram<kBatchSizeBucketBounds.size()>;
+
 // A copy of the counters at one moment.
 struct ModelStatsSnapshot {
+  // --- As ModelStatistics (Triton's statistics extension) reports them -----------------------
   // Wall-clock milliseconds since the epoch of the last completed inference; 0 if none.
   uint64_t last_inference_ms = 0;
   // Items inferred (a request of batch 4 counts 4), and batches executed.
@@ -42,25 +110,88 @@ struct ModelStatsSnapshot {
   DurationStat compute_output;
   // Per executed batch size.
   std::map<uint64_t, BatchStat> batch_stats;
-  // Requests in the queue when the snapshot was taken.
+  // Requests in the queue when the snapshot was taken (filled in by the engine).
   uint64_t queue_depth = 0;
+
+  // --- For /metrics ------------------------------------------------------------------------
+  // Failed requests per FailureReason (they sum to fail.count).
+  std::array<uint64_t, kFailureReasonCount> failures_by_reason{};
+  // Items per executed batch, one observation per batch.
+  BatchSizeHistogram batch_size;
+  // Per successful request: received -> answered, and enqueued -> handed to an executor.
+  DurationHistogram request_duration;
+  DurationHistogram queue_duration;
+  // Per executed batch: gathering inputs, running the model, scattering outputs.
+  DurationHistogram compute_input_duration;
+  DurationHistogram compute_infer_duration;
+  DurationHistogram compute_output_duration;
+  // From the stats collector (0 until it ran): items the executors counted where they compute
+  // (the device counters on a GPU), and their rate over the collector's last interval.
+  uint64_t device_items = 0;
+  double throughput_items_per_second = 0;
+};
+
+// One request of an executed batch, as the executor's completion path saw it. `id` is borrowed for
+// the duration of the RecordBatch() call.
+struct RequestTiming {
+  absl::string_view id;
+  int batch_size = 1;
+  std::chrono::nanoseconds queue{0};  // enqueued -> handed to an executor
+  std::chrono::nanoseconds total{0};  // received -> answered
+};
+
+// One executed batch whose requests all succeeded.
+struct BatchRecord {
+  uint64_t items = 0;
+  std::chrono::nanoseconds input{0};
+  std::chrono::nanoseconds infer{0};
+  std::chrono::nanoseconds output{0};
+  std::span<const RequestTiming> requests;
+};
+
+struct ModelStatsOptions {
+  // Identify the model in access-log records.
+  std::string model_name;
+  int64_t model_version = 0;
+  // Where sampled access-log records go; borrowed, nullable (then none are written).
+  common::Logger* logger = nullptr;
+  // Fraction of requests (0..1) that get an access-log record at info level. 0: none.
+  double access_log_sample_rate = 0;
 };
 
 class ModelStats {
  public:
-  // One executed batch: its item count and phase durations, and the requests it answered
-  // successfully (`request_count` of them, with summed queue and end-to-end durations).
-  void RecordBatch(uint64_t items, uint64_t request_count, std::chrono::nanoseconds input,
-                   std::chrono::nanoseconds infer, std::chrono::nanoseconds output,
-                   std::chrono::nanoseconds total_queue, std::chrono::nanoseconds total_e2e);
-  // One request that failed after it reached the model (rejected, expired or failed in a batch).
-  void RecordFailure(std::chrono::nanoseconds e2e);
+  // No access log.
+  ModelStats() = default;
+  explicit ModelStats(ModelStatsOptions options);
+  ModelStats(const ModelStats&) = delete;
+  ModelStats& operator=(const ModelStats&) = delete;
+
+  // One executed batch whose requests all succeeded. Called once per batch by the completion
+  // path, before the requests are answered (so a client that asks for statistics right after its
+  // answer sees itself). Queues one access-log record per sampled request.
+  void RecordBatch(const BatchRecord& batch);
+
+  // One request that failed after it reached the model: rejected at submit or enqueue, expired in
+  // the queue, or failed in a batch, with the status it is answered with. Queues an access-log
+  // record if the request is sampled.
+  void RecordFailure(const InferenceRequest& request, absl::StatusCode code);
+
+  // Called by the stats collector once per interval with the items its executors have counted so
+  // far (monotonic); sets device_items and, from the previous reading, the throughput.
+  void RecordDeviceItems(uint64_t items, std::chrono::steady_clock::time_point now);
 
   ModelStatsSnapshot Snapshot() const;
 
  private:
+  bool Sampled() const;
+
+  const ModelStatsOptions options_;
   mutable std::mutex mu_;
   ModelStatsSnapshot stats_;  // guarded by mu_
+  // The collector's previous reading; guarded by mu_.
+  std::chrono::steady_clock::time_point last_device_reading_{};
+  uint64_t last_device_items_ = 0;
 };
 
 }  // namespace sluice::engine

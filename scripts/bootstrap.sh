@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # bootstrap.sh - install exactly the Debian 12 packages that building and testing sluice needs.
+# `bootstrap.sh --build-only` installs only what building needs (the container images use it).
 #
 # Idempotent: a package that is already installed is not touched, and when everything is present
 # the script installs nothing and asks no registry. Needs root (or sudo) only when something is
@@ -7,18 +8,36 @@
 # present and builds the CPU backend alone when it is not.
 set -euo pipefail
 
-PACKAGES=(
+# What building sluice needs (also what the container images' build stage installs).
+BUILD_PACKAGES=(
   # toolchain
-  build-essential cmake pkg-config git clang-format
+  build-essential cmake pkg-config git
   # RPC and protocol
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev
-  # command lines, JSON input files of the client
+  # command lines, JSON (client input files, safetensors headers)
   libcli11-dev nlohmann-json3-dev
-  # tests
-  libgtest-dev libgmock-dev
+  # metrics exporter
+  prometheus-cpp-dev
+  # the CPU backend's GEMMs (cblas_sgemm)
+  libopenblas-dev
+)
+# What the tests need on top.
+TEST_PACKAGES=(
+  # unit tests and the format check
+  libgtest-dev libgmock-dev clang-format
   # the independent KServe v2 client used by the interoperability test (Python gRPC)
   python3 python3-grpcio python3-protobuf
+  # the Prometheus server the metrics integration test scrapes with
+  prometheus
+  # deployment tests: kustomize rendering (kubectl), YAML parsing, container images (podman,
+  # set up by ../shared/tools/container-env.sh when present)
+  kubectl python3-yaml
 )
+
+PACKAGES=("${BUILD_PACKAGES[@]}")
+if [[ "${1:-}" != "--build-only" ]]; then
+  PACKAGES+=("${TEST_PACKAGES[@]}")
+fi
 
 missing=()
 for pkg in "${PACKAGES[@]}"; do

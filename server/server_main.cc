@@ -15,6 +15,7 @@
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "server/grpc_service.h"
+#include "server/metrics_exporter.h"
 #include "server/model_repository.h"
 
 #ifndef SLUICE_DEFAULT_MODEL_REPOSITORY
@@ -41,6 +42,11 @@ struct Flags {
   int64_t max_queue_size = 4096;
   int executor_slots = 2;
   int exit_timeout_secs = 30;
+  bool allow_metrics = true;
+  std::string metrics_address = "0.0.0.0";
+  int metrics_port = 8002;
+  int64_t metrics_interval_ms = 1000;
+  double access_log_sample_rate = 0;
 };
 
 void AddFlags(CLI::App& app, Flags& flags) {
@@ -99,6 +105,32 @@ void AddFlags(CLI::App& app, Flags& flags) {
       ->envname("SLUICE_EXECUTOR_SLOTS")
       ->check(CLI::Range(1, 16))
       ->capture_default_str();
+  app.add_option("--allow-metrics", flags.allow_metrics,
+                 "Serve Prometheus metrics (and run the stats collector); false turns both off")
+      ->envname("SLUICE_ALLOW_METRICS")
+      ->capture_default_str();
+  app.add_option("--metrics-address", flags.metrics_address,
+                 "Address the metrics HTTP server binds")
+      ->envname("SLUICE_METRICS_ADDRESS")
+      ->capture_default_str();
+  app.add_option("--metrics-port", flags.metrics_port,
+                 "Prometheus metrics port (path /metrics); 0 picks a free port, which is logged")
+      ->envname("SLUICE_METRICS_PORT")
+      ->check(CLI::Range(0, 65535))
+      ->capture_default_str();
+  app.add_option("--metrics-interval-ms", flags.metrics_interval_ms,
+                 "How often the stats collector reads the executors' (device) counters and "
+                 "updates sluice_device_items_total and sluice_throughput_items_per_second; "
+                 "0 turns the collector off")
+      ->envname("SLUICE_METRICS_INTERVAL_MS")
+      ->check(CLI::Range(int64_t{0}, int64_t{3600000}))
+      ->capture_default_str();
+  app.add_option("--access-log-sample-rate", flags.access_log_sample_rate,
+                 "Fraction of requests (0..1) that get an access-log record at info level (model, "
+                 "version, id, batch, queue and compute time, status)")
+      ->envname("SLUICE_ACCESS_LOG_SAMPLE_RATE")
+      ->check(CLI::Range(0.0, 1.0))
+      ->capture_default_str();
   app.add_option("--exit-timeout-secs,--exit-timeout", flags.exit_timeout_secs,
                  "On SIGTERM/SIGINT, how long queued and in-flight requests may take to finish")
       ->envname("SLUICE_EXIT_TIMEOUT_SECS")
@@ -123,11 +155,13 @@ int Run(const Flags& flags) {
   log_options.queue_capacity = static_cast<size_t>(flags.log_queue_capacity);
   common::Logger logger(log_options);
   common::Logger* log = &logger;
+  // main serves no request, so its own lines (ports, "server ready", shutdown) wait for room in
+  // the log queue rather than being dropped: LOG_INFO_WAITING. Scripts and tests rely on them.
 
-  LOG_INFO(log, "sluice-server ", SLUICE_VERSION, " starting");
+  LOG_INFO_WAITING(log, "sluice-server ", SLUICE_VERSION, " starting");
   if (flags.device == "auto") {
-    LOG_INFO(log,
-             "device=auto: this build has no CUDA executor yet; models run on the CPU backend");
+    LOG_INFO_WAITING(
+        log, "device=auto: this build has no CUDA executor yet; models run on the CPU backend");
   } else if (flags.device != "cpu") {
     LOG_ERROR(log, "--device=", flags.device,
               " is not available: this build runs models on the CPU backend only "
@@ -139,10 +173,38 @@ int Run(const Flags& flags) {
   engine_options.logger = log;
   engine_options.default_max_queue_size = flags.max_queue_size;
   engine_options.executor_slots = flags.executor_slots;
+  // The collector's readings are only published as metrics, so it runs only with them.
+  engine_options.stats_interval =
+      std::chrono::milliseconds(flags.allow_metrics ? flags.metrics_interval_ms : 0);
+  engine_options.access_log_sample_rate = flags.access_log_sample_rate;
   absl::StatusOr<std::unique_ptr<engine::Engine>> engine = engine::Engine::Create(engine_options);
   if (!engine.ok()) {
     LOG_ERROR(log, "engine: ", engine.status().message());
     return 1;
+  }
+
+  // Metrics before gRPC and before the models load: a scrape during a long load sees the process.
+  std::unique_ptr<MetricsExporter> metrics;
+  if (flags.allow_metrics) {
+    MetricsExporterOptions metrics_options;
+    metrics_options.address = flags.metrics_address;
+    metrics_options.port = flags.metrics_port;
+    // No NVML source yet: the CUDA engine's issue adds it (and with it the sluice_gpu_* gauges).
+    metrics_options.gpu_source = nullptr;
+    absl::StatusOr<std::unique_ptr<MetricsExporter>> exporter =
+        MetricsExporter::Start(**engine, log, metrics_options);
+    if (!exporter.ok()) {
+      LOG_ERROR(log, exporter.status().message(),
+                "; choose another --metrics-port, or --allow-metrics=false");
+      return 1;
+    }
+    metrics = *std::move(exporter);
+    // Tests and scripts read this line to find a port picked with --metrics-port=0.
+    LOG_INFO_WAITING(log, "metrics listening on ", flags.metrics_address, ":", metrics->port(),
+                     "/metrics metrics_port=", metrics->port(), " collector interval ",
+                     flags.metrics_interval_ms, " ms");
+  } else {
+    LOG_INFO_WAITING(log, "metrics disabled (--allow-metrics=false)");
   }
   absl::StatusOr<std::unique_ptr<ModelRepository>> repository =
       ModelRepository::Create(flags.model_repository, engine->get(), log);
@@ -176,10 +238,14 @@ int Run(const Flags& flags) {
     return 1;
   }
   grpc::HealthCheckServiceInterface* health = server->GetHealthCheckService();
+  // Readiness: the overall service ("") turns SERVING once the models have loaded and back to
+  // NOT_SERVING while draining. Liveness: "liveness" is SERVING for as long as RPCs are served at
+  // all, so a Kubernetes liveness probe never restarts a pod that is loading or draining.
   health->SetServingStatus(false);
+  health->SetServingStatus("liveness", true);
   // Tests and scripts read this line to find a port picked with --grpc-port=0.
-  LOG_INFO(log, "gRPC listening on ", flags.grpc_address, ":", bound_port,
-           " grpc_port=", bound_port);
+  LOG_INFO_WAITING(log, "gRPC listening on ", flags.grpc_address, ":", bound_port,
+                   " grpc_port=", bound_port);
 
   // Models load after the port is open: liveness answers during a long load, readiness waits.
   int failed = 0;
@@ -195,13 +261,13 @@ int Run(const Flags& flags) {
   }
   service.SetReady(true);
   health->SetServingStatus(true);
-  LOG_INFO(log, "server ready: repository ", (*repository)->root(), ", model control ",
-           flags.model_control_mode);
+  LOG_INFO_WAITING(log, "server ready: repository ", (*repository)->root(), ", model control ",
+                   flags.model_control_mode);
 
   int signal_number = 0;
   sigwait(&signals, &signal_number);
-  LOG_INFO(log, "received ", signal_number == SIGTERM ? "SIGTERM" : "SIGINT",
-           ": draining (exit timeout ", flags.exit_timeout_secs, " s)");
+  LOG_INFO_WAITING(log, "received ", signal_number == SIGTERM ? "SIGTERM" : "SIGINT",
+                   ": draining (exit timeout ", flags.exit_timeout_secs, " s)");
   service.SetReady(false);
   health->SetServingStatus(false);
   (*engine)->BeginDrain();
@@ -216,14 +282,16 @@ int Run(const Flags& flags) {
   // One line per model version with its final counts, for operators and for the drain tests.
   if (auto stats = (*engine)->GetStats("", -1); stats.ok()) {
     for (const auto& entry : *stats) {
-      LOG_INFO(log, "final stats model=", entry.name, " version=", entry.version,
-               " success=", entry.stats.success.count, " failure=", entry.stats.fail.count);
+      LOG_INFO_WAITING(log, "final stats model=", entry.name, " version=", entry.version,
+                       " success=", entry.stats.success.count, " failure=", entry.stats.fail.count);
     }
   }
   // Answers whatever the exit timeout cut short, so every reactor finishes and Wait() returns.
   (*engine)->Shutdown();
   server->Wait();
-  LOG_INFO(log, "sluice-server stopped");
+  metrics.reset();  // Prometheus could watch the drain; now its HTTP server stops
+  LOG_INFO_WAITING(log, "sluice-server stopped");
+  // The logger's destructor writes every queued record before the process exits.
   return 0;
 }
 

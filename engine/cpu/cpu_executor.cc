@@ -114,6 +114,8 @@ int CpuExecutor::InFlight() const {
   return in_flight_;
 }
 
+uint64_t CpuExecutor::ReadItemCounter() { return items_run_.load(std::memory_order_relaxed); }
+
 void CpuExecutor::Execute(Batch batch) {
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -195,6 +197,9 @@ void CpuExecutor::ExecutorLoop() {
     const auto t2 = Clock::now();
     work.input_time = t1 - t0;
     work.infer_time = t2 - t1;
+    if (work.outputs.ok()) {
+      items_run_.fetch_add(static_cast<uint64_t>(work.batch.items), std::memory_order_relaxed);
+    }
     {
       std::lock_guard<std::mutex> lock(mu_);
       completion_queue_.push_back(std::move(work));
@@ -230,7 +235,7 @@ void CpuExecutor::Finish(Work& work) {
   if (status.ok()) status = CheckOutputs(config_, *work.outputs, batch.items);
   if (!status.ok()) {
     for (auto& request : batch.requests) {
-      options_.stats->RecordFailure(Clock::now() - request->received_time);
+      options_.stats->RecordFailure(*request, status.code());
       request->Complete(status);
     }
     return;
@@ -278,20 +283,21 @@ void CpuExecutor::Finish(Work& work) {
   const auto t1 = Clock::now();
   const std::chrono::nanoseconds output_time = t1 - t0;
 
-  std::chrono::nanoseconds total_queue{0};
-  std::chrono::nanoseconds total_e2e{0};
+  timings_.clear();
   for (size_t r = 0; r < batch.requests.size(); ++r) {
     InferenceRequest& request = *batch.requests[r];
-    total_queue += batch.dispatch_time - request.enqueue_time;
-    total_e2e += t1 - request.received_time;
+    timings_.push_back({request.id, request.batch_size, batch.dispatch_time - request.enqueue_time,
+                        t1 - request.received_time});
     responses[r].model_name = request.model_name();
     responses[r].model_version = request.resolved_version;
     responses[r].id = request.id;
   }
   // Stats before answers: a client that reads ModelStatistics right after its answer sees itself.
-  options_.stats->RecordBatch(static_cast<uint64_t>(batch.items), batch.requests.size(),
-                              work.input_time, work.infer_time, output_time, total_queue,
-                              total_e2e);
+  options_.stats->RecordBatch({.items = static_cast<uint64_t>(batch.items),
+                               .input = work.input_time,
+                               .infer = work.infer_time,
+                               .output = output_time,
+                               .requests = timings_});
   for (size_t r = 0; r < batch.requests.size(); ++r) {
     batch.requests[r]->Complete(std::move(responses[r]));
   }

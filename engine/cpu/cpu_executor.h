@@ -5,6 +5,7 @@
 // scatters outputs into the responses, answers them and frees the slot, so batch k's answers go
 // out while batch k+1 computes (the same pipeline the CUDA executor runs with a stream and events).
 
+#include <atomic>
 #include <condition_variable>
 #include <deque>
 #include <memory>
@@ -15,6 +16,7 @@
 #include "absl/status/statusor.h"
 #include "engine/backend.h"
 #include "engine/executor.h"
+#include "engine/model_stats.h"
 
 namespace sluice::engine::cpu {
 
@@ -31,6 +33,8 @@ class CpuExecutor final : public Executor {
   void Execute(Batch batch) override;
   int InFlight() const override;
   void Stop() override;
+  // The items counter of the executor thread (an atomic load; never waits).
+  uint64_t ReadItemCounter() override;
 
  private:
   struct Slot {
@@ -69,6 +73,13 @@ class CpuExecutor final : public Executor {
   int in_flight_ = 0;                  // guarded by mu_
   bool stopping_ = false;              // guarded by mu_
   bool exec_done_ = false;             // guarded by mu_
+
+  // Items run, counted by the executor thread once per batch (the CPU stand-in for the CUDA
+  // executor's device counters); read by the stats collector.
+  std::atomic<uint64_t> items_run_{0};
+  // Per-request timings of the batch being finished; completion thread only, reused so that
+  // recording a batch allocates nothing.
+  std::vector<RequestTiming> timings_;
 
   std::mutex stop_mu_;  // serializes Stop(): one caller joins, the others wait
   std::thread exec_thread_;

@@ -4,16 +4,18 @@
 #include "absl/strings/str_join.h"
 #include "engine/backend.h"
 #include "engine/models/identity_model.h"
+#include "engine/models/mlp_model.h"
 #include "engine/models/simple_model.h"
 
 namespace sluice::engine {
 
-std::vector<std::string> KnownBackends() { return {"identity", "simple"}; }
+std::vector<std::string> KnownBackends() { return {"identity", "mlp", "simple"}; }
 
 absl::StatusOr<std::unique_ptr<Model>> CreateModel(const ModelSpec& spec) {
   const std::string& backend = spec.config.backend;
   if (backend == "simple") return models::CreateSimpleModel(spec);
   if (backend == "identity") return models::CreateIdentityModel(spec);
+  if (backend == "mlp") return models::CreateMlpModel(spec);
   return absl::NotFoundError(absl::StrCat("model '", spec.config.name, "': unknown backend '",
                                           backend,
                                           "' (known: ", absl::StrJoin(KnownBackends(), ", "), ")"));

@@ -26,6 +26,12 @@ absl::StatusOr<std::unique_ptr<ServerProcess>> ServerProcess::Start(std::vector<
       absl::StrCat(::testing::TempDir(), "sluice_server_", getpid(), "_", counter++, ".log");
   std::vector<std::string> argv = {ServerBinary(), "--grpc-address=127.0.0.1", "--grpc-port=0"};
   argv.insert(argv.end(), args.begin(), args.end());
+  // The child's environment, built before fork(): ours plus SLUICE_METRICS_PORT=0 unless set.
+  std::vector<char*> c_env;
+  for (char** e = environ; *e != nullptr; ++e) c_env.push_back(*e);
+  std::string metrics_port_env = "SLUICE_METRICS_PORT=0";
+  if (getenv("SLUICE_METRICS_PORT") == nullptr) c_env.push_back(metrics_port_env.data());
+  c_env.push_back(nullptr);
 
   const pid_t pid = fork();
   if (pid < 0) return absl::InternalError("fork failed");
@@ -39,7 +45,7 @@ absl::StatusOr<std::unique_ptr<ServerProcess>> ServerProcess::Start(std::vector<
     std::vector<char*> c_argv;
     for (std::string& a : argv) c_argv.push_back(a.data());
     c_argv.push_back(nullptr);
-    execv(c_argv[0], c_argv.data());
+    execve(c_argv[0], c_argv.data(), c_env.data());
     _exit(127);
   }
 
@@ -58,7 +64,12 @@ absl::StatusOr<std::unique_ptr<ServerProcess>> ServerProcess::Start(std::vector<
     if (process->port_ == 0 && std::regex_search(log, match, port_re)) {
       process->port_ = std::stoi(match[1]);
     }
-    if (process->port_ != 0 && log.find("server ready") != std::string::npos) return process;
+    if (process->port_ != 0 && log.find("server ready") != std::string::npos) {
+      // The metrics line comes before "server ready" when metrics are on.
+      static const std::regex metrics_re("metrics_port=([0-9]+)");
+      if (std::regex_search(log, match, metrics_re)) process->metrics_port_ = std::stoi(match[1]);
+      return process;
+    }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   return absl::DeadlineExceededError(

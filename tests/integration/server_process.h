@@ -1,7 +1,9 @@
 #pragma once
 
 // ServerProcess: runs the real `sluice-server` binary as a child process on a free loopback port
-// (--grpc-port=0, the bound port read from its log), for integration tests.
+// (--grpc-port=0, the bound port read from its log), for integration tests. Its metrics port is
+// picked freely too (SLUICE_METRICS_PORT=0 in its environment unless the test's own environment
+// sets it; a --metrics-port in `args` wins), so servers started in parallel never collide on 8002.
 
 #include <sys/types.h>
 
@@ -25,6 +27,8 @@ class ServerProcess {
   ~ServerProcess();
 
   int port() const { return port_; }
+  // The metrics port it logged (metrics_port=N); 0 if metrics are off (--allow-metrics=false).
+  int metrics_port() const { return metrics_port_; }
   // "127.0.0.1:<port>"
   std::string address() const;
   pid_t pid() const { return pid_; }
@@ -43,6 +47,7 @@ class ServerProcess {
   pid_t pid_;
   std::string log_path_;
   int port_ = 0;
+  int metrics_port_ = 0;
   bool exited_ = false;
 };
 

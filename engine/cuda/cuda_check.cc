@@ -1,0 +1,13 @@
+#include "engine/cuda/cuda_check.h"
+
+namespace sluice::engine::cuda {
+
+absl::Status CudaError(cudaError_t error, const char* expr, const char* file, int line) {
+  const std::string message =
+      absl::StrCat(expr, " failed at ", file, ":", line, ": ", cudaGetErrorString(error), " (",
+                   cudaGetErrorName(error), ")");
+  if (error == cudaErrorMemoryAllocation) return absl::ResourceExhaustedError(message);
+  return absl::InternalError(message);
+}
+
+}  // namespace sluice::engine::cuda

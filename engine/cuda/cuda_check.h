@@ -1,0 +1,43 @@
+#pragma once
+
+// Error checking for every CUDA runtime and cuBLAS call (STYLE rule 11): one generic macro keeps
+// the failing expression, file and line; the specific ones only say how to read the error code.
+// Destructors cannot return a status: they use CUDA_LOG_IF_ERROR and carry on.
+
+#include <cuda_runtime_api.h>
+
+#include <cstdio>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+
+namespace sluice::engine::cuda {
+
+// INTERNAL status naming the call, e.g. "cudaMalloc(&p, n) failed at engine/cuda/x.cc:12:
+// out of memory (cudaErrorMemoryAllocation)". Out-of-memory maps to RESOURCE_EXHAUSTED (STYLE 8).
+absl::Status CudaError(cudaError_t error, const char* expr, const char* file, int line);
+
+}  // namespace sluice::engine::cuda
+
+#define SLUICE_GPU_RETURN_IF_ERROR_GEN_(expr, success, to_status)      \
+  do {                                                                 \
+    auto sluice_gpu_result_ = (expr);                                  \
+    if (sluice_gpu_result_ != (success)) {                             \
+      return to_status(sluice_gpu_result_, #expr, __FILE__, __LINE__); \
+    }                                                                  \
+  } while (false)
+
+#define CUDA_RETURN_IF_ERROR(expr) \
+  SLUICE_GPU_RETURN_IF_ERROR_GEN_(expr, cudaSuccess, ::sluice::engine::cuda::CudaError)
+
+#define CUDA_LOG_IF_ERROR(expr)                                                            \
+  do {                                                                                     \
+    cudaError_t sluice_cuda_error_ = (expr);                                               \
+    if (sluice_cuda_error_ != cudaSuccess) {                                               \
+      std::fprintf(                                                                        \
+          stderr, "%s\n",                                                                  \
+          ::sluice::engine::cuda::CudaError(sluice_cuda_error_, #expr, __FILE__, __LINE__) \
+              .ToString()                                                                  \
+              .c_str());                                                                   \
+    }                                                                                      \
+  } while (false)

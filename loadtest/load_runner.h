@@ -1,0 +1,197 @@
+#pragma once
+
+// RunLoad: drives one model on a KServe v2 server through a list of load levels and measures
+// each one. For each level it starts a load generator, lets it warm up, then takes measurement
+// windows until throughput and p99 latency are stable over the last kStabilityWindows windows
+// (or a limit is reached), stops the generator and waits for its outstanding requests.
+//
+// Load generators:
+//   closed loop (RunOptions::concurrency_levels): N requests always outstanding; each answer
+//     sends the next request at once.
+//       LoadMode::kSync   N threads, each a blocking Infer() after another
+//       LoadMode::kAsync  N chains of AsyncInfer (gRPC callback API, no thread per request)
+//       LoadMode::kStream one ModelStreamInfer stream carrying N requests in flight
+//   open loop (RunOptions::request_rates): one scheduler thread sends at the target rate
+//     (constant gaps or Poisson arrivals) whatever the answers, with kAsync or kStream.
+//     At most RunOptions::max_outstanding requests are in flight: a request whose turn comes
+//     while the cap is reached is skipped and counted (`skipped`); one sent more than
+//     kLateThreshold after its scheduled time is counted as `sent_late`. Both are "not sent on
+//     time": the server, or this client, did not keep up with the rate.
+//
+// Latency is measured per request, from just before the send call to the answer's arrival in
+// the callback (or the return of Infer()), for successful requests; failures are counted by
+// status code. Server-side averages come from ModelStatistics read at every window boundary.
+//
+// Bounds: every level ends after max_windows windows; the whole run after max_requests requests
+// or max_duration_ms (the current window is cut short, the remaining levels are not run);
+// stopping a level waits at most drain_timeout_ms for outstanding requests (each request also
+// carries the client's own deadline). Memory is bounded: a fixed-size histogram per window and at
+// most max_outstanding (open loop) or N (closed loop) requests in flight.
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "client/inference_client.h"
+#include "loadtest/server_stats.h"
+
+namespace sluice::loadtest {
+
+enum class LoadMode { kSync, kAsync, kStream };
+enum class ArrivalProcess { kConstant, kPoisson };
+
+// "sync" | "async" | "stream"; InvalidArgument otherwise.
+absl::StatusOr<LoadMode> ParseLoadMode(absl::string_view text);
+absl::string_view LoadModeName(LoadMode mode);
+// "constant" | "poisson"; InvalidArgument otherwise.
+absl::StatusOr<ArrivalProcess> ParseArrivalProcess(absl::string_view text);
+absl::string_view ArrivalProcessName(ArrivalProcess arrivals);
+
+// Open loop: a send this much behind its schedule counts as late.
+inline constexpr int64_t kLateThresholdUs = 1000;
+// Stability is judged over this many consecutive windows.
+inline constexpr int kStabilityWindows = 3;
+
+// Where a run stands, for a progress line. Passed to RunOptions::on_progress.
+struct Progress {
+  int level_index = 0;  // 0-based
+  int level_count = 0;
+  std::string level_label;  // "concurrency 8" or "rate 200/s"
+  std::string phase;        // "warm-up", "window 2/10", "drain"
+  int64_t current_succeeded = 0;
+  int64_t current_failed = 0;
+  double last_window_rps = 0;  // 0 before the first window
+  double last_window_p99_us = 0;
+};
+
+struct RunOptions {
+  // The model whose statistics give the server-side breakdown (the request names it too).
+  std::string model_name;
+  std::string model_version;  // "" = the server's choice
+  LoadMode mode = LoadMode::kAsync;
+
+  // Exactly one of these is non-empty: closed loop at each concurrency, or open loop at each rate
+  // (requests per second).
+  std::vector<int64_t> concurrency_levels;
+  std::vector<double> request_rates;
+  ArrivalProcess arrivals = ArrivalProcess::kConstant;
+  // Open loop: most requests in flight at once.
+  int64_t max_outstanding = 1024;
+
+  // Items per request (the request's batch size), to report inferences per second.
+  int64_t batch_size = 1;
+
+  // Load before the first window of each level, not measured.
+  int64_t warmup_ms = 1000;
+  // Length of one measurement window.
+  int64_t window_ms = 2000;
+  // A level is stable when, over the last kStabilityWindows windows, throughput and p99 each stay
+  // within this percentage of their mean.
+  double stability_percent = 10;
+  // Most windows per level (stable or not); at least 1.
+  int max_windows = 10;
+
+  // Whole-run bounds.
+  int64_t max_requests = 5'000'000;
+  int64_t max_duration_ms = 300'000;
+  // After a level, how long to wait for outstanding requests before cancelling them.
+  int64_t drain_timeout_ms = 10'000;
+
+  // Seed of the Poisson arrivals.
+  uint64_t seed = 0;
+
+  // Called about every progress_interval_ms from the thread running RunLoad (may be empty).
+  std::function<void(const Progress&)> on_progress;
+  int64_t progress_interval_ms = 250;
+};
+
+// Latency percentiles of the successful requests, in microseconds.
+struct LatencySummary {
+  double mean_us = 0;
+  double min_us = 0;
+  double p50_us = 0;
+  double p90_us = 0;
+  double p95_us = 0;
+  double p99_us = 0;
+  double p999_us = 0;
+  double max_us = 0;
+};
+
+// One window, as the stability check saw it.
+struct WindowSummary {
+  double duration_s = 0;
+  int64_t succeeded = 0;
+  int64_t failed = 0;
+  double throughput_rps = 0;
+  double p99_us = 0;
+};
+
+// The measurement of one load level: the last kStabilityWindows windows (fewer if the level
+// ended sooner) taken together.
+struct LevelResult {
+  int64_t concurrency = 0;  // closed loop; 0 in open loop
+  double request_rate = 0;  // open loop: the target rate; 0 in closed loop
+
+  std::vector<WindowSummary> windows;  // every window of the level, in order
+  int windows_reported = 0;            // how many of the last ones the figures below cover
+  bool stable = false;
+  std::string end_reason;  // "stable", "max windows", "max requests", "max duration", ...
+
+  double duration_s = 0;
+  int64_t succeeded = 0;
+  int64_t failed = 0;
+  int64_t sent = 0;
+  int64_t sent_late = 0;
+  int64_t skipped = 0;
+  double throughput_rps = 0;    // successful requests per second
+  double inferences_per_s = 0;  // throughput_rps * batch size
+  double sent_rps = 0;          // requests sent per second (the offered load in open loop)
+  LatencySummary latency;
+  std::map<absl::StatusCode, int64_t> errors_by_code;
+  std::map<absl::StatusCode, std::string> first_error_by_code;
+  ServerBreakdown server;  // over the same windows
+};
+
+// Counts over the whole run, warm-up and drain included: `succeeded` is what the server's
+// ModelStatistics success count grows by during the run (when nothing else sends to the model).
+struct RunTotals {
+  int64_t sent = 0;
+  int64_t succeeded = 0;
+  int64_t failed = 0;
+  int64_t sent_late = 0;
+  int64_t skipped = 0;
+  double duration_s = 0;
+};
+
+struct RunResult {
+  std::vector<LevelResult> levels;  // the levels run, in order
+  RunTotals totals;
+  // OK, or why the run stopped before its last level (the levels run so far are still reported):
+  // DeadlineExceeded (max duration), ResourceExhausted (max requests), or the error that made a
+  // whole window fail.
+  absl::Status early_stop;
+  // True when early_stop is a failure (a window in which nothing succeeded) rather than a limit.
+  bool aborted = false;
+};
+
+// Runs every level of `options` against `client`, sending `request` (shared, never modified;
+// its model_name is the model under test). InvalidArgument for inconsistent options (neither or
+// both of concurrency/rates, open loop with kSync, a non-positive window, ...). Otherwise
+// returns the result, also when requests failed (they are counted in the result).
+// REQUIRES: `client` outlives the call; nothing else uses the client's AsyncInfer meanwhile
+// (the async generator waits for all of the client's async calls when a level stops).
+absl::StatusOr<RunResult> RunLoad(client::InferenceClient& client,
+                                  std::shared_ptr<const inference::ModelInferRequest> request,
+                                  const RunOptions& options);
+
+// The stability rule on its own: true if `windows` has at least kStabilityWindows entries and,
+// over the last kStabilityWindows, throughput and p99 each stay within `percent` of their mean.
+bool IsStable(const std::vector<WindowSummary>& windows, double percent);
+
+}  // namespace sluice::loadtest

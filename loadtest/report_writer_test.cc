@@ -1,0 +1,137 @@
+#include "loadtest/report_writer.h"
+
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_split.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+
+namespace sluice::loadtest {
+namespace {
+
+using ::testing::EndsWith;
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+ReportContext Context(bool open_loop) {
+  ReportContext context;
+  context.url = "127.0.0.1:8001";
+  context.server = "sluice 0.1.0";
+  context.model = "mo<del>";  // must be escaped in HTML
+  context.open_loop = open_loop;
+  context.batch_size = 4;
+  context.inputs = "INPUT0 FP32 [4,16]";
+  context.input_fill = "random";
+  context.request_bytes = 256;
+  context.warmup_ms = 100;
+  context.window_ms = 500;
+  context.stability_percent = 10;
+  context.max_windows = 5;
+  context.command_line = "sluice-loadtest -m 'mo<del>'";
+  return context;
+}
+
+RunResult Result(bool open_loop) {
+  RunResult result;
+  for (int i = 0; i < 3; ++i) {
+    LevelResult level;
+    if (open_loop) {
+      level.request_rate = 100.0 * (i + 1);
+    } else {
+      level.concurrency = 1 << i;
+    }
+    level.windows = {WindowSummary{0.5, 100, 0, 200, 900}, WindowSummary{0.5, 101, 0, 202, 910},
+                     WindowSummary{0.5, 99, 1, 198, 905}};
+    level.windows_reported = 3;
+    level.stable = i != 2;
+    level.end_reason = level.stable ? "stable" : "max windows";
+    level.duration_s = 1.5;
+    level.succeeded = 300;
+    level.failed = i;
+    level.sent = 300 + i;
+    level.throughput_rps = 200.0 * (i + 1);
+    level.inferences_per_s = 800.0 * (i + 1);
+    level.sent_rps = level.throughput_rps;
+    level.latency = LatencySummary{800, 500, 700, 850, 900, 950, 990, 1200};
+    if (i > 0) {
+      level.errors_by_code[absl::StatusCode::kUnavailable] = i;
+      level.first_error_by_code[absl::StatusCode::kUnavailable] = "server, \"down\"";
+    }
+    level.server.available = i != 1;
+    level.server.requests = 300;
+    level.server.queue_us = 12.5;
+    level.server.compute_infer_us = 40;
+    level.server.total_us = 70;
+    level.server.avg_batch_size = 1.5;
+    result.levels.push_back(level);
+  }
+  result.totals = RunTotals{1000, 997, 3, 0, 0, 6.5};
+  return result;
+}
+
+TEST(ReportWriterTest, CsvHasOneRowPerLevelAndAConsistentColumnCount) {
+  const std::string csv = FormatCsv(Context(false), Result(false));
+  std::vector<std::string> lines = absl::StrSplit(csv, '\n', absl::SkipEmpty());
+  ASSERT_EQ(lines.size(), 4u);
+  const size_t columns = std::count(lines[0].begin(), lines[0].end(), ',');
+  EXPECT_THAT(lines[0], testing::StartsWith("concurrency,request_rate,mode"));
+  for (size_t i = 1; i < lines.size(); ++i) {
+    EXPECT_EQ(std::count(lines[i].begin(), lines[i].end(), ','), columns) << lines[i];
+  }
+  EXPECT_THAT(lines[1], testing::StartsWith("1,0,async,4,3,1,stable,"));
+  EXPECT_THAT(lines[3], HasSubstr("UNAVAILABLE:2"));
+}
+
+TEST(ReportWriterTest, JsonParsesAndCarriesEveryLevel) {
+  const nlohmann::json doc = nlohmann::json::parse(FormatJson(Context(true), Result(true)));
+  EXPECT_EQ(doc["tool"], "sluice-loadtest");
+  EXPECT_EQ(doc["config"]["load"], "request_rate");
+  EXPECT_EQ(doc["config"]["model"], "mo<del>");
+  ASSERT_EQ(doc["levels"].size(), 3u);
+  EXPECT_EQ(doc["levels"][1]["request_rate"], 200.0);
+  EXPECT_EQ(doc["levels"][1]["latency_us"]["p99"], 950.0);
+  EXPECT_EQ(doc["levels"][1]["errors"]["UNAVAILABLE"]["count"], 1);
+  EXPECT_EQ(doc["levels"][1]["errors"]["UNAVAILABLE"]["first_message"], "server, \"down\"");
+  EXPECT_TRUE(doc["levels"][1]["server"].is_null());
+  EXPECT_EQ(doc["levels"][0]["server"]["queue_us"], 12.5);
+  EXPECT_EQ(doc["levels"][0]["windows"].size(), 3u);
+  EXPECT_EQ(doc["totals"]["succeeded"], 997);
+  EXPECT_TRUE(doc["early_stop"].is_null());
+}
+
+TEST(ReportWriterTest, HtmlIsSelfContainedWithCharts) {
+  RunResult result = Result(false);
+  result.early_stop = absl::DeadlineExceededError("stopped after --max-duration-s=1 seconds");
+  const std::string html = FormatHtml(Context(false), result);
+  EXPECT_THAT(html, testing::StartsWith("<!DOCTYPE html>"));
+  EXPECT_THAT(html, EndsWith("</html>\n"));
+  size_t charts = 0;
+  for (size_t at = html.find("<svg"); at != std::string::npos; at = html.find("<svg", at + 1)) {
+    ++charts;
+  }
+  EXPECT_EQ(charts, 2u);
+  EXPECT_THAT(html, HasSubstr("</svg>"));
+  EXPECT_THAT(html, HasSubstr("<polyline"));
+  EXPECT_THAT(html, HasSubstr("mo&lt;del&gt;"));
+  EXPECT_THAT(html, Not(HasSubstr("mo<del>")));
+  EXPECT_THAT(html, Not(HasSubstr("<script")));
+  EXPECT_THAT(html, Not(HasSubstr("src=")));  // nothing loaded from elsewhere
+  EXPECT_THAT(html, Not(HasSubstr("href=")));
+  EXPECT_THAT(html, Not(HasSubstr("@import")));
+  EXPECT_THAT(html, HasSubstr("Stopped early"));
+}
+
+TEST(ReportWriterTest, ConsoleTableShowsLevelsErrorsAndTotals) {
+  const std::string table = FormatConsoleTable(Context(true), Result(true));
+  EXPECT_THAT(table, HasSubstr("open loop"));
+  EXPECT_THAT(table, HasSubstr("rate/s"));
+  EXPECT_THAT(table, HasSubstr("sent/s"));
+  EXPECT_THAT(table, HasSubstr("errors at request rate (req/s) 300: UNAVAILABLE x2"));
+  EXPECT_THAT(table, HasSubstr("total: 1000 requests sent, 997 succeeded, 3 failed"));
+  EXPECT_THAT(table, HasSubstr("0.950"));  // p99 in ms
+}
+
+}  // namespace
+}  // namespace sluice::loadtest

@@ -1,0 +1,65 @@
+#include "loadtest/window_collector.h"
+
+#include <utility>
+
+#include "absl/status/status.h"
+
+namespace sluice::loadtest {
+
+void WindowRecord::Merge(const WindowRecord& other) {
+  latency.Merge(other.latency);
+  succeeded += other.succeeded;
+  failed += other.failed;
+  sent += other.sent;
+  sent_late += other.sent_late;
+  skipped += other.skipped;
+  for (const auto& [code, count] : other.errors_by_code) errors_by_code[code] += count;
+  for (const auto& [code, message] : other.first_error_by_code) {
+    first_error_by_code.emplace(code, message);  // keeps ours if we have one
+  }
+}
+
+void WindowCollector::RecordSent() {
+  absl::MutexLock lock(&mu_);
+  ++current_.sent;
+}
+
+void WindowCollector::RecordSentLate() {
+  absl::MutexLock lock(&mu_);
+  ++current_.sent_late;
+}
+
+void WindowCollector::RecordSkipped() {
+  absl::MutexLock lock(&mu_);
+  ++current_.skipped;
+}
+
+void WindowCollector::RecordResult(const absl::Status& status, int64_t latency_ns) {
+  if (status.ok()) {
+    absl::MutexLock lock(&mu_);
+    ++current_.succeeded;
+    current_.latency.Record(latency_ns);
+    return;
+  }
+  absl::MutexLock lock(&mu_);
+  ++current_.failed;
+  ++current_.errors_by_code[status.code()];
+  if (!current_.first_error_by_code.contains(status.code())) {
+    current_.first_error_by_code.emplace(status.code(), std::string(status.message()));
+  }
+}
+
+WindowRecord WindowCollector::TakeWindow() {
+  // The fresh record's histogram is allocated outside the lock, so recorders never wait on it.
+  WindowRecord fresh;
+  absl::MutexLock lock(&mu_);
+  std::swap(fresh, current_);
+  return fresh;
+}
+
+WindowCollector::Peek WindowCollector::PeekCurrent() const {
+  absl::MutexLock lock(&mu_);
+  return Peek{current_.succeeded, current_.failed};
+}
+
+}  // namespace sluice::loadtest

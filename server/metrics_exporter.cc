@@ -1,0 +1,375 @@
+#include "server/metrics_exporter.h"
+
+#include <arpa/inet.h>
+#include <dirent.h>
+#include <netinet/in.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <exception>
+#include <fstream>
+#include <limits>
+#include <sstream>
+#include <thread>
+#include <utility>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "common/log.h"
+#include "engine/model_stats.h"
+#include "prometheus/collectable.h"
+#include "prometheus/exposer.h"
+#include "prometheus/text_serializer.h"
+
+namespace sluice::server {
+namespace {
+
+using prometheus::ClientMetric;
+using prometheus::MetricFamily;
+using prometheus::MetricType;
+using Labels = std::vector<ClientMetric::Label>;
+
+MetricFamily Family(std::string name, std::string help, MetricType type) {
+  MetricFamily family;
+  family.name = std::move(name);
+  family.help = std::move(help);
+  family.type = type;
+  return family;
+}
+
+void AddCounter(MetricFamily& family, Labels labels, double value) {
+  ClientMetric metric;
+  metric.label = std::move(labels);
+  metric.counter.value = value;
+  family.metric.push_back(std::move(metric));
+}
+
+void AddGauge(MetricFamily& family, Labels labels, double value) {
+  ClientMetric metric;
+  metric.label = std::move(labels);
+  metric.gauge.value = value;
+  family.metric.push_back(std::move(metric));
+}
+
+// Engine histograms keep per-bucket counts; Prometheus wants cumulative ones, ending at +Inf.
+template <size_t N>
+void AddHistogram(MetricFamily& family, Labels labels, const std::array<double, N>& bounds,
+                  const engine::FixedHistogram<N>& histogram) {
+  ClientMetric metric;
+  metric.label = std::move(labels);
+  metric.histogram.sample_count = histogram.count;
+  metric.histogram.sample_sum = histogram.sum;
+  uint64_t cumulative = 0;
+  for (size_t i = 0; i < N; ++i) {
+    cumulative += histogram.counts[i];
+    metric.histogram.bucket.push_back({cumulative, bounds[i]});
+  }
+  cumulative += histogram.counts[N];
+  metric.histogram.bucket.push_back({cumulative, std::numeric_limits<double>::infinity()});
+  family.metric.push_back(std::move(metric));
+}
+
+// Opens and closes one TCP connection to address:port (IPv4 or IPv6 literal); errors ignored.
+void Poke(const std::string& address, int port) {
+  sockaddr_storage storage{};
+  socklen_t length = 0;
+  auto* v4 = reinterpret_cast<sockaddr_in*>(&storage);
+  auto* v6 = reinterpret_cast<sockaddr_in6*>(&storage);
+  if (inet_pton(AF_INET, address.c_str(), &v4->sin_addr) == 1) {
+    v4->sin_family = AF_INET;
+    v4->sin_port = htons(static_cast<uint16_t>(port));
+    length = sizeof(*v4);
+  } else if (inet_pton(AF_INET6, address.c_str(), &v6->sin6_addr) == 1) {
+    v6->sin6_family = AF_INET6;
+    v6->sin6_port = htons(static_cast<uint16_t>(port));
+    length = sizeof(*v6);
+  } else {
+    return;
+  }
+  const int fd = socket(storage.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return;
+  connect(fd, reinterpret_cast<sockaddr*>(&storage), length);
+  close(fd);
+}
+
+Labels With(Labels labels, std::string name, std::string value) {
+  labels.push_back({std::move(name), std::move(value)});
+  return labels;
+}
+
+}  // namespace
+
+absl::StatusOr<ProcessSample> ReadProcessSample() {
+  // /proc/self/stat: "pid (comm) state ppid ..."; comm may hold spaces and parentheses, so the
+  // fields are counted from the last ')'. Field numbers as in proc(5).
+  std::ifstream stat_file("/proc/self/stat");
+  std::string stat((std::istreambuf_iterator<char>(stat_file)), std::istreambuf_iterator<char>());
+  const size_t close = stat.rfind(')');
+  if (close == std::string::npos) return absl::InternalError("cannot parse /proc/self/stat");
+  const std::vector<std::string> fields =
+      absl::StrSplit(stat.substr(close + 2), ' ', absl::SkipEmpty());
+  // fields[0] is field 3 (state); field k is fields[k - 3].
+  auto field = [&](int k, double& out) {
+    uint64_t value = 0;
+    if (static_cast<size_t>(k - 3) >= fields.size() || !absl::SimpleAtoi(fields[k - 3], &value)) {
+      return false;
+    }
+    out = static_cast<double>(value);
+    return true;
+  };
+  double utime = 0, stime = 0, start_ticks = 0, vsize = 0, rss_pages = 0;
+  if (!field(14, utime) || !field(15, stime) || !field(22, start_ticks) || !field(23, vsize) ||
+      !field(24, rss_pages)) {
+    return absl::InternalError("cannot parse /proc/self/stat");
+  }
+  const double ticks_per_second = static_cast<double>(sysconf(_SC_CLK_TCK));
+  ProcessSample sample;
+  sample.cpu_seconds = (utime + stime) / ticks_per_second;
+  sample.virtual_memory_bytes = vsize;
+  sample.resident_memory_bytes = rss_pages * static_cast<double>(sysconf(_SC_PAGESIZE));
+
+  // Start time: boot time (btime in /proc/stat) + start ticks since boot.
+  std::ifstream proc_stat("/proc/stat");
+  std::string line;
+  while (std::getline(proc_stat, line)) {
+    uint64_t btime = 0;
+    if (line.rfind("btime ", 0) == 0 && absl::SimpleAtoi(line.substr(6), &btime)) {
+      sample.start_time_seconds = static_cast<double>(btime) + start_ticks / ticks_per_second;
+    }
+  }
+
+  if (DIR* dir = opendir("/proc/self/fd"); dir != nullptr) {
+    int entries = 0;
+    while (const dirent* entry = readdir(dir)) {
+      if (entry->d_name[0] != '.') ++entries;
+    }
+    closedir(dir);
+    sample.open_fds = entries - 1;  // less the descriptor opendir itself holds
+  }
+  rlimit limit{};
+  if (getrlimit(RLIMIT_NOFILE, &limit) == 0) {
+    sample.max_fds = limit.rlim_cur == RLIM_INFINITY ? std::numeric_limits<double>::infinity()
+                                                     : static_cast<double>(limit.rlim_cur);
+  }
+  return sample;
+}
+
+std::vector<MetricFamily> BuildMetricFamilies(const MetricsInput& input) {
+  MetricFamily requests =
+      Family("sluice_inference_requests_total",
+             "Inference requests answered, by outcome (success, failure) and, for failures, reason "
+             "(invalid_argument, queue_full, deadline_exceeded, unavailable, internal, other)",
+             MetricType::Counter);
+  MetricFamily items =
+      Family("sluice_inference_items_total",
+             "Items inferred successfully (a request of batch 4 counts 4)", MetricType::Counter);
+  MetricFamily batches =
+      Family("sluice_batches_total", "Batches executed by the model", MetricType::Counter);
+  MetricFamily batch_size =
+      Family("sluice_batch_size", "Items per executed batch", MetricType::Histogram);
+  MetricFamily queue_depth =
+      Family("sluice_queue_depth", "Requests waiting in the model's queue", MetricType::Gauge);
+  MetricFamily request_duration =
+      Family("sluice_request_duration_seconds",
+             "Successful requests' time from receipt by the engine to their answer",
+             MetricType::Histogram);
+  MetricFamily queue_duration =
+      Family("sluice_queue_duration_seconds",
+             "Successful requests' time in the model's queue (enqueued to batch dispatch)",
+             MetricType::Histogram);
+  MetricFamily compute_duration = Family(
+      "sluice_compute_duration_seconds",
+      "Per executed batch, time of each compute phase: input (gather inputs / copy to device), "
+      "infer (run the model), output (scatter outputs / copy from device)",
+      MetricType::Histogram);
+  MetricFamily device_items = Family(
+      "sluice_device_items_total",
+      "Items counted by the executors where they compute (device counters on a GPU), read by the "
+      "stats collector every --metrics-interval-ms",
+      MetricType::Counter);
+  MetricFamily throughput =
+      Family("sluice_throughput_items_per_second",
+             "Items per second over the stats collector's last interval (--metrics-interval-ms)",
+             MetricType::Gauge);
+
+  for (const engine::Engine::VersionStats& entry : input.models) {
+    const engine::ModelStatsSnapshot& s = entry.stats;
+    const Labels model = {{"model", entry.name}, {"version", absl::StrCat(entry.version)}};
+    AddCounter(requests, With(model, "outcome", "success"), static_cast<double>(s.success.count));
+    for (size_t r = 0; r < engine::kFailureReasonCount; ++r) {
+      Labels labels = With(model, "outcome", "failure");
+      labels.push_back({"reason", std::string(engine::FailureReasonName(
+                                      static_cast<engine::FailureReason>(r)))});
+      AddCounter(requests, std::move(labels), static_cast<double>(s.failures_by_reason[r]));
+    }
+    AddCounter(items, model, static_cast<double>(s.inference_count));
+    AddCounter(batches, model, static_cast<double>(s.execution_count));
+    AddHistogram(batch_size, model, engine::kBatchSizeBucketBounds, s.batch_size);
+    AddGauge(queue_depth, model, static_cast<double>(s.queue_depth));
+    AddHistogram(request_duration, model, engine::kDurationBucketBoundsSeconds, s.request_duration);
+    AddHistogram(queue_duration, model, engine::kDurationBucketBoundsSeconds, s.queue_duration);
+    AddHistogram(compute_duration, With(model, "phase", "input"),
+                 engine::kDurationBucketBoundsSeconds, s.compute_input_duration);
+    AddHistogram(compute_duration, With(model, "phase", "infer"),
+                 engine::kDurationBucketBoundsSeconds, s.compute_infer_duration);
+    AddHistogram(compute_duration, With(model, "phase", "output"),
+                 engine::kDurationBucketBoundsSeconds, s.compute_output_duration);
+    AddCounter(device_items, model, static_cast<double>(s.device_items));
+    AddGauge(throughput, model, s.throughput_items_per_second);
+  }
+
+  std::vector<MetricFamily> families;
+  for (MetricFamily* family :
+       {&requests, &items, &batches, &batch_size, &queue_depth, &request_duration, &queue_duration,
+        &compute_duration, &device_items, &throughput}) {
+    families.push_back(std::move(*family));
+  }
+
+  MetricFamily log_dropped =
+      Family("sluice_log_dropped_total",
+             "Log records dropped because the logger's queue was full (--log-queue-capacity)",
+             MetricType::Counter);
+  AddCounter(log_dropped, {}, static_cast<double>(input.log_dropped));
+  families.push_back(std::move(log_dropped));
+
+  if (input.process.has_value()) {
+    const ProcessSample& p = *input.process;
+    auto gauge = [&](std::string name, std::string help, double value) {
+      MetricFamily family = Family(std::move(name), std::move(help), MetricType::Gauge);
+      AddGauge(family, {}, value);
+      families.push_back(std::move(family));
+    };
+    MetricFamily cpu =
+        Family("process_cpu_seconds_total", "Total user and system CPU time spent in seconds",
+               MetricType::Counter);
+    AddCounter(cpu, {}, p.cpu_seconds);
+    families.push_back(std::move(cpu));
+    gauge("process_resident_memory_bytes", "Resident memory size in bytes",
+          p.resident_memory_bytes);
+    gauge("process_virtual_memory_bytes", "Virtual memory size in bytes", p.virtual_memory_bytes);
+    gauge("process_open_fds", "Number of open file descriptors", p.open_fds);
+    gauge("process_max_fds", "Maximum number of open file descriptors", p.max_fds);
+    gauge("process_start_time_seconds", "Start time of the process since unix epoch in seconds",
+          p.start_time_seconds);
+  }
+
+  if (input.gpus.has_value()) {
+    MetricFamily used =
+        Family("sluice_gpu_memory_used_bytes", "GPU memory in use, from NVML", MetricType::Gauge);
+    MetricFamily total = Family("sluice_gpu_memory_total_bytes", "GPU memory in total, from NVML",
+                                MetricType::Gauge);
+    MetricFamily utilization =
+        Family("sluice_gpu_utilization_ratio",
+               "Fraction of the last sample period (NVML) in which a kernel ran on the GPU",
+               MetricType::Gauge);
+    for (const GpuSample& gpu : *input.gpus) {
+      const Labels labels = {{"gpu", absl::StrCat(gpu.index)}, {"gpu_uuid", gpu.uuid}};
+      AddGauge(used, labels, static_cast<double>(gpu.memory_used_bytes));
+      AddGauge(total, labels, static_cast<double>(gpu.memory_total_bytes));
+      AddGauge(utilization, labels, gpu.utilization_ratio);
+    }
+    families.push_back(std::move(used));
+    families.push_back(std::move(total));
+    families.push_back(std::move(utilization));
+  }
+  return families;
+}
+
+std::string SerializeText(const std::vector<MetricFamily>& families) {
+  std::ostringstream out;
+  prometheus::TextSerializer().Serialize(out, families);
+  return out.str();
+}
+
+// The one Collectable the Exposer serves: builds the families at scrape time.
+class MetricsExporter::EngineCollectable final : public prometheus::Collectable {
+ public:
+  EngineCollectable(const engine::Engine& engine, const common::Logger* logger,
+                    GpuMetricsSource* gpu_source)
+      : engine_(engine), logger_(logger), gpu_source_(gpu_source) {}
+
+  std::vector<MetricFamily> Collect() const override {
+    MetricsInput input;
+    if (auto stats = engine_.GetStats("", -1); stats.ok()) input.models = *std::move(stats);
+    if (logger_ != nullptr) input.log_dropped = logger_->dropped();
+    if (auto process = ReadProcessSample(); process.ok()) input.process = *process;
+    if (gpu_source_ != nullptr) input.gpus = gpu_source_->Sample();
+    return BuildMetricFamilies(input);
+  }
+
+ private:
+  const engine::Engine& engine_;
+  const common::Logger* const logger_;
+  GpuMetricsSource* const gpu_source_;
+};
+
+absl::StatusOr<std::unique_ptr<MetricsExporter>> MetricsExporter::Start(
+    const engine::Engine& engine, const common::Logger* logger, MetricsExporterOptions options) {
+  if (options.port < 0 || options.port > 65535) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("metrics port ", options.port, " is outside 0..65535"));
+  }
+  if (options.http_threads < 1) {
+    return absl::InvalidArgumentError("metrics exporter needs at least one HTTP thread");
+  }
+  // civetweb's syntax: "127.0.0.1:8002", "[::]:8002".
+  const bool ipv6 =
+      options.address.find(':') != std::string::npos && options.address.front() != '[';
+  const std::string listen = ipv6 ? absl::StrCat("[", options.address, "]:", options.port)
+                                  : absl::StrCat(options.address, ":", options.port);
+  auto collectable = std::make_shared<EngineCollectable>(engine, logger, options.gpu_source);
+  std::unique_ptr<prometheus::Exposer> exposer;
+  // prometheus-cpp reports a failed bind by throwing (civetweb's CivetException); this is the
+  // one place our code meets it, and it becomes a Status.
+  try {
+    exposer = std::make_unique<prometheus::Exposer>(std::vector<std::string>{
+        "listening_ports", listen, "num_threads", absl::StrCat(options.http_threads)});
+  } catch (const std::exception& e) {
+    return absl::UnavailableError(absl::StrCat("cannot serve metrics on ", listen, ": ", e.what(),
+                                               " (port in use, or a bad --metrics-address?)"));
+  }
+  const std::vector<int> ports = exposer->GetListeningPorts();
+  if (ports.empty() || ports.front() <= 0) {
+    return absl::UnavailableError(absl::StrCat("metrics server on ", listen, " bound no port"));
+  }
+  exposer->RegisterCollectable(collectable, "/metrics");
+  std::string wake_address = options.address;
+  if (wake_address == "0.0.0.0" || wake_address.empty()) wake_address = "127.0.0.1";
+  if (wake_address == "::" || wake_address == "[::]") wake_address = "::1";
+  if (wake_address.size() > 2 && wake_address.front() == '[') {
+    wake_address = wake_address.substr(1, wake_address.size() - 2);
+  }
+  return std::unique_ptr<MetricsExporter>(new MetricsExporter(
+      std::move(collectable), std::move(exposer), std::move(wake_address), ports.front()));
+}
+
+MetricsExporter::MetricsExporter(std::shared_ptr<EngineCollectable> collectable,
+                                 std::unique_ptr<prometheus::Exposer> exposer,
+                                 std::string wake_address, int port)
+    : collectable_(std::move(collectable)),
+      exposer_(std::move(exposer)),
+      wake_address_(std::move(wake_address)),
+      port_(port) {}
+
+MetricsExporter::~MetricsExporter() {
+  // civetweb's listener thread sees its stop flag only when poll() on the listening socket
+  // returns, which without traffic takes up to its 2 s timeout; connecting to the socket while
+  // the Exposer stops makes shutdown take milliseconds instead.
+  std::atomic<bool> stopped{false};
+  std::thread waker([&] {
+    while (!stopped.load()) {
+      Poke(wake_address_, port_);
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+  });
+  exposer_.reset();
+  stopped = true;
+  waker.join();
+}
+
+std::vector<MetricFamily> MetricsExporter::Collect() const { return collectable_->Collect(); }
+
+}  // namespace sluice::server

@@ -1,0 +1,126 @@
+#pragma once
+
+// MetricsExporter: serves Prometheus metrics over HTTP (prometheus-cpp's Exposer, a civetweb
+// server) on `--metrics-port`, path /metrics. Nothing is recorded here: at scrape time, on the HTTP
+// thread, it takes the engine's stats snapshot (engine::Engine::GetStats, plain C++ types), the
+// logger's drop count, the process's /proc readings and, where a GpuMetricsSource is given, the
+// GPUs' readings, and maps them to metric families named as ARCHITECTURE §5 says. The request
+// path never touches a Prometheus object, and a scrape costs the engine one short lock per model
+// version (the snapshot copy).
+//
+// Owned by main; borrows the engine and the logger, which must outlive it. Thread-safety: every
+// method may be called from any thread; scrapes run on the Exposer's threads (one listener thread
+// and `http_threads` workers, all started and joined by the Exposer).
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "engine/engine.h"
+#include "prometheus/metric_family.h"
+
+namespace prometheus {
+class Exposer;
+}
+
+namespace sluice::common {
+class Logger;
+}
+
+namespace sluice::server {
+
+// Readings of this process, from /proc/self (Linux). Prometheus' standard process_* metrics;
+// prometheus-cpp has no process collector.
+struct ProcessSample {
+  double resident_memory_bytes = 0;
+  double virtual_memory_bytes = 0;
+  double cpu_seconds = 0;  // user + system
+  double open_fds = 0;
+  double max_fds = 0;             // the soft RLIMIT_NOFILE
+  double start_time_seconds = 0;  // since the Unix epoch
+};
+// Internal if /proc cannot be read or parsed (not Linux, or /proc not mounted).
+absl::StatusOr<ProcessSample> ReadProcessSample();
+
+// One GPU's readings.
+struct GpuSample {
+  int index = 0;
+  std::string uuid;
+  uint64_t memory_used_bytes = 0;
+  uint64_t memory_total_bytes = 0;
+  double utilization_ratio = 0;  // 0..1, over the driver's last sample period
+};
+
+// Where GPU readings come from: NVML on a build and machine that have it (the CUDA engine's
+// issue). There is none in a CPU-only build, and then no sluice_gpu_* family is exported at all
+// (no made-up zeros). Sample() runs at scrape time on an HTTP thread; it must be thread-safe and
+// return quickly (NVML queries are), and never touch a CUDA stream.
+class GpuMetricsSource {
+ public:
+  virtual ~GpuMetricsSource() = default;
+  virtual std::vector<GpuSample> Sample() = 0;
+};
+
+// Everything one scrape maps.
+struct MetricsInput {
+  std::vector<engine::Engine::VersionStats> models;
+  uint64_t log_dropped = 0;
+  std::optional<ProcessSample> process;        // absent: no process_* families
+  std::optional<std::vector<GpuSample>> gpus;  // absent (no source): no sluice_gpu_* families
+};
+
+// The metric families for `input` (pure; the exporter's whole mapping). Every model version gets
+// every series, zeros included (each failure reason too), so dashboards and rate() work from the
+// first scrape. Histogram buckets are the engine's fixed bounds, cumulative, with +Inf.
+std::vector<prometheus::MetricFamily> BuildMetricFamilies(const MetricsInput& input);
+
+// `families` in the Prometheus text exposition format, as /metrics serves them.
+std::string SerializeText(const std::vector<prometheus::MetricFamily>& families);
+
+struct MetricsExporterOptions {
+  // Address the HTTP server binds ("0.0.0.0" all IPv4, "127.0.0.1", "::" all IPv6).
+  std::string address = "0.0.0.0";
+  // TCP port; 0 picks a free one (see port()).
+  int port = 8002;
+  // Worker threads that answer scrapes (besides civetweb's listener thread).
+  size_t http_threads = 2;
+  // GPU readings; borrowed, nullable (none: no GPU families). Must outlive the exporter.
+  GpuMetricsSource* gpu_source = nullptr;
+};
+
+class MetricsExporter {
+ public:
+  // Binds and starts serving /metrics. `engine` is borrowed and must outlive the exporter;
+  // `logger` is borrowed and nullable (then sluice_log_dropped_total reads 0). Unavailable if the
+  // address cannot be bound (port in use, bad address), naming it.
+  static absl::StatusOr<std::unique_ptr<MetricsExporter>> Start(const engine::Engine& engine,
+                                                                const common::Logger* logger,
+                                                                MetricsExporterOptions options);
+  // Stops the HTTP server (waits for a scrape in progress, joins its threads).
+  ~MetricsExporter();
+  MetricsExporter(const MetricsExporter&) = delete;
+  MetricsExporter& operator=(const MetricsExporter&) = delete;
+
+  // The bound port (the picked one when options.port was 0).
+  int port() const { return port_; }
+
+  // The families a scrape would return now.
+  std::vector<prometheus::MetricFamily> Collect() const;
+
+ private:
+  class EngineCollectable;
+  MetricsExporter(std::shared_ptr<EngineCollectable> collectable,
+                  std::unique_ptr<prometheus::Exposer> exposer, std::string wake_address, int port);
+
+  const std::shared_ptr<EngineCollectable> collectable_;
+  std::unique_ptr<prometheus::Exposer> exposer_;  // reset first by the destructor
+  // A loopback or bound address that reaches the listener (to wake it at shutdown).
+  const std::string wake_address_;
+  const int port_;
+};
+
+}  // namespace sluice::server

@@ -1,0 +1,208 @@
+#include "server/metrics_exporter.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <ctime>
+#include <set>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "common/log.h"
+#include "engine/model_stats.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace sluice::server {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+// GET http://127.0.0.1:<port><path> with HTTP/1.0; the body, or "" on any failure.
+std::string HttpGet(int port, const std::string& path) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return "";
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  std::string response;
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) {
+    const std::string request = absl::StrCat("GET ", path, " HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n");
+    if (write(fd, request.data(), request.size()) == static_cast<ssize_t>(request.size())) {
+      char buf[8192];
+      ssize_t n;
+      while ((n = read(fd, buf, sizeof(buf))) > 0) response.append(buf, static_cast<size_t>(n));
+    }
+  }
+  close(fd);
+  const size_t body = response.find("\r\n\r\n");
+  return body == std::string::npos ? "" : response.substr(body + 4);
+}
+
+// One version of "simple" with known counts.
+engine::Engine::VersionStats SampleStats() {
+  engine::ModelStats stats;
+  const std::vector<engine::RequestTiming> requests = {
+      {"a", 1, std::chrono::microseconds(30), std::chrono::milliseconds(2)},
+      {"b", 2, std::chrono::microseconds(700), std::chrono::milliseconds(20)},
+  };
+  stats.RecordBatch({.items = 3,
+                     .input = std::chrono::microseconds(10),
+                     .infer = std::chrono::microseconds(400),
+                     .output = std::chrono::microseconds(20),
+                     .requests = requests});
+  engine::InferenceRequest failed("simple", 1, [](absl::StatusOr<engine::InferenceResponse>) {});
+  failed.received_time = std::chrono::steady_clock::now();
+  stats.RecordFailure(failed, absl::StatusCode::kResourceExhausted);
+  stats.RecordFailure(failed, absl::StatusCode::kResourceExhausted);
+  stats.RecordFailure(failed, absl::StatusCode::kDeadlineExceeded);
+  failed.Complete(absl::CancelledError("test"));
+  const auto t0 = std::chrono::steady_clock::now();
+  stats.RecordDeviceItems(10, t0);
+  stats.RecordDeviceItems(13, t0 + std::chrono::milliseconds(100));
+  engine::Engine::VersionStats entry{"simple", 1, stats.Snapshot()};
+  entry.stats.queue_depth = 4;
+  return entry;
+}
+
+TEST(MetricsExporterTest, MapsTheSnapshotToFamilies) {
+  MetricsInput input;
+  input.models.push_back(SampleStats());
+  input.log_dropped = 7;
+  const std::string text = SerializeText(BuildMetricFamilies(input));
+  const std::string m = R"(model="simple",version="1")";
+  // Requests by outcome, and every failure reason (zeros included).
+  EXPECT_THAT(text, HasSubstr("# TYPE sluice_inference_requests_total counter\n"));
+  EXPECT_THAT(text, HasSubstr("sluice_inference_requests_total{" + m + R"(,outcome="success"} 2)"));
+  EXPECT_THAT(text, HasSubstr("sluice_inference_requests_total{" + m +
+                              R"(,outcome="failure",reason="queue_full"} 2)"));
+  EXPECT_THAT(text, HasSubstr("sluice_inference_requests_total{" + m +
+                              R"(,outcome="failure",reason="deadline_exceeded"} 1)"));
+  for (const char* reason : {"invalid_argument", "unavailable", "internal", "other"}) {
+    EXPECT_THAT(text, HasSubstr(absl::StrCat("sluice_inference_requests_total{", m,
+                                             R"(,outcome="failure",reason=")", reason, R"("} 0)")));
+  }
+  EXPECT_THAT(text, HasSubstr("sluice_inference_items_total{" + m + "} 3\n"));
+  EXPECT_THAT(text, HasSubstr("sluice_batches_total{" + m + "} 1\n"));
+  EXPECT_THAT(text, HasSubstr("# TYPE sluice_queue_depth gauge\n"));
+  EXPECT_THAT(text, HasSubstr("sluice_queue_depth{" + m + "} 4\n"));
+  // Histograms: cumulative buckets ending at +Inf, count and sum.
+  EXPECT_THAT(text, HasSubstr("# TYPE sluice_batch_size histogram\n"));
+  EXPECT_THAT(text, HasSubstr("sluice_batch_size_bucket{" + m + R"(,le="2"} 0)"));
+  EXPECT_THAT(text, HasSubstr("sluice_batch_size_bucket{" + m + R"(,le="4"} 1)"));
+  EXPECT_THAT(text, HasSubstr("sluice_batch_size_bucket{" + m + R"(,le="+Inf"} 1)"));
+  EXPECT_THAT(text, HasSubstr("sluice_batch_size_sum{" + m + "} 3\n"));
+  EXPECT_THAT(text, HasSubstr("sluice_request_duration_seconds_count{" + m + "} 2\n"));
+  EXPECT_THAT(text, HasSubstr("sluice_request_duration_seconds_bucket{" + m + R"(,le="0.001"} 0)"));
+  EXPECT_THAT(text,
+              HasSubstr("sluice_request_duration_seconds_bucket{" + m + R"(,le="0.0025"} 1)"));
+  EXPECT_THAT(text, HasSubstr("sluice_request_duration_seconds_bucket{" + m + R"(,le="0.025"} 2)"));
+  EXPECT_THAT(text, HasSubstr("sluice_request_duration_seconds_bucket{" + m + R"(,le="+Inf"} 2)"));
+  EXPECT_THAT(text, HasSubstr("sluice_request_duration_seconds_sum{" + m + "} 0.022"));
+  EXPECT_THAT(text, HasSubstr("sluice_queue_duration_seconds_bucket{" + m + R"(,le="0.0001"} 1)"));
+  for (const char* phase : {"input", "infer", "output"}) {
+    EXPECT_THAT(text, HasSubstr(absl::StrCat("sluice_compute_duration_seconds_count{", m,
+                                             R"(,phase=")", phase, R"("} 1)")));
+  }
+  EXPECT_THAT(text, HasSubstr("sluice_compute_duration_seconds_bucket{" + m +
+                              R"(,phase="infer",le="0.0005"} 1)"));
+  // Collector readings.
+  EXPECT_THAT(text, HasSubstr("sluice_device_items_total{" + m + "} 13\n"));
+  EXPECT_THAT(text, HasSubstr("sluice_throughput_items_per_second{" + m + "} 30\n"));
+  EXPECT_THAT(text, HasSubstr("sluice_log_dropped_total 7\n"));
+  // Nothing made up: no process or GPU readings were given.
+  EXPECT_THAT(text, Not(HasSubstr("process_")));
+  EXPECT_THAT(text, Not(HasSubstr("sluice_gpu_")));
+}
+
+TEST(MetricsExporterTest, NoModelsStillExportsEveryFamily) {
+  const auto families = BuildMetricFamilies(MetricsInput{});
+  std::set<std::string> names;
+  for (const auto& family : families) names.insert(family.name);
+  for (const char* name : {"sluice_inference_requests_total", "sluice_inference_items_total",
+                           "sluice_batches_total", "sluice_batch_size", "sluice_queue_depth",
+                           "sluice_request_duration_seconds", "sluice_queue_duration_seconds",
+                           "sluice_compute_duration_seconds", "sluice_device_items_total",
+                           "sluice_throughput_items_per_second", "sluice_log_dropped_total"}) {
+    EXPECT_EQ(names.count(name), 1u) << name;
+  }
+}
+
+TEST(MetricsExporterTest, MapsProcessAndGpuReadings) {
+  MetricsInput input;
+  input.process = ProcessSample{.resident_memory_bytes = 1048576,
+                                .virtual_memory_bytes = 4194304,
+                                .cpu_seconds = 1.5,
+                                .open_fds = 12,
+                                .max_fds = 1024,
+                                .start_time_seconds = 1700000000};
+  input.gpus = std::vector<GpuSample>{{.index = 0,
+                                       .uuid = "GPU-abc",
+                                       .memory_used_bytes = 2048,
+                                       .memory_total_bytes = 8192,
+                                       .utilization_ratio = 0.25}};
+  const std::string text = SerializeText(BuildMetricFamilies(input));
+  EXPECT_THAT(text, HasSubstr("process_resident_memory_bytes 1048576\n"));
+  EXPECT_THAT(text, HasSubstr("process_virtual_memory_bytes 4194304\n"));
+  EXPECT_THAT(text, HasSubstr("# TYPE process_cpu_seconds_total counter\n"));
+  EXPECT_THAT(text, HasSubstr("process_cpu_seconds_total 1.5\n"));
+  EXPECT_THAT(text, HasSubstr("process_open_fds 12\n"));
+  EXPECT_THAT(text, HasSubstr("process_max_fds 1024\n"));
+  EXPECT_THAT(text, HasSubstr("process_start_time_seconds 1700000000\n"));
+  EXPECT_THAT(text, HasSubstr(R"(sluice_gpu_memory_used_bytes{gpu="0",gpu_uuid="GPU-abc"} 2048)"));
+  EXPECT_THAT(text, HasSubstr(R"(sluice_gpu_memory_total_bytes{gpu="0",gpu_uuid="GPU-abc"} 8192)"));
+  EXPECT_THAT(text, HasSubstr(R"(sluice_gpu_utilization_ratio{gpu="0",gpu_uuid="GPU-abc"} 0.25)"));
+}
+
+TEST(MetricsExporterTest, ReadsThisProcess) {
+  absl::StatusOr<ProcessSample> sample = ReadProcessSample();
+  ASSERT_TRUE(sample.ok()) << sample.status();
+  EXPECT_GT(sample->resident_memory_bytes, 1e5);
+  EXPECT_GE(sample->virtual_memory_bytes, sample->resident_memory_bytes);
+  EXPECT_GE(sample->cpu_seconds, 0.0);
+  EXPECT_GE(sample->open_fds, 3.0);  // stdin, stdout, stderr at least
+  EXPECT_GE(sample->max_fds, sample->open_fds);
+  const double now = static_cast<double>(std::time(nullptr));
+  EXPECT_LE(sample->start_time_seconds, now + 2);
+  EXPECT_GT(sample->start_time_seconds, now - 3600);
+}
+
+// A fake NVML: the hook's contract is only "return the readings".
+class FakeGpuSource final : public GpuMetricsSource {
+ public:
+  std::vector<GpuSample> Sample() override {
+    return {{.index = 1, .uuid = "GPU-fake", .memory_used_bytes = 5}};
+  }
+};
+
+TEST(MetricsExporterTest, ServesMetricsOverHttpOnAPickedPort) {
+  common::Logger logger({.min_level = common::LogLevel::kError});
+  auto engine = engine::Engine::Create({});
+  ASSERT_TRUE(engine.ok());
+  FakeGpuSource gpus;
+  auto exporter = MetricsExporter::Start(**engine, &logger,
+                                         {.address = "127.0.0.1", .port = 0, .gpu_source = &gpus});
+  ASSERT_TRUE(exporter.ok()) << exporter.status();
+  ASSERT_GT((*exporter)->port(), 0);
+  const std::string body = HttpGet((*exporter)->port(), "/metrics");
+  EXPECT_THAT(body, HasSubstr("# TYPE sluice_log_dropped_total counter\n"));
+  EXPECT_THAT(body, HasSubstr("sluice_log_dropped_total 0\n"));
+  EXPECT_THAT(body, HasSubstr("process_resident_memory_bytes "));
+  EXPECT_THAT(body, HasSubstr(R"(sluice_gpu_memory_used_bytes{gpu="1",gpu_uuid="GPU-fake"} 5)"));
+
+  // The same port again: a Status naming the address, not an exception.
+  auto second = MetricsExporter::Start(**engine, &logger,
+                                       {.address = "127.0.0.1", .port = (*exporter)->port()});
+  ASSERT_FALSE(second.ok());
+  EXPECT_EQ(second.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(std::string(second.status().message()),
+              HasSubstr(absl::StrCat("127.0.0.1:", (*exporter)->port())));
+  EXPECT_FALSE(MetricsExporter::Start(**engine, &logger, {.port = 70000}).ok());
+}
+
+}  // namespace
+}  // namespace sluice::server
