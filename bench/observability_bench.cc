@@ -21,6 +21,8 @@
 //   build/bench/observability_bench                      # defaults: 7 rounds x 2 s per side
 //   build/bench/observability_bench --rounds 9 --seconds 3 --concurrency 64 --batch 1
 
+#include <sys/resource.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -50,7 +52,10 @@ struct Flags {
   int batch = 1;
   int elements = 16;  // FP32 elements per item
   int collector_interval_ms = 10;
+  double access_log_sample_rate = 1.0;  // the logging side's
   std::string log_file = "/tmp/sluice_observability_bench.log";
+  // Run only the logging side pair ("logging"), only the collector pair ("collector"), or both.
+  std::string only;
 };
 
 // One side of an experiment.
@@ -63,6 +68,9 @@ struct Side {
 
 struct RunResult {
   double items_per_second = 0;
+  // Process CPU time (all threads, user + system) per item over the timed window: less sensitive
+  // than throughput to other processes sharing the cores.
+  double cpu_us_per_item = 0;
   uint64_t log_written = 0;
   uint64_t log_dropped = 0;
 };
@@ -76,6 +84,13 @@ engine::ModelSpec IdentitySpec(const Flags& flags) {
   config.outputs = {{"OUTPUT0", engine::DataType::kFp32, {flags.elements}}};
   config.dynamic_batching = engine::DynamicBatchingConfig{};  // batch what is queued, no delay
   return engine::ModelSpec{std::move(config), 1, ""};
+}
+
+double ProcessCpuSeconds() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  auto seconds = [](const timeval& t) { return static_cast<double>(t.tv_sec) + t.tv_usec / 1e6; };
+  return seconds(usage.ru_utime) + seconds(usage.ru_stime);
 }
 
 // A closed loop: `concurrency` requests outstanding, one submitter thread; items answered per
@@ -133,8 +148,10 @@ RunResult RunSide(const Flags& flags, const Side& side) {
     std::this_thread::sleep_for(std::chrono::duration<double>(flags.warmup_seconds));
     const uint64_t items_start = answered_items.load();
     const auto t0 = Clock::now();
+    const double cpu0 = ProcessCpuSeconds();
     std::this_thread::sleep_for(std::chrono::duration<double>(flags.seconds));
     const uint64_t items_end = answered_items.load();
+    const double cpu1 = ProcessCpuSeconds();
     const auto t1 = Clock::now();
     stop = true;
     submitter.join();
@@ -146,6 +163,7 @@ RunResult RunSide(const Flags& flags, const Side& side) {
     }
     result.items_per_second = static_cast<double>(items_end - items_start) /
                               std::chrono::duration<double>(t1 - t0).count();
+    result.cpu_us_per_item = 1e6 * (cpu1 - cpu0) / static_cast<double>(items_end - items_start);
     (*engine)->Shutdown();
     logger.Flush();
     result.log_written = logger.written();
@@ -165,14 +183,17 @@ struct Experiment {
   std::string name;
   Side on;
   Side off;
-  std::vector<double> on_rate, off_rate, ratios;
+  std::vector<double> on_rate, off_rate, ratios, on_cpu, off_cpu;
   uint64_t on_written = 0, on_dropped = 0;
 };
 
 int Main(const Flags& flags) {
   std::vector<Experiment> experiments(2);
   experiments[0].name = "logging";
-  experiments[0].on = {"info + access log (rate 1)", common::LogLevel::kInfo, 1.0, {}};
+  experiments[0].on = {absl::StrCat("info + access log (rate ", flags.access_log_sample_rate, ")"),
+                       common::LogLevel::kInfo,
+                       flags.access_log_sample_rate,
+                       {}};
   experiments[0].off = {"level error, no access log", common::LogLevel::kError, 0.0, {}};
   experiments[1].name = "collector";
   experiments[1].on = {absl::StrCat("collector every ", flags.collector_interval_ms, " ms"),
@@ -185,9 +206,10 @@ int Main(const Flags& flags) {
       "%.1f s per side (+%.1f s warm-up), %u hardware threads\n\n",
       flags.batch, flags.elements, flags.concurrency, flags.rounds, flags.seconds,
       flags.warmup_seconds, std::thread::hardware_concurrency());
-  std::printf("| round | experiment | side | items/s |\n|---|---|---|---|\n");
+  std::printf("| round | experiment | side | items/s | CPU us/item |\n|---|---|---|---|---|\n");
   for (int round = 0; round < flags.rounds; ++round) {
     for (Experiment& e : experiments) {
+      if (!flags.only.empty() && flags.only != e.name) continue;
       // ABBA: the side that runs first alternates from round to round.
       const bool on_first = round % 2 == 0;
       RunResult on, off;
@@ -201,22 +223,28 @@ int Main(const Flags& flags) {
       e.on_rate.push_back(on.items_per_second);
       e.off_rate.push_back(off.items_per_second);
       e.ratios.push_back(on.items_per_second / off.items_per_second);
+      e.on_cpu.push_back(on.cpu_us_per_item);
+      e.off_cpu.push_back(off.cpu_us_per_item);
       e.on_written += on.log_written;
       e.on_dropped += on.log_dropped;
-      std::printf("| %d | %s | %s | %.0f |\n| %d | %s | %s | %.0f |\n", round + 1, e.name.c_str(),
-                  e.on.name.c_str(), on.items_per_second, round + 1, e.name.c_str(),
-                  e.off.name.c_str(), off.items_per_second);
+      std::printf("| %d | %s | %s | %.0f | %.2f |\n| %d | %s | %s | %.0f | %.2f |\n", round + 1,
+                  e.name.c_str(), e.on.name.c_str(), on.items_per_second, on.cpu_us_per_item,
+                  round + 1, e.name.c_str(), e.off.name.c_str(), off.items_per_second,
+                  off.cpu_us_per_item);
       std::fflush(stdout);
     }
   }
   std::printf(
-      "\n| experiment | on | off | median items/s on | median items/s off | ratio on/off "
-      "(medians) | median of per-round ratios |\n|---|---|---|---|---|---|---|\n");
+      "\n| experiment | on | off | median items/s on | median items/s off | throughput ratio "
+      "on/off (medians) | median of per-round ratios | median CPU us/item on | off |\n"
+      "|---|---|---|---|---|---|---|---|---|\n");
   for (const Experiment& e : experiments) {
+    if (e.on_rate.empty()) continue;
     const double on = Median(e.on_rate);
     const double off = Median(e.off_rate);
-    std::printf("| %s | %s | %s | %.0f | %.0f | %.3f | %.3f |\n", e.name.c_str(), e.on.name.c_str(),
-                e.off.name.c_str(), on, off, on / off, Median(e.ratios));
+    std::printf("| %s | %s | %s | %.0f | %.0f | %.3f | %.3f | %.2f | %.2f |\n", e.name.c_str(),
+                e.on.name.c_str(), e.off.name.c_str(), on, off, on / off, Median(e.ratios),
+                Median(e.on_cpu), Median(e.off_cpu));
   }
   const Experiment& logging = experiments[0];
   const double total = static_cast<double>(logging.on_written + logging.on_dropped);
@@ -257,8 +285,14 @@ int main(int argc, char** argv) {
                  "The collector's interval on its 'on' side")
       ->check(CLI::Range(1, 60000))
       ->capture_default_str();
+  app.add_option("--access-log-sample-rate", flags.access_log_sample_rate,
+                 "The access-log sample rate of the logging experiment's 'on' side")
+      ->check(CLI::Range(0.0, 1.0))
+      ->capture_default_str();
   app.add_option("--log-file", flags.log_file, "Where the logging side writes (removed at the end)")
       ->capture_default_str();
+  app.add_option("--only", flags.only, "Run one experiment: logging or collector (for profiling)")
+      ->check(CLI::IsMember({"logging", "collector"}));
   CLI11_PARSE(app, argc, argv);
   return sluice::bench::Main(flags);
 }
