@@ -1,15 +1,24 @@
 #!/usr/bin/env python3
-"""The CPU image, really built and run (podman, as ../shared/tools/container-env.sh sets it up;
-the Dockerfile is the plain Docker one). Checks: health through the image's HEALTHCHECK and the
-protocol, inferences on `simple` and `mlp` with values checked, /metrics, then SIGTERM under load:
-every request the server accepted is answered (its final success count equals the OKs the client
-received) and the container exits 0. Prints the image size.
+"""The container images, really built and run (podman, as ../shared/tools/container-env.sh sets it
+up; the Dockerfiles are the plain Docker ones). Checks: health through the image's HEALTHCHECK and
+the protocol, inferences on `simple` and `mlp` with values checked, /metrics, then SIGTERM under
+load: every request the server accepted is answered (its final success count equals the OKs the
+client received) and the container exits 0. Prints the image size.
+
+--variant cpu (default): deploy/docker/Dockerfile as it is.
+--variant cuda-standin: deploy/docker/Dockerfile.cuda with Debian 12 slim standing in for NVIDIA's
+CUDA devel and runtime bases (no registry here) and the host's /usr/local/cuda mounted into the
+build and the container: every command of the CUDA build stage runs (nvcc, sm_90 + PTX), and the
+image starts and serves on the CPU backend because the machine has no GPU.
+
+Exit code 77 (CTest: skipped) with the reason when podman cannot be set up on this machine.
 """
 import argparse
 import json
 import os
 import re
 import shlex
+import shutil
 import socket
 import struct
 import subprocess
@@ -19,7 +28,8 @@ import unittest
 import urllib.request
 
 ARGS = None
-IMAGE = "localhost/sluice:cpu-test"
+IMAGE = None  # set from --variant
+SKIP = 77
 
 
 def sh(cmd, check=True, capture=True, timeout=None):
@@ -34,8 +44,12 @@ def free_port():
 
 
 def container_env():
-    """Runs container-env.sh (idempotent) and returns its exported variables."""
-    out = sh(["bash", ARGS.container_env]).stdout
+    """Runs container-env.sh (idempotent) and returns its exported variables; with no such script,
+    podman as it is with the same flags."""
+    if not os.path.exists(ARGS.container_env):
+        return {"PODMAN_BUILD_FLAGS": "--pull=never --network host --format docker",
+                "PODMAN_RUN_FLAGS": "--pull=never --network host"}
+    out = sh(["bash", ARGS.container_env], timeout=1200).stdout
     env = {}
     for line in out.splitlines():
         m = re.match(r'export (\w+)="(.*)"$', line)
@@ -55,9 +69,18 @@ class ContainerTest(unittest.TestCase):
         env = container_env()
         cls.build_flags = shlex.split(env["PODMAN_BUILD_FLAGS"])
         cls.run_flags = shlex.split(env["PODMAN_RUN_FLAGS"])
+        cls.cuda = ARGS.variant == "cuda-standin"
+        dockerfile = "deploy/docker/Dockerfile.cuda" if cls.cuda else "deploy/docker/Dockerfile"
+        variant_build_flags, cls.variant_run_flags = [], []
+        if cls.cuda:
+            base = env.get("CONTAINER_ENV_BASE_IMAGE", "debian:bookworm-slim")
+            cuda_mount = ["-v", f"{ARGS.cuda_root}:/usr/local/cuda:ro"]
+            variant_build_flags = ["--build-arg", f"BUILD_IMAGE={base}",
+                                   "--build-arg", f"RUNTIME_IMAGE={base}", *cuda_mount]
+            cls.variant_run_flags = [*cuda_mount, "-e", "LD_LIBRARY_PATH=/usr/local/cuda/lib64"]
         t0 = time.time()
-        build = subprocess.run(["podman", "build", *cls.build_flags, "-t", IMAGE, "-f",
-                                os.path.join(ARGS.repo, "deploy/docker/Dockerfile"), ARGS.repo],
+        build = subprocess.run(["podman", "build", *cls.build_flags, *variant_build_flags,
+                                "-t", IMAGE, "-f", os.path.join(ARGS.repo, dockerfile), ARGS.repo],
                                capture_output=True, text=True)
         if build.returncode != 0:
             raise RuntimeError("podman build failed:\n" + build.stdout[-4000:] + build.stderr[-4000:])
@@ -66,7 +89,7 @@ class ContainerTest(unittest.TestCase):
               file=sys.stderr)
         cls.grpc_port, cls.metrics_port = free_port(), free_port()
         cls.name = f"sluice-test-{os.getpid()}"
-        sh(["podman", "run", "-d", "--name", cls.name, *cls.run_flags,
+        sh(["podman", "run", "-d", "--name", cls.name, *cls.run_flags, *cls.variant_run_flags,
             "-e", f"SLUICE_GRPC_PORT={cls.grpc_port}",
             "-e", f"SLUICE_METRICS_PORT={cls.metrics_port}",
             "-e", "SLUICE_GRPC_ADDRESS=127.0.0.1", "-e", "SLUICE_METRICS_ADDRESS=127.0.0.1",
@@ -129,6 +152,10 @@ class ContainerTest(unittest.TestCase):
                                out.raw_output_contents[0])
         self.assertTrue(all(v == v for v in values))  # no NaN
 
+    def test_2b_device_line(self):
+        # Without a GPU the server says, once, that it runs on the CPU backend (the CUDA image too).
+        self.assertRegex(self.logs(), r"(?i)CPU backend")
+
     def test_3_metrics(self):
         body = urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics",
                                       timeout=10).read().decode()
@@ -179,5 +206,17 @@ if __name__ == "__main__":
     parser.add_argument("--repo", required=True)
     parser.add_argument("--stubs", required=True)
     parser.add_argument("--container-env", required=True)
+    parser.add_argument("--variant", choices=["cpu", "cuda-standin"], default="cpu")
+    parser.add_argument("--cuda-root", default="/usr/local/cuda")
     ARGS, rest = parser.parse_known_args()
+    IMAGE = f"localhost/sluice:{ARGS.variant}-test"
+    if not os.path.exists(ARGS.container_env) and not shutil.which("podman"):
+        print(f"SKIP: neither {ARGS.container_env} (sets podman up) nor podman is here",
+              file=sys.stderr)
+        sys.exit(SKIP)
+    if ARGS.variant == "cuda-standin" and not os.path.exists(
+            os.path.join(ARGS.cuda_root, "bin/nvcc")):
+        print(f"SKIP: no CUDA toolkit at {ARGS.cuda_root} to stand in for the CUDA base image",
+              file=sys.stderr)
+        sys.exit(SKIP)
     unittest.main(argv=[sys.argv[0]] + rest, verbosity=2)
