@@ -19,6 +19,7 @@
 
 #include "absl/status/status.h"
 #include "common/clock.h"
+#include "engine/model_scheduler.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -849,6 +850,42 @@ TEST_F(EngineTest, RequestDeadlinePassedInQueueIsDeadlineExceeded) {
   absl::StatusOr<std::vector<Engine::VersionStats>> stats = engine_->GetStats("id", -1);
   ASSERT_TRUE(stats.ok()) << stats.status();
   EXPECT_EQ((*stats)[0].stats.execution_count, 0u);
+}
+
+TEST_F(EngineTest, CancelledQueuedRequestLeavesTheQueueWithoutRunning) {
+  UseFakeClock();
+  // A long batching delay keeps both requests queued until the test moves the clock.
+  Load(Spec(IdentityConfig("id", DataType::kFp32, {2}, 8, microseconds(1'000'000))));
+  auto cancelled_flag = std::make_shared<std::atomic<bool>>(false);
+  auto cancelled = std::make_shared<Answer>();
+  auto kept = std::make_shared<Answer>();
+  auto request = MakeRequest(
+      "id", -1, {{"INPUT0", DataType::kFp32, {1, 2}, ToBytes(std::vector<float>{1, 2})}},
+      Answer::Into(cancelled));
+  request->cancelled = cancelled_flag;
+  engine_->Submit(std::move(request));
+  engine_->Submit(MakeRequest(
+      "id", -1, {{"INPUT0", DataType::kFp32, {1, 2}, ToBytes(std::vector<float>{3, 4})}},
+      Answer::Into(kept)));
+  cancelled_flag->store(true);
+  clock_.Advance(ModelScheduler::kCancelSweepPeriod);
+  ASSERT_TRUE(cancelled->Wait());
+  EXPECT_EQ(cancelled->result().status().code(), absl::StatusCode::kCancelled);
+  EXPECT_EQ(kept->count(), 0);  // still waiting for its batch: only the cancelled one left
+
+  absl::StatusOr<std::vector<Engine::VersionStats>> stats = engine_->GetStats("id", -1);
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  EXPECT_EQ((*stats)[0].stats.queue_depth, 1u);
+  EXPECT_EQ((*stats)[0].stats.failures_by_reason[static_cast<size_t>(FailureReason::kCancelled)],
+            1u);
+
+  clock_.Advance(microseconds(1'000'000));
+  ASSERT_TRUE(kept->Wait());
+  ASSERT_TRUE(kept->result().ok()) << kept->result().status();
+  EXPECT_EQ(FromBytes<float>(kept->result()->outputs[0].data), (std::vector<float>{3, 4}));
+  stats = engine_->GetStats("id", -1);
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  EXPECT_EQ((*stats)[0].stats.execution_count, 1u);  // the cancelled request never ran
 }
 
 // --- Drain and shutdown -------------------------------------------------------------------------

@@ -64,6 +64,13 @@ class InferenceRequest {
   // The client's own deadline (its gRPC deadline): a request still queued then fails with
   // DEADLINE_EXCEEDED, since nobody waits for its answer any more. Always honoured.
   std::optional<TimePoint> deadline;
+  // Set by the RPC layer, from any thread, when the client cancels the call or goes away. A
+  // request still queued then leaves the queue (within ModelScheduler's sweep period), answered
+  // CANCELLED and counted, without running: nobody reads its answer. Null: not cancellable.
+  std::shared_ptr<const std::atomic<bool>> cancelled;
+  bool IsCancelled() const {
+    return cancelled != nullptr && cancelled->load(std::memory_order_relaxed);
+  }
   // A queue timeout the client asked for (the "timeout" request parameter); it replaces the
   // model's default_timeout only where the config sets allow_timeout_override.
   std::optional<std::chrono::microseconds> timeout;

@@ -60,7 +60,13 @@ void ModelScheduler::Enqueue(std::unique_ptr<InferenceRequest> request) {
       }
       if (timeout.count() > 0) expires_at = now + timeout;
       if (request->deadline.has_value()) expires_at = std::min(expires_at, *request->deadline);
-      if (expires_at != common::Clock::TimePoint::max()) ++entries_with_deadline_;
+      if (expires_at != common::Clock::TimePoint::max()) {
+        ++entries_with_deadline_;
+        earliest_expiry_ = std::min(earliest_expiry_, expires_at);
+      }
+      if (request->cancelled != nullptr) {
+        if (entries_cancellable_++ == 0) next_cancel_sweep_ = now + kCancelSweepPeriod;
+      }
       queue_.push_back(Entry{std::move(request), expires_at});
     }
   }
@@ -137,38 +143,71 @@ bool ModelScheduler::Compatible(const InferenceRequest& a, const InferenceReques
   return true;
 }
 
+void ModelScheduler::ForgetLocked(const Entry& entry) {
+  if (entry.expires_at != common::Clock::TimePoint::max()) --entries_with_deadline_;
+  if (entry.request->cancelled != nullptr) --entries_cancellable_;
+}
+
+void ModelScheduler::SweepLocked(
+    common::Clock::TimePoint now,
+    std::vector<std::pair<std::unique_ptr<InferenceRequest>, absl::StatusCode>>& out) {
+  earliest_expiry_ = common::Clock::TimePoint::max();
+  for (auto it = queue_.begin(); it != queue_.end();) {
+    absl::StatusCode code = absl::StatusCode::kOk;
+    if (it->expires_at <= now) {
+      code = absl::StatusCode::kDeadlineExceeded;
+    } else if (it->request->IsCancelled()) {
+      code = absl::StatusCode::kCancelled;
+    }
+    if (code == absl::StatusCode::kOk) {
+      earliest_expiry_ = std::min(earliest_expiry_, it->expires_at);
+      ++it;
+      continue;
+    }
+    ForgetLocked(*it);
+    out.emplace_back(std::move(it->request), code);
+    it = queue_.erase(it);
+  }
+  next_cancel_sweep_ = now + kCancelSweepPeriod;
+}
+
+void ModelScheduler::AnswerSwept(
+    std::vector<std::pair<std::unique_ptr<InferenceRequest>, absl::StatusCode>>& swept) {
+  for (auto& [request, code] : swept) {
+    options_.stats->RecordFailure(*request, code);
+    if (code == absl::StatusCode::kCancelled) {
+      request->Complete(absl::CancelledError(absl::StrCat(
+          "request cancelled by the client while queued for model '", config_.name, "'")));
+    } else {
+      request->Complete(absl::DeadlineExceededError(absl::StrCat(
+          "request timed out in the queue of model '", config_.name, "' before it ran")));
+    }
+  }
+  swept.clear();
+}
+
 void ModelScheduler::BatcherLoop() {
   std::vector<PendingRequest> pending;
-  std::vector<std::unique_ptr<InferenceRequest>> expired;
+  std::vector<std::pair<std::unique_ptr<InferenceRequest>, absl::StatusCode>> swept;
   std::unique_lock<std::mutex> lock(mu_);
   for (;;) {
     const auto now = options_.clock->Now();
 
-    // 1. Requests whose deadline passed leave the queue before they can be batched.
-    auto next_expiry = common::Clock::TimePoint::max();
-    if (entries_with_deadline_ > 0) {
-      for (auto it = queue_.begin(); it != queue_.end();) {
-        if (it->expires_at <= now) {
-          expired.push_back(std::move(it->request));
-          --entries_with_deadline_;
-          it = queue_.erase(it);
-        } else {
-          next_expiry = std::min(next_expiry, it->expires_at);
-          ++it;
-        }
-      }
-    }
-    if (!expired.empty()) {
+    // 1. Requests whose deadline passed, or whose client cancelled, leave the queue before they
+    // can be batched. The queue is walked only when a deadline is due or a cancel sweep is: not
+    // once per batch, which would cost O(queue) per batch under load.
+    const bool deadline_due = entries_with_deadline_ > 0 && now >= earliest_expiry_;
+    const bool cancel_sweep_due = entries_cancellable_ > 0 && now >= next_cancel_sweep_;
+    if (deadline_due || cancel_sweep_due) SweepLocked(now, swept);
+    if (!swept.empty()) {
       lock.unlock();
-      for (auto& request : expired) {
-        options_.stats->RecordFailure(*request, absl::StatusCode::kDeadlineExceeded);
-        request->Complete(absl::DeadlineExceededError(absl::StrCat(
-            "request timed out in the queue of model '", config_.name, "' before it ran")));
-      }
-      expired.clear();
+      AnswerSwept(swept);
       lock.lock();
       continue;
     }
+    auto next_expiry =
+        entries_with_deadline_ > 0 ? earliest_expiry_ : common::Clock::TimePoint::max();
+    if (entries_cancellable_ > 0) next_expiry = std::min(next_expiry, next_cancel_sweep_);
 
     if (queue_.empty()) {
       if (stopping_) return;
@@ -219,12 +258,16 @@ void ModelScheduler::BatcherLoop() {
     batch.dispatch_time = now;
     for (int i = 0; i < decision.request_count; ++i) {
       Entry& entry = queue_.front();
-      if (entry.expires_at != common::Clock::TimePoint::max()) --entries_with_deadline_;
-      batch.items += entry.request->batch_size;
-      batch.requests.push_back(std::move(entry.request));
+      ForgetLocked(entry);
+      if (entry.request->IsCancelled()) {  // cancelled since the last sweep: never runs
+        swept.emplace_back(std::move(entry.request), absl::StatusCode::kCancelled);
+      } else {
+        batch.items += entry.request->batch_size;
+        batch.requests.push_back(std::move(entry.request));
+      }
       queue_.pop_front();
     }
-    executors_[executor]->Execute(std::move(batch));
+    if (!batch.requests.empty()) executors_[executor]->Execute(std::move(batch));
   }
 }
 

@@ -10,6 +10,7 @@
 #include <memory>
 #include <mutex>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -50,8 +51,14 @@ class ModelScheduler {
   // slot frees. REQUIRES: not started, executors non-empty.
   void Start(std::vector<std::unique_ptr<Executor>> executors);
 
+  // How often the batcher looks for cancelled requests in the queue while any is cancellable
+  // (scheduler clock): a cancelled request leaves the queue at most this long after its cancel,
+  // and at the latest when it reaches the head of the queue, before it could run.
+  static constexpr std::chrono::milliseconds kCancelSweepPeriod{1};
+
   // Takes the request. Answers it at once with RESOURCE_EXHAUSTED (queue full) or UNAVAILABLE
-  // (stopping); otherwise it is answered later by an executor, or with DEADLINE_EXCEEDED.
+  // (stopping); otherwise it is answered later by an executor, or with DEADLINE_EXCEEDED (its
+  // deadline or queue timeout passed while queued) or CANCELLED (its client cancelled).
   // REQUIRES: the request was validated against the config (inputs in config order, batch_size).
   void Enqueue(std::unique_ptr<InferenceRequest> request);
 
@@ -77,6 +84,16 @@ class ModelScheduler {
 
   ModelScheduler(const ModelConfig& config, SchedulerOptions options);
   void BatcherLoop();
+  // Bookkeeping for an entry that leaves the queue. REQUIRES: mu_ held.
+  void ForgetLocked(const Entry& entry);
+  // Moves the expired and cancelled entries to `out` (with the code to answer) and recomputes
+  // earliest_expiry_. REQUIRES: mu_ held.
+  void SweepLocked(
+      common::Clock::TimePoint now,
+      std::vector<std::pair<std::unique_ptr<InferenceRequest>, absl::StatusCode>>& out);
+  // Answers swept requests. REQUIRES: mu_ not held.
+  void AnswerSwept(
+      std::vector<std::pair<std::unique_ptr<InferenceRequest>, absl::StatusCode>>& swept);
   // Index of an executor with a free slot, round robin; -1 if none.
   int PickExecutor() const;
   bool Compatible(const InferenceRequest& a, const InferenceRequest& b) const;
@@ -88,8 +105,12 @@ class ModelScheduler {
 
   mutable std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<Entry> queue_;                           // guarded by mu_
-  int64_t entries_with_deadline_ = 0;                 // guarded by mu_
+  std::deque<Entry> queue_;            // guarded by mu_
+  int64_t entries_with_deadline_ = 0;  // guarded by mu_
+  // No queued deadline is earlier (may be earlier than the earliest one left). Guarded by mu_.
+  common::Clock::TimePoint earliest_expiry_ = common::Clock::TimePoint::max();
+  int64_t entries_cancellable_ = 0;                   // guarded by mu_
+  common::Clock::TimePoint next_cancel_sweep_{};      // guarded by mu_
   std::vector<std::unique_ptr<Executor>> executors_;  // set by Start()
   mutable size_t next_executor_ = 0;                  // guarded by mu_
   bool started_ = false;                              // guarded by mu_

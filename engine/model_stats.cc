@@ -38,6 +38,8 @@ absl::string_view FailureReasonName(FailureReason reason) {
       return "unavailable";
     case FailureReason::kInternal:
       return "internal";
+    case FailureReason::kCancelled:
+      return "cancelled";
     case FailureReason::kOther:
       return "other";
   }
@@ -56,6 +58,8 @@ FailureReason FailureReasonFromCode(absl::StatusCode code) {
       return FailureReason::kUnavailable;
     case absl::StatusCode::kInternal:
       return FailureReason::kInternal;
+    case absl::StatusCode::kCancelled:
+      return FailureReason::kCancelled;
     default:
       return FailureReason::kOther;
   }

@@ -54,10 +54,12 @@ enum class FailureReason {
   kDeadlineExceeded,     // DEADLINE_EXCEEDED: expired in the queue
   kUnavailable,          // UNAVAILABLE: model stopping or server draining
   kInternal,             // INTERNAL: the backend failed the batch
+  kCancelled,            // CANCELLED: the client cancelled or went away while it was queued
   kOther,                // any other code
 };
-inline constexpr size_t kFailureReasonCount = 6;
-// "invalid_argument", "queue_full", "deadline_exceeded", "unavailable", "internal", "other".
+inline constexpr size_t kFailureReasonCount = 7;
+// "invalid_argument", "queue_full", "deadline_exceeded", "unavailable", "internal", "cancelled",
+// "other".
 absl::string_view FailureReasonName(FailureReason reason);
 FailureReason FailureReasonFromCode(absl::StatusCode code);
 

@@ -1,5 +1,6 @@
 #include "server/grpc_service.h"
 
+#include <atomic>
 #include <chrono>
 #include <memory>
 #include <utility>
@@ -35,6 +36,28 @@ std::optional<steady_clock::time_point> SteadyDeadline(const grpc::CallbackServe
   return steady_clock::now() + std::chrono::duration_cast<steady_clock::duration>(remaining);
 }
 
+// ModelInfer's reactor: the default one plus OnCancel, so that a request whose client cancelled
+// or went away (or whose deadline passed) leaves the engine's queue without running. Deletes
+// itself when gRPC is done with the call, which is after Finish().
+class UnaryInferReactor final : public grpc::ServerUnaryReactor {
+ public:
+  // `active_calls` (nullable) counts this call while the reactor lives.
+  explicit UnaryInferReactor(std::atomic<int64_t>* active_calls) : active_calls_(active_calls) {
+    if (active_calls_ != nullptr) active_calls_->fetch_add(1, std::memory_order_relaxed);
+  }
+  ~UnaryInferReactor() override {
+    if (active_calls_ != nullptr) active_calls_->fetch_sub(1, std::memory_order_relaxed);
+  }
+  // Shared with the engine request, which may outlive this reactor by a little.
+  const std::shared_ptr<std::atomic<bool>>& cancelled() const { return cancelled_; }
+  void OnCancel() override { cancelled_->store(true, std::memory_order_relaxed); }
+  void OnDone() override { delete this; }
+
+ private:
+  std::atomic<int64_t>* const active_calls_;
+  const std::shared_ptr<std::atomic<bool>> cancelled_ = std::make_shared<std::atomic<bool>>(false);
+};
+
 void FillDuration(const engine::DurationStat& from, inference::StatisticDuration* to) {
   to->set_count(from.count);
   to->set_ns(from.ns);
@@ -54,7 +77,15 @@ class InferenceService::StreamReactor final
  public:
   StreamReactor(InferenceService* service, grpc::CallbackServerContext* context)
       : service_(service), context_(context) {
+    if (auto* active = service_->options_.active_infer_calls; active != nullptr) {
+      active->fetch_add(1, std::memory_order_relaxed);
+    }
     StartNextRead();
+  }
+  ~StreamReactor() override {
+    if (auto* active = service_->options_.active_infer_calls; active != nullptr) {
+      active->fetch_sub(1, std::memory_order_relaxed);
+    }
   }
 
   void OnReadDone(bool ok) override {
@@ -92,6 +123,7 @@ class InferenceService::StreamReactor final
     } else {
       (*request)->received_time = received;
       (*request)->deadline = SteadyDeadline(*context_);
+      (*request)->cancelled = cancelled_;
       service_->engine_->Submit(*std::move(request));
     }
     bool read_more = false;
@@ -141,6 +173,9 @@ class InferenceService::StreamReactor final
     if (resume_read) StartNextRead();
   }
 
+  // The client cancelled the stream or went away: what it still has queued will not run.
+  void OnCancel() override { cancelled_->store(true, std::memory_order_relaxed); }
+
   void OnDone() override { delete this; }
 
  private:
@@ -183,6 +218,8 @@ class InferenceService::StreamReactor final
   grpc::CallbackServerContext* const context_;
   // The message being read; shared with the engine request that borrows its bytes.
   std::shared_ptr<inference::ModelInferRequest> read_message_;
+  // Set by OnCancel; shared with every request this stream submitted.
+  const std::shared_ptr<std::atomic<bool>> cancelled_ = std::make_shared<std::atomic<bool>>(false);
 
   std::mutex mu_;
   std::deque<inference::ModelStreamInferResponse> writes_;  // guarded by mu_; front is in flight
@@ -294,7 +331,7 @@ grpc::ServerUnaryReactor* InferenceService::ModelInfer(grpc::CallbackServerConte
                                                        const inference::ModelInferRequest* request,
                                                        inference::ModelInferResponse* response) {
   const auto received = steady_clock::now();
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  auto* reactor = new UnaryInferReactor(options_.active_infer_calls);
   // gRPC keeps `request` and `response` alive until Finish(): the engine may borrow the request's
   // raw bytes without a copy.
   absl::StatusOr<std::unique_ptr<engine::InferenceRequest>> converted = ToEngineRequest(
@@ -312,6 +349,7 @@ grpc::ServerUnaryReactor* InferenceService::ModelInfer(grpc::CallbackServerConte
   }
   (*converted)->received_time = received;
   (*converted)->deadline = SteadyDeadline(*context);
+  (*converted)->cancelled = reactor->cancelled();
   engine_->Submit(*std::move(converted));
   return reactor;
 }

@@ -28,6 +28,10 @@ struct ServiceOptions {
   // Responses a stream may hold (submitted but not yet written) before the server stops reading
   // from it; HTTP/2 flow control then pushes back on the client.
   int max_stream_in_flight = 512;
+  // Where the service counts its open ModelInfer / ModelStreamInfer calls (from the handler until
+  // gRPC is done with the call); borrowed, nullable, must outlive the service. The metrics
+  // exporter reads it (sluice_grpc_infer_calls_active).
+  std::atomic<int64_t>* active_infer_calls = nullptr;
 };
 
 // Thread-safe; gRPC calls the handlers from its callback threads.

@@ -158,11 +158,11 @@ absl::StatusOr<ProcessSample> ReadProcessSample() {
 }
 
 std::vector<MetricFamily> BuildMetricFamilies(const MetricsInput& input) {
-  MetricFamily requests =
-      Family("sluice_inference_requests_total",
-             "Inference requests answered, by outcome (success, failure) and, for failures, reason "
-             "(invalid_argument, queue_full, deadline_exceeded, unavailable, internal, other)",
-             MetricType::Counter);
+  MetricFamily requests = Family(
+      "sluice_inference_requests_total",
+      "Inference requests answered, by outcome (success, failure) and, for failures, reason "
+      "(invalid_argument, queue_full, deadline_exceeded, unavailable, internal, cancelled, other)",
+      MetricType::Counter);
   MetricFamily items =
       Family("sluice_inference_items_total",
              "Items inferred successfully (a request of batch 4 counts 4)", MetricType::Counter);
@@ -235,6 +235,16 @@ std::vector<MetricFamily> BuildMetricFamilies(const MetricsInput& input) {
   AddCounter(log_dropped, {}, static_cast<double>(input.log_dropped));
   families.push_back(std::move(log_dropped));
 
+  if (input.active_infer_calls.has_value()) {
+    MetricFamily calls = Family(
+        "sluice_grpc_infer_calls_active",
+        "ModelInfer and ModelStreamInfer calls open in the server: received and not yet done "
+        "(queued, running, being answered, or a stream still open)",
+        MetricType::Gauge);
+    AddGauge(calls, {}, static_cast<double>(*input.active_infer_calls));
+    families.push_back(std::move(calls));
+  }
+
   if (input.process.has_value()) {
     const ProcessSample& p = *input.process;
     auto gauge = [&](std::string name, std::string help, double value) {
@@ -288,8 +298,11 @@ std::string SerializeText(const std::vector<MetricFamily>& families) {
 class MetricsExporter::EngineCollectable final : public prometheus::Collectable {
  public:
   EngineCollectable(const engine::Engine& engine, const common::Logger* logger,
-                    GpuMetricsSource* gpu_source)
-      : engine_(engine), logger_(logger), gpu_source_(gpu_source) {}
+                    GpuMetricsSource* gpu_source, const std::atomic<int64_t>* active_infer_calls)
+      : engine_(engine),
+        logger_(logger),
+        gpu_source_(gpu_source),
+        active_infer_calls_(active_infer_calls) {}
 
   std::vector<MetricFamily> Collect() const override {
     MetricsInput input;
@@ -297,6 +310,7 @@ class MetricsExporter::EngineCollectable final : public prometheus::Collectable 
     if (logger_ != nullptr) input.log_dropped = logger_->dropped();
     if (auto process = ReadProcessSample(); process.ok()) input.process = *process;
     if (gpu_source_ != nullptr) input.gpus = gpu_source_->Sample();
+    if (active_infer_calls_ != nullptr) input.active_infer_calls = active_infer_calls_->load();
     return BuildMetricFamilies(input);
   }
 
@@ -304,6 +318,7 @@ class MetricsExporter::EngineCollectable final : public prometheus::Collectable 
   const engine::Engine& engine_;
   const common::Logger* const logger_;
   GpuMetricsSource* const gpu_source_;
+  const std::atomic<int64_t>* const active_infer_calls_;
 };
 
 absl::StatusOr<std::unique_ptr<MetricsExporter>> MetricsExporter::Start(
@@ -320,7 +335,8 @@ absl::StatusOr<std::unique_ptr<MetricsExporter>> MetricsExporter::Start(
       options.address.find(':') != std::string::npos && options.address.front() != '[';
   const std::string listen = ipv6 ? absl::StrCat("[", options.address, "]:", options.port)
                                   : absl::StrCat(options.address, ":", options.port);
-  auto collectable = std::make_shared<EngineCollectable>(engine, logger, options.gpu_source);
+  auto collectable = std::make_shared<EngineCollectable>(engine, logger, options.gpu_source,
+                                                         options.active_infer_calls);
   std::unique_ptr<prometheus::Exposer> exposer;
   // prometheus-cpp reports a failed bind by throwing (civetweb's CivetException); this is the
   // one place our code meets it, and it becomes a Status.

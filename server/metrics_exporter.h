@@ -12,6 +12,7 @@
 // method may be called from any thread; scrapes run on the Exposer's threads (one listener thread
 // and `http_threads` workers, all started and joined by the Exposer).
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -71,6 +72,8 @@ struct MetricsInput {
   uint64_t log_dropped = 0;
   std::optional<ProcessSample> process;        // absent: no process_* families
   std::optional<std::vector<GpuSample>> gpus;  // absent (no source): no sluice_gpu_* families
+  // Open ModelInfer / ModelStreamInfer calls; absent: no sluice_grpc_infer_calls_active.
+  std::optional<int64_t> active_infer_calls;
 };
 
 // The metric families for `input` (pure; the exporter's whole mapping). Every model version gets
@@ -90,6 +93,9 @@ struct MetricsExporterOptions {
   size_t http_threads = 2;
   // GPU readings; borrowed, nullable (none: no GPU families). Must outlive the exporter.
   GpuMetricsSource* gpu_source = nullptr;
+  // The gRPC service's count of open inference calls (ServiceOptions::active_infer_calls);
+  // borrowed, nullable, must outlive the exporter.
+  const std::atomic<int64_t>* active_infer_calls = nullptr;
 };
 
 class MetricsExporter {

@@ -1,10 +1,5 @@
 #include "server/metrics_exporter.h"
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
 #include <ctime>
 #include <set>
 #include <string>
@@ -14,34 +9,13 @@
 #include "engine/model_stats.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/support/http_get.h"
 
 namespace sluice::server {
 namespace {
 
 using ::testing::HasSubstr;
 using ::testing::Not;
-
-// GET http://127.0.0.1:<port><path> with HTTP/1.0; the body, or "" on any failure.
-std::string HttpGet(int port, const std::string& path) {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return "";
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  std::string response;
-  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) {
-    const std::string request = absl::StrCat("GET ", path, " HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n");
-    if (write(fd, request.data(), request.size()) == static_cast<ssize_t>(request.size())) {
-      char buf[8192];
-      ssize_t n;
-      while ((n = read(fd, buf, sizeof(buf))) > 0) response.append(buf, static_cast<size_t>(n));
-    }
-  }
-  close(fd);
-  const size_t body = response.find("\r\n\r\n");
-  return body == std::string::npos ? "" : response.substr(body + 4);
-}
 
 // One version of "simple" with known counts.
 engine::Engine::VersionStats SampleStats() {
@@ -132,6 +106,16 @@ TEST(MetricsExporterTest, NoModelsStillExportsEveryFamily) {
   }
 }
 
+TEST(MetricsExporterTest, ActiveInferCallsGaugeOnlyWithItsSource) {
+  EXPECT_THAT(SerializeText(BuildMetricFamilies(MetricsInput{})),
+              Not(HasSubstr("sluice_grpc_infer_calls_active")));
+  MetricsInput input;
+  input.active_infer_calls = 7;
+  const std::string text = SerializeText(BuildMetricFamilies(input));
+  EXPECT_THAT(text, HasSubstr("# TYPE sluice_grpc_infer_calls_active gauge\n"));
+  EXPECT_THAT(text, HasSubstr("sluice_grpc_infer_calls_active 7\n"));
+}
+
 TEST(MetricsExporterTest, MapsProcessAndGpuReadings) {
   MetricsInput input;
   input.process = ProcessSample{.resident_memory_bytes = 1048576,
@@ -188,7 +172,7 @@ TEST(MetricsExporterTest, ServesMetricsOverHttpOnAPickedPort) {
                                          {.address = "127.0.0.1", .port = 0, .gpu_source = &gpus});
   ASSERT_TRUE(exporter.ok()) << exporter.status();
   ASSERT_GT((*exporter)->port(), 0);
-  const std::string body = HttpGet((*exporter)->port(), "/metrics");
+  const std::string body = testing::HttpGet((*exporter)->port(), "/metrics").body;
   EXPECT_THAT(body, HasSubstr("# TYPE sluice_log_dropped_total counter\n"));
   EXPECT_THAT(body, HasSubstr("sluice_log_dropped_total 0\n"));
   EXPECT_THAT(body, HasSubstr("process_resident_memory_bytes "));

@@ -2,6 +2,7 @@
 // SIGTERM/SIGINT drain: readiness goes false, new requests get UNAVAILABLE, queued and in-flight
 // requests are answered (up to --exit-timeout-secs), then the process exits 0.
 
+#include <atomic>
 #include <csignal>
 #include <cstdlib>
 #include <memory>
@@ -183,6 +184,8 @@ int Run(const Flags& flags) {
     return 1;
   }
 
+  // Open inference calls: the service counts them, the exporter reads them.
+  std::atomic<int64_t> active_infer_calls{0};
   // Metrics before gRPC and before the models load: a scrape during a long load sees the process.
   std::unique_ptr<MetricsExporter> metrics;
   if (flags.allow_metrics) {
@@ -191,6 +194,7 @@ int Run(const Flags& flags) {
     metrics_options.port = flags.metrics_port;
     // No NVML source yet: the CUDA engine's issue adds it (and with it the sluice_gpu_* gauges).
     metrics_options.gpu_source = nullptr;
+    metrics_options.active_infer_calls = &active_infer_calls;
     absl::StatusOr<std::unique_ptr<MetricsExporter>> exporter =
         MetricsExporter::Start(**engine, log, metrics_options);
     if (!exporter.ok()) {
@@ -222,6 +226,7 @@ int Run(const Flags& flags) {
   ServiceOptions service_options;
   service_options.explicit_model_control = explicit_mode;
   service_options.server_version = SLUICE_VERSION;
+  service_options.active_infer_calls = &active_infer_calls;
   InferenceService service(engine->get(), repository->get(), log, service_options);
 
   grpc::EnableDefaultHealthCheckService(true);
