@@ -34,6 +34,10 @@ struct Flags {
   std::string grpc_address = "0.0.0.0";
   int grpc_port = 8001;
   int64_t grpc_max_message_bytes = 2147483647;  // 2 GiB - 1, as Triton
+  int grpc_max_concurrent_streams = 1024;
+  int grpc_keepalive_time_ms = 60000;
+  int grpc_keepalive_timeout_ms = 20000;
+  int grpc_min_client_ping_interval_ms = 10000;
   std::string device = "auto";
   std::string model_control_mode = "none";
   std::vector<std::string> load_models;
@@ -63,10 +67,35 @@ void AddFlags(CLI::App& app, Flags& flags) {
       ->envname("SLUICE_GRPC_PORT")
       ->check(CLI::Range(0, 65535))
       ->capture_default_str();
-  app.add_option("--grpc-max-message-bytes", flags.grpc_max_message_bytes,
-                 "Largest gRPC message received or sent")
+  app.add_option("--grpc-max-message-bytes,--max-request-bytes", flags.grpc_max_message_bytes,
+                 "Largest gRPC message received or sent: a larger request is refused "
+                 "(RESOURCE_EXHAUSTED) before it is read into memory")
       ->envname("SLUICE_GRPC_MAX_MESSAGE_BYTES")
       ->check(CLI::Range(int64_t{1024}, int64_t{2147483647}))
+      ->capture_default_str();
+  app.add_option("--grpc-max-concurrent-streams", flags.grpc_max_concurrent_streams,
+                 "Most calls one client connection may have open at once (HTTP/2 "
+                 "MAX_CONCURRENT_STREAMS); a client's further calls wait on its side")
+      ->envname("SLUICE_GRPC_MAX_CONCURRENT_STREAMS")
+      ->check(CLI::Range(1, 1 << 20))
+      ->capture_default_str();
+  app.add_option("--grpc-keepalive-time-ms", flags.grpc_keepalive_time_ms,
+                 "The server pings a connection idle this long, so that calls of a client that "
+                 "vanished without closing its connection are cancelled (and their queued "
+                 "requests removed)")
+      ->envname("SLUICE_GRPC_KEEPALIVE_TIME_MS")
+      ->check(CLI::Range(1000, 86400000))
+      ->capture_default_str();
+  app.add_option("--grpc-keepalive-timeout-ms", flags.grpc_keepalive_timeout_ms,
+                 "How long the server waits for a ping's answer before it closes the connection")
+      ->envname("SLUICE_GRPC_KEEPALIVE_TIMEOUT_MS")
+      ->check(CLI::Range(100, 3600000))
+      ->capture_default_str();
+  app.add_option("--grpc-min-client-ping-interval-ms", flags.grpc_min_client_ping_interval_ms,
+                 "Clients may ping at most this often; a client that pings faster, repeatedly, is "
+                 "disconnected (GOAWAY too_many_pings)")
+      ->envname("SLUICE_GRPC_MIN_CLIENT_PING_INTERVAL_MS")
+      ->check(CLI::Range(1000, 86400000))
       ->capture_default_str();
   app.add_option("--device", flags.device,
                  "Where models run: auto (a GPU if one is usable, else the CPU), cpu, or cuda:N")
@@ -236,6 +265,15 @@ int Run(const Flags& flags) {
   builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &bound_port);
   builder.SetMaxReceiveMessageSize(static_cast<int>(flags.grpc_max_message_bytes));
   builder.SetMaxSendMessageSize(static_cast<int>(flags.grpc_max_message_bytes));
+  // Connection policy, set explicitly rather than left to gRPC's defaults (unlimited streams per
+  // connection; no server pings): a bound on what one connection can hold open, dead peers
+  // detected, and clients that ping abusively disconnected.
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, flags.grpc_max_concurrent_streams);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, flags.grpc_keepalive_time_ms);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, flags.grpc_keepalive_timeout_ms);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS,
+                             flags.grpc_min_client_ping_interval_ms);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 2);
   builder.RegisterService(&service);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || bound_port == 0) {

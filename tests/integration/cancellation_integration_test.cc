@@ -263,5 +263,48 @@ TEST_F(CancellationTest, ClientDeadlineRemovesTheQueuedRequest) {
   EXPECT_EQ(Requests(port_, R"(outcome="success")"), 0);
 }
 
+// --grpc-max-concurrent-streams bounds what one connection holds open: with a limit of 2, a
+// client's third call waits on the client's side, and the server never sees it.
+TEST(ConnectionLimitsTest, MaxConcurrentStreamsHoldsBackTheThirdCall) {
+  HeldModelRepository repo;
+  auto server = ServerProcess::Start(
+      {"--model-repository=" + repo.path(), "--grpc-max-concurrent-streams=2"});
+  ASSERT_TRUE(server.ok()) << server.status();
+  const int port = (*server)->metrics_port();
+  auto stub = inference::GRPCInferenceService::NewStub(
+      grpc::CreateChannel((*server)->address(), grpc::InsecureChannelCredentials()));
+  const ModelInferRequest request = HeldRequest();
+  struct Call {
+    grpc::ClientContext context;
+    ModelInferResponse response;
+    grpc::Status status;
+  };
+  std::vector<std::unique_ptr<Call>> calls;
+  Latch done(3);
+  for (int i = 0; i < 3; ++i) {
+    calls.push_back(std::make_unique<Call>());
+    Call* call = calls.back().get();
+    stub->async()->ModelInfer(&call->context, &request, &call->response,
+                              [call, &done](grpc::Status status) {
+                                call->status = std::move(status);
+                                done.CountDown();
+                              });
+  }
+  EXPECT_TRUE(WaitUntil(std::chrono::seconds(30), [&] { return QueueDepth(port) == 2; }));
+  // Give a third call every chance to arrive if the limit did not hold it back.
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  EXPECT_EQ(QueueDepth(port), 2);
+  EXPECT_EQ(ActiveCalls(port), 2);
+  for (auto& call : calls) call->context.TryCancel();
+  ASSERT_TRUE(done.Wait(std::chrono::seconds(30)));
+  for (auto& call : calls) EXPECT_EQ(call->status.error_code(), grpc::StatusCode::CANCELLED);
+  EXPECT_TRUE(WaitUntil(std::chrono::seconds(30), [&] { return ActiveCalls(port) == 0; }));
+  // The two the server held; the third was cancelled on the client's side before it was sent
+  // (or, if a stream freed up between the cancels, reached the queue and was cancelled there).
+  EXPECT_GE(Requests(port, R"(outcome="failure",reason="cancelled")"), 2);
+  EXPECT_EQ(Requests(port, R"(outcome="success")"), 0);
+  EXPECT_EQ((*server)->Stop().value_or(-1), 0);
+}
+
 }  // namespace
 }  // namespace sluice
