@@ -2,6 +2,8 @@
 
 #include <chrono>
 #include <deque>
+#include <fstream>
+#include <iterator>
 #include <utility>
 
 #include "absl/base/thread_annotations.h"
@@ -289,6 +291,42 @@ absl::StatusOr<Response> UnaryCall(
   return response;
 }
 
+// The whole of a PEM file, or an error that names the flag's file.
+absl::StatusOr<std::string> ReadPem(absl::string_view what, const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in)
+    return absl::NotFoundError(absl::StrCat("TLS ", what, " file '", path, "' cannot be read"));
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (text.find("-----BEGIN") == std::string::npos) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("TLS ", what, " file '", path, "' is not PEM (no -----BEGIN line)"));
+  }
+  return text;
+}
+
+bool TlsWanted(const TlsOptions& tls) {
+  return tls.enabled || !tls.ca_file.empty() || !tls.cert_file.empty() || !tls.key_file.empty() ||
+         !tls.server_name.empty();
+}
+
+absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> ChannelCredentials(
+    const TlsOptions& tls) {
+  if (!TlsWanted(tls)) return grpc::InsecureChannelCredentials();
+  if (tls.cert_file.empty() != tls.key_file.empty()) {
+    return absl::InvalidArgumentError(
+        "a TLS client certificate needs its key, and a key its certificate (give both)");
+  }
+  grpc::SslCredentialsOptions ssl;
+  if (!tls.ca_file.empty()) {
+    ASSIGN_OR_RETURN(ssl.pem_root_certs, ReadPem("CA", tls.ca_file));
+  }
+  if (!tls.cert_file.empty()) {
+    ASSIGN_OR_RETURN(ssl.pem_cert_chain, ReadPem("certificate", tls.cert_file));
+    ASSIGN_OR_RETURN(ssl.pem_private_key, ReadPem("key", tls.key_file));
+  }
+  return grpc::SslCredentials(ssl);
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<InferenceClient>> InferenceClient::Create(const std::string& url,
@@ -304,8 +342,12 @@ absl::StatusOr<std::unique_ptr<InferenceClient>> InferenceClient::Create(const s
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(options.max_message_bytes);
   args.SetMaxSendMessageSize(options.max_message_bytes);
-  std::shared_ptr<grpc::Channel> channel =
-      grpc::CreateCustomChannel(url, grpc::InsecureChannelCredentials(), args);
+  ASSIGN_OR_RETURN(std::shared_ptr<grpc::ChannelCredentials> credentials,
+                   ChannelCredentials(options.tls));
+  if (!options.tls.server_name.empty()) {
+    args.SetSslTargetNameOverride(options.tls.server_name);
+  }
+  std::shared_ptr<grpc::Channel> channel = grpc::CreateCustomChannel(url, credentials, args);
   return std::unique_ptr<InferenceClient>(new InferenceClient(url, options, std::move(channel)));
 }
 

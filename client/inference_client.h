@@ -37,6 +37,21 @@
 namespace sluice::client {
 
 // Options for InferenceClient::Create.
+// TLS for the channel. Files are PEM and are read by InferenceClient::Create.
+struct TlsOptions {
+  // On: TLS with the system's roots (unless ca_file says otherwise). Giving any file or a
+  // server name below turns TLS on too. Off and nothing given: a plaintext channel.
+  bool enabled = false;
+  // CA certificates that verify the server; empty: the system's roots.
+  std::string ca_file;
+  // A client certificate and its key, for servers that require mutual TLS (both or neither).
+  std::string cert_file;
+  std::string key_file;
+  // The name checked against the server's certificate instead of the url's host (for a server
+  // reached by an address its certificate does not name). Empty: the host.
+  std::string server_name;
+};
+
 struct ClientOptions {
   // Deadline of each unary RPC (including Infer and AsyncInfer), from when it starts. 0 = none.
   int64_t timeout_ms = 60'000;
@@ -48,6 +63,8 @@ struct ClientOptions {
   // Largest message the client sends or accepts, in bytes. gRPC's own default receive limit
   // (4 MiB) is too small for tensors; this matches the server's default (2 GiB - 1).
   int max_message_bytes = std::numeric_limits<int32_t>::max();
+
+  TlsOptions tls;
 };
 
 // The result of one inference: the response, or why there is none.
@@ -56,8 +73,8 @@ using InferCallback = std::function<void(InferResult)>;
 
 class InferStream;
 
-// A connection to one server. Create() builds an insecure channel and does not connect: the first
-// RPC does (so Create succeeds even if the server is not up yet).
+// A connection to one server. Create() builds the channel (plaintext, or TLS per options.tls) and
+// does not connect: the first RPC does (so Create succeeds even if the server is not up yet).
 //
 // Thread-safety: every method may be called concurrently from any number of threads.
 class InferenceClient {

@@ -21,6 +21,7 @@
 #include "absl/strings/str_join.h"
 #include "client/inference_client.h"
 #include "client/tensor_codec.h"
+#include "client/tls_flags.h"
 #include "common/status_macros.h"
 #include "google/protobuf/text_format.h"
 #include "nlohmann/json.hpp"
@@ -37,6 +38,7 @@ constexpr int kExitUsage = 2;
 struct GlobalFlags {
   std::string url = "localhost:8001";
   int64_t timeout_ms = 60'000;
+  TlsOptions tls;
 };
 
 struct InferFlags {
@@ -54,6 +56,7 @@ struct InferFlags {
 absl::StatusOr<std::unique_ptr<InferenceClient>> Connect(const GlobalFlags& flags) {
   ClientOptions options;
   options.timeout_ms = flags.timeout_ms;
+  options.tls = flags.tls;
   return InferenceClient::Create(flags.url, options);
 }
 
@@ -216,6 +219,7 @@ int Main(int argc, char** argv) {
       ->envname("SLUICE_TIMEOUT_MS")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
+  AddTlsFlags(app, global.tls);
 
   CLI::App* health = app.add_subcommand(
       "health", "Print whether the server is live and ready; exit 0 only if both");

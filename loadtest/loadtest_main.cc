@@ -26,6 +26,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "client/inference_client.h"
+#include "client/tls_flags.h"
 #include "loadtest/load_runner.h"
 #include "loadtest/load_sweep.h"
 #include "loadtest/report_writer.h"
@@ -46,6 +47,7 @@ struct Flags {
   std::string model;
   std::string model_version;
   std::string url = "localhost:8001";
+  client::TlsOptions tls;
   std::string mode = "async";
   std::string concurrency;
   std::string request_rate;
@@ -75,6 +77,7 @@ void AddFlags(CLI::App& app, Flags& flags) {
   app.add_option("-u,--url", flags.url, "Server address host:port")
       ->envname("SLUICE_URL")
       ->capture_default_str();
+  client::AddTlsFlags(app, flags.tls);
   app.add_option("--mode", flags.mode,
                  "sync: a thread per outstanding request, blocking calls; async: gRPC callback "
                  "API; stream: one ModelStreamInfer stream")
@@ -258,6 +261,7 @@ int Run(const Flags& flags, const std::string& command_line) {
   // ---- The server and the model.
   client::ClientOptions client_options;
   client_options.timeout_ms = flags.timeout_ms;
+  client_options.tls = flags.tls;
   // A stream lives for one level; this bounds it even if the server stops answering.
   client_options.stream_timeout_ms = options.max_duration_ms + 2 * flags.timeout_ms;
   absl::StatusOr<std::unique_ptr<client::InferenceClient>> connected =

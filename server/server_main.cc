@@ -5,13 +5,17 @@
 #include <atomic>
 #include <csignal>
 #include <cstdlib>
+#include <fstream>
+#include <iterator>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "CLI/CLI.hpp"
+#include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "common/log.h"
+#include "common/status_macros.h"
 #include "engine/engine.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/health_check_service_interface.h"
@@ -38,6 +42,9 @@ struct Flags {
   int grpc_keepalive_time_ms = 60000;
   int grpc_keepalive_timeout_ms = 20000;
   int grpc_min_client_ping_interval_ms = 10000;
+  std::string tls_cert;
+  std::string tls_key;
+  std::string tls_ca;
   std::string device = "auto";
   std::string model_control_mode = "none";
   std::vector<std::string> load_models;
@@ -53,6 +60,42 @@ struct Flags {
   int64_t metrics_interval_ms = 1000;
   double access_log_sample_rate = 0;
 };
+
+// A PEM file's text, or an error naming the flag and the file.
+absl::StatusOr<std::string> ReadPemFile(absl::string_view flag, const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat(flag, ": cannot read '", path, "'"));
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (text.find("-----BEGIN") == std::string::npos) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(flag, ": '", path, "' is not PEM (no -----BEGIN line)"));
+  }
+  return text;
+}
+
+// Plaintext, TLS (--tls-cert/--tls-key) or mutual TLS (and --tls-ca).
+absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ServerCredentials(const Flags& flags) {
+  if (flags.tls_cert.empty() && flags.tls_key.empty()) {
+    if (!flags.tls_ca.empty()) {
+      return absl::InvalidArgumentError("--tls-ca needs --tls-cert and --tls-key");
+    }
+    return grpc::InsecureServerCredentials();
+  }
+  if (flags.tls_cert.empty() || flags.tls_key.empty()) {
+    return absl::InvalidArgumentError("--tls-cert and --tls-key go together (give both)");
+  }
+  grpc::SslServerCredentialsOptions ssl(
+      flags.tls_ca.empty() ? GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE
+                           : GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
+  grpc::SslServerCredentialsOptions::PemKeyCertPair pair;
+  ASSIGN_OR_RETURN(pair.cert_chain, ReadPemFile("--tls-cert", flags.tls_cert));
+  ASSIGN_OR_RETURN(pair.private_key, ReadPemFile("--tls-key", flags.tls_key));
+  ssl.pem_key_cert_pairs.push_back(std::move(pair));
+  if (!flags.tls_ca.empty()) {
+    ASSIGN_OR_RETURN(ssl.pem_root_certs, ReadPemFile("--tls-ca", flags.tls_ca));
+  }
+  return grpc::SslServerCredentials(ssl);
+}
 
 void AddFlags(CLI::App& app, Flags& flags) {
   app.add_option("--model-repository", flags.model_repository,
@@ -73,6 +116,17 @@ void AddFlags(CLI::App& app, Flags& flags) {
       ->envname("SLUICE_GRPC_MAX_MESSAGE_BYTES")
       ->check(CLI::Range(int64_t{1024}, int64_t{2147483647}))
       ->capture_default_str();
+  app.add_option(
+         "--tls-cert", flags.tls_cert,
+         "PEM certificate (chain) of the gRPC port: with --tls-key, gRPC is served over TLS "
+         "only")
+      ->envname("SLUICE_TLS_CERT");
+  app.add_option("--tls-key", flags.tls_key, "PEM private key of --tls-cert")
+      ->envname("SLUICE_TLS_KEY");
+  app.add_option("--tls-ca", flags.tls_ca,
+                 "PEM CA(s): clients must present a certificate they signed (mutual TLS); needs "
+                 "--tls-cert")
+      ->envname("SLUICE_TLS_CA");
   app.add_option("--grpc-max-concurrent-streams", flags.grpc_max_concurrent_streams,
                  "Most calls one client connection may have open at once (HTTP/2 "
                  "MAX_CONCURRENT_STREAMS); a client's further calls wait on its side")
@@ -262,7 +316,12 @@ int Run(const Flags& flags) {
   grpc::ServerBuilder builder;
   int bound_port = 0;
   const std::string address = absl::StrCat(flags.grpc_address, ":", flags.grpc_port);
-  builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &bound_port);
+  absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials = ServerCredentials(flags);
+  if (!credentials.ok()) {
+    LOG_ERROR(log, credentials.status().message());
+    return 2;
+  }
+  builder.AddListeningPort(address, *credentials, &bound_port);
   builder.SetMaxReceiveMessageSize(static_cast<int>(flags.grpc_max_message_bytes));
   builder.SetMaxSendMessageSize(static_cast<int>(flags.grpc_max_message_bytes));
   // Connection policy, set explicitly rather than left to gRPC's defaults (unlimited streams per
@@ -287,8 +346,11 @@ int Run(const Flags& flags) {
   health->SetServingStatus(false);
   health->SetServingStatus("liveness", true);
   // Tests and scripts read this line to find a port picked with --grpc-port=0.
-  LOG_INFO_WAITING(log, "gRPC listening on ", flags.grpc_address, ":", bound_port,
-                   " grpc_port=", bound_port);
+  const char* transport = flags.tls_cert.empty() ? "plaintext"
+                          : flags.tls_ca.empty() ? "TLS"
+                                                 : "mutual TLS";
+  LOG_INFO_WAITING(log, "gRPC listening on ", flags.grpc_address, ":", bound_port, " (", transport,
+                   ") grpc_port=", bound_port);
 
   // Models load after the port is open: liveness answers during a long load, readiness waits.
   int failed = 0;
