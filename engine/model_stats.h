@@ -164,7 +164,7 @@ struct ModelStatsOptions {
 class ModelStats {
  public:
   // No access log.
-  ModelStats() = default;
+  ModelStats() : ModelStats(ModelStatsOptions{}) {}
   explicit ModelStats(ModelStatsOptions options);
   ModelStats(const ModelStats&) = delete;
   ModelStats& operator=(const ModelStats&) = delete;
