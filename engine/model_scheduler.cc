@@ -43,7 +43,9 @@ void ModelScheduler::Enqueue(std::unique_ptr<InferenceRequest> request) {
   absl::Status rejection;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (stopping_) {
+    if (!failure_.ok()) {
+      rejection = failure_;
+    } else if (stopping_) {
       rejection = absl::UnavailableError(
           absl::StrCat("model '", config_.name, "' is unloading or the server is shutting down"));
     } else if (static_cast<int64_t>(queue_.size()) >= options_.max_queue_size) {
@@ -76,6 +78,16 @@ void ModelScheduler::NotifySlotFreed() {
   // Taking the lock orders this notify after the batcher's predicate check (no lost wake-up).
   { std::lock_guard<std::mutex> lock(mu_); }
   cv_.notify_one();
+}
+
+void ModelScheduler::Fail(absl::Status reason) {
+  CHECK(!reason.ok());
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!failure_.ok()) return;
+    failure_ = std::move(reason);
+  }
+  cv_.notify_all();
 }
 
 int64_t ModelScheduler::QueueDepth() const {
@@ -166,6 +178,21 @@ void ModelScheduler::BatcherLoop() {
             "request timed out in the queue of model '", config_.name, "' before it ran")));
       }
       expired.clear();
+      lock.lock();
+      continue;
+    }
+
+    // A failed model runs nothing more: what waits is answered with the failure, not lost.
+    if (!failure_.ok() && !queue_.empty()) {
+      std::deque<Entry> failed;
+      failed.swap(queue_);
+      entries_with_deadline_ = 0;
+      const absl::Status failure = failure_;
+      lock.unlock();
+      for (Entry& entry : failed) {
+        options_.stats->RecordFailure(*entry.request, failure.code());
+        entry.request->Complete(failure);
+      }
       lock.lock();
       continue;
     }
