@@ -119,6 +119,11 @@ Engine::~Engine() { Shutdown(); }
 
 absl::StatusOr<std::shared_ptr<Engine::LoadedModel>> Engine::Build(const ModelSpec& spec) {
   RETURN_IF_ERROR(ValidateModelConfig(spec.config));
+  if (options_.device.kind != DeviceSelection::Kind::kCpu) {
+    return absl::UnimplementedError(absl::StrCat("model '", spec.config.name,
+                                                 "': ", options_.device.description,
+                                                 ": the CUDA executor is not built yet"));
+  }
   auto loaded = std::make_shared<LoadedModel>(
       ModelStatsOptions{.model_name = spec.config.name,
                         .model_version = spec.version,

@@ -19,6 +19,7 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "engine/backend.h"
+#include "engine/device.h"
 #include "engine/inference_request.h"
 #include "engine/model_config.h"
 #include "engine/model_stats.h"
@@ -42,6 +43,9 @@ struct EngineOptions {
   // Fraction of requests (0..1) that get an access-log record (model, version, id, batch, queue
   // and compute time, status) at info level through `logger`. 0: none.
   double access_log_sample_rate = 0;
+  // Where models run (SelectDevice() decides it from --device). Default: the CPU backend. A CUDA
+  // selection fails every load with Unimplemented until the CUDA executor is built in.
+  DeviceSelection device;
   // Test-only, empty in production: called on a model instance's executor thread before each batch
   // with the model's name, version and the instance's index; a non-OK status faults that batch as
   // a CUDA error would (fault_injection.h builds one from SLUICE_TEST_FAULT_INJECT).
