@@ -45,12 +45,12 @@ struct EngineOptions {
   double access_log_sample_rate = 0;
   // Where models run (SelectDevice() decides it from --device). Default: the CPU backend. A CUDA
   // selection fails every load with Unimplemented until the CUDA executor is built in.
-  DeviceSelection device;
+  DeviceSelection device{};
   // Test-only, empty in production: called on a model instance's executor thread before each batch
   // with the model's name, version and the instance's index; a non-OK status faults that batch as
   // a CUDA error would (fault_injection.h builds one from SLUICE_TEST_FAULT_INJECT).
   std::function<absl::Status(absl::string_view model, int64_t version, int instance)>
-      before_batch_for_test;
+      before_batch_for_test{};
 };
 
 enum class ModelState { kLoading, kReady, kUnloading, kUnavailable };
