@@ -23,7 +23,9 @@ class ModelInstance {
   // Runs one batch. `inputs` holds one tensor per config input, in config order; with
   // max_batch_size > 0 their first dimension is the batch's item count, the same for all.
   // Returns one tensor per config output, in config order, with the same leading batch dimension.
-  // Errors fail every request of the batch (INTERNAL for a fault of the backend).
+  // Errors fail every request of the batch. INTERNAL means a fault of the backend: the executor
+  // then treats the instance as broken and the model version is not ready until it is reloaded
+  // (ExecutorOptions::on_fault); any other code fails only this batch.
   virtual absl::StatusOr<std::vector<Tensor>> Run(std::span<const TensorView> inputs) = 0;
 };
 

@@ -22,6 +22,10 @@ struct Engine::LoadedModel {
   // The scheduler's executors, borrowed (it owns them): the stats collector reads their counters.
   std::vector<Executor*> executors;
   std::unique_ptr<ModelScheduler> scheduler;
+  // Set by the first executor fault (Engine::OnExecutorFault); a faulted version stays loaded
+  // (its stats still report, its threads are joined by the next reload or unload) but is
+  // UNAVAILABLE. Guarded by Engine::mu_.
+  std::string fault;
 
   const ModelConfig& config() const { return model->config(); }
 };
@@ -115,6 +119,11 @@ Engine::~Engine() { Shutdown(); }
 
 absl::StatusOr<std::shared_ptr<Engine::LoadedModel>> Engine::Build(const ModelSpec& spec) {
   RETURN_IF_ERROR(ValidateModelConfig(spec.config));
+  if (options_.device.kind != DeviceSelection::Kind::kCpu) {
+    return absl::UnimplementedError(absl::StrCat("model '", spec.config.name,
+                                                 "': ", options_.device.description,
+                                                 ": the CUDA executor is not built yet"));
+  }
   auto loaded = std::make_shared<LoadedModel>(
       ModelStatsOptions{.model_name = spec.config.name,
                         .model_version = spec.version,
@@ -150,6 +159,17 @@ absl::StatusOr<std::shared_ptr<Engine::LoadedModel>> Engine::Build(const ModelSp
     executor_options.slot_count = options_.executor_slots;
     executor_options.stats = &loaded->stats;
     executor_options.on_slot_freed = [scheduler] { scheduler->NotifySlotFreed(); };
+    // The executor's threads are joined (by the scheduler's Stop()) before `loaded` is freed, and
+    // the engine stops every model before it goes, so both pointers outlive the callbacks.
+    LoadedModel* raw = loaded.get();
+    executor_options.on_fault = [this, raw, i](const absl::Status& fault) {
+      OnExecutorFault(*raw, i, fault);
+    };
+    if (options_.before_batch_for_test) {
+      executor_options.before_batch_for_test = [hook = options_.before_batch_for_test,
+                                                name = config.name, version = spec.version,
+                                                i] { return hook(name, version, i); };
+    }
     ASSIGN_OR_RETURN(std::unique_ptr<cpu::CpuExecutor> executor,
                      cpu::CpuExecutor::Create(config, std::move(instance), executor_options));
     loaded->executors.push_back(executor.get());
@@ -186,6 +206,22 @@ absl::Status Engine::LoadModel(ModelSpec spec) {
   }
   LOG_INFO(options_.logger, "model '", name, "' version ", version, " is READY");
   return absl::OkStatus();
+}
+
+void Engine::OnExecutorFault(LoadedModel& model, int instance, const absl::Status& fault) {
+  const std::string& name = model.config().name;
+  const std::string reason =
+      absl::StrCat("instance ", instance, " faulted: ", fault.message(), " (reload to recover)");
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!model.fault.empty()) return;  // another instance faulted first: its reason stands
+    model.fault = reason;
+  }
+  LOG_ERROR(options_.logger, "model '", name, "' version ", model.version,
+            " is UNAVAILABLE: ", reason);
+  // Its queue is answered now rather than left to wait for a reload.
+  model.scheduler->Fail(absl::UnavailableError(
+      absl::StrCat("model '", name, "' version ", model.version, " is not ready: ", reason)));
 }
 
 absl::Status Engine::UnloadModel(const std::string& name) {
@@ -230,7 +266,8 @@ absl::Status Engine::UnloadModelVersion(const std::string& name, int64_t version
 }
 
 absl::StatusOr<std::shared_ptr<Engine::LoadedModel>> Engine::Resolve(const std::string& name,
-                                                                     int64_t version) const {
+                                                                     int64_t version,
+                                                                     bool faulted_ok) const {
   std::lock_guard<std::mutex> lock(mu_);
   // A version that failed to load is UNAVAILABLE (with the reason), not unknown.
   auto failure = [&](int64_t v) -> const std::string* {
@@ -240,12 +277,26 @@ absl::StatusOr<std::shared_ptr<Engine::LoadedModel>> Engine::Resolve(const std::
     auto reason = failed->second.find(v);
     return reason == failed->second.end() ? nullptr : &reason->second;
   };
+  auto faulted = [&](const LoadedModel& loaded) {
+    return absl::UnavailableError(absl::StrCat("model '", name, "' version ", loaded.version,
+                                               " is not ready: ", loaded.fault));
+  };
   auto it = models_.find(name);
   const bool any_loaded = it != models_.end() && !it->second.empty();
-  if (any_loaded && version < 0) return it->second.rbegin()->second;
+  if (any_loaded && version < 0) {
+    // The newest version that has not faulted.
+    for (auto v = it->second.rbegin(); v != it->second.rend(); ++v) {
+      if (v->second->fault.empty()) return v->second;
+    }
+    if (faulted_ok) return it->second.rbegin()->second;
+    return faulted(*it->second.rbegin()->second);
+  }
   if (any_loaded) {
     auto v = it->second.find(version);
-    if (v != it->second.end()) return v->second;
+    if (v != it->second.end()) {
+      if (!v->second->fault.empty() && !faulted_ok) return faulted(*v->second);
+      return v->second;
+    }
   }
   if (const std::string* reason = failure(version); reason != nullptr) {
     return absl::UnavailableError(absl::StrCat("model '", name, "' version ", VersionText(version),
@@ -377,7 +428,7 @@ void Engine::Submit(std::unique_ptr<InferenceRequest> request) {
     return;
   }
   absl::StatusOr<std::shared_ptr<LoadedModel>> loaded =
-      Resolve(request->model_name(), request->model_version());
+      Resolve(request->model_name(), request->model_version(), /*faulted_ok=*/true);
   if (!loaded.ok()) {
     request->Complete(loaded.status());
     return;
@@ -400,7 +451,9 @@ absl::StatusOr<Engine::ModelInfo> Engine::GetModel(const std::string& name, int6
   std::lock_guard<std::mutex> lock(mu_);
   auto it = models_.find(name);
   if (it != models_.end()) {
-    for (const auto& [v, unused] : it->second) info.ready_versions.push_back(v);
+    for (const auto& [v, loaded_version] : it->second) {
+      if (loaded_version->fault.empty()) info.ready_versions.push_back(v);
+    }
   }
   return info;
 }
@@ -414,18 +467,24 @@ std::vector<ModelVersionStatus> Engine::ListModels() const {
   std::lock_guard<std::mutex> lock(mu_);
   for (const auto& [name, versions] : models_) {
     for (const auto& [version, loaded] : versions) {
-      out.push_back({name, version, ModelState::kReady, ""});
+      if (loaded->fault.empty()) {
+        out.push_back({name, version, ModelState::kReady, ""});
+      } else {
+        out.push_back({name, version, ModelState::kUnavailable, loaded->fault});
+      }
     }
   }
   for (const auto& [name, versions] : failures_) {
     auto loaded = models_.find(name);
     for (const auto& [version, reason] : versions) {
       if (loaded != models_.end() && loaded->second.count(version) > 0) {
-        // A failed reload: the previous load of this version still serves.
+        // A failed reload: the previous load of this version still serves (or faulted).
         for (ModelVersionStatus& status : out) {
-          if (status.name == name && status.version == version) {
-            status.reason = absl::StrCat("reload failed, previous load serving: ", reason);
-          }
+          if (status.name != name || status.version != version) continue;
+          status.reason =
+              status.state == ModelState::kReady
+                  ? absl::StrCat("reload failed, previous load serving: ", reason)
+                  : absl::StrCat("reload failed: ", reason, "; previous load: ", status.reason);
         }
         continue;
       }

@@ -7,6 +7,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -18,6 +19,7 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "engine/backend.h"
+#include "engine/device.h"
 #include "engine/inference_request.h"
 #include "engine/model_config.h"
 #include "engine/model_stats.h"
@@ -41,6 +43,14 @@ struct EngineOptions {
   // Fraction of requests (0..1) that get an access-log record (model, version, id, batch, queue
   // and compute time, status) at info level through `logger`. 0: none.
   double access_log_sample_rate = 0;
+  // Where models run (SelectDevice() decides it from --device). Default: the CPU backend. A CUDA
+  // selection fails every load with Unimplemented until the CUDA executor is built in.
+  DeviceSelection device{};
+  // Test-only, empty in production: called on a model instance's executor thread before each batch
+  // with the model's name, version and the instance's index; a non-OK status faults that batch as
+  // a CUDA error would (fault_injection.h builds one from SLUICE_TEST_FAULT_INJECT).
+  std::function<absl::Status(absl::string_view model, int64_t version, int instance)>
+      before_batch_for_test{};
 };
 
 enum class ModelState { kLoading, kReady, kUnloading, kUnavailable };
@@ -50,8 +60,8 @@ struct ModelVersionStatus {
   std::string name;
   int64_t version = 0;
   ModelState state = ModelState::kUnavailable;
-  // Why it is not ready (its load error), or that a reload failed while the previous load
-  // serves; empty otherwise.
+  // Why it is not ready (its load error, or the executor fault that took it down), or that a
+  // reload failed while the previous load serves; empty otherwise.
   std::string reason;
 };
 
@@ -64,7 +74,9 @@ class Engine {
 
   // Creates, warms up and starts a model version; blocks until it is READY or failed. A failure
   // is returned and recorded (state UNAVAILABLE with the reason) without touching other models.
-  // Loading a version that is already loaded replaces it once the new one is ready.
+  // Loading a version that is already loaded replaces it once the new one is ready; this is also
+  // how a version that faulted (an executor fault: UNAVAILABLE with the fault as its reason;
+  // its requests answered UNAVAILABLE) recovers.
   absl::Status LoadModel(ModelSpec spec);
 
   // Unloads every version of `name`: new requests are refused, queued and in-flight ones are
@@ -123,10 +135,15 @@ class Engine {
   struct LoadedModel;
   explicit Engine(EngineOptions options);
   absl::Status ValidateAndBind(const ModelConfig& config, InferenceRequest& request) const;
-  // The version that serves `version` (< 0: newest ready).
-  absl::StatusOr<std::shared_ptr<LoadedModel>> Resolve(const std::string& name,
-                                                       int64_t version) const;
+  // The version that serves `version` (< 0: newest ready). A version that faulted is UNAVAILABLE
+  // (with the fault) unless `faulted_ok`: then it is returned, for Submit(), whose scheduler
+  // refuses the request and counts the refusal in that version's stats.
+  absl::StatusOr<std::shared_ptr<LoadedModel>> Resolve(const std::string& name, int64_t version,
+                                                       bool faulted_ok = false) const;
   absl::StatusOr<std::shared_ptr<LoadedModel>> Build(const ModelSpec& spec);
+  // ExecutorOptions::on_fault of `model`'s instance `instance`, on that executor's thread: marks
+  // the version UNAVAILABLE with the reason and fails its queue (ModelScheduler::Fail).
+  void OnExecutorFault(LoadedModel& model, int instance, const absl::Status& fault);
 
   const EngineOptions options_;
   mutable std::mutex mu_;

@@ -10,6 +10,7 @@
 #include <memory>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "engine/inference_request.h"
 
 namespace sluice::engine {
@@ -30,7 +31,8 @@ struct Batch {
 class Executor {
  public:
   virtual ~Executor() = default;
-  // Whether Execute() may be called now: a slot (staging buffers for one batch) is free.
+  // Whether Execute() may be called now: a slot (staging buffers for one batch) is free. False
+  // for good once the executor faulted (see ExecutorOptions::on_fault).
   virtual bool HasFreeSlot() const = 0;
   // Takes the batch and returns at once; every request is answered later on the executor's
   // threads. REQUIRES: HasFreeSlot().
@@ -54,8 +56,17 @@ struct ExecutorOptions {
   int slot_count = 2;
   // Called (on an executor thread) whenever a slot becomes free; must not block.
   std::function<void()> on_slot_freed;
+  // Called once, on an executor thread, when the executor hits a fault that makes it unusable (a
+  // CUDA error; a backend fault): the batch's requests were already failed INTERNAL. The engine
+  // marks the model version not ready.
+  std::function<void(const absl::Status&)> on_fault;
   // Where per-batch stats go; borrowed, must outlive the executor.
   ModelStats* stats = nullptr;
+  // Test-only (EngineOptions::before_batch_for_test; SLUICE_TEST_FAULT_INJECT): called on the
+  // executor thread before each batch runs. A non-OK status is that batch's fault, handled exactly
+  // as a CUDA error or a backend fault would be (requests failed INTERNAL, then on_fault). Every
+  // executor honours it, so the fault path is tested on every build. Empty in production.
+  std::function<absl::Status()> before_batch_for_test;
 };
 
 }  // namespace sluice::engine

@@ -61,6 +61,12 @@ struct ModelConfig {
   // Number of model instances (executors), from instance_group.
   int instance_count = 1;
   InstanceKind instance_kind = InstanceKind::kAuto;
+  // instance_group gpus (every group's, in order): the GPUs the instances go on; empty: the
+  // device the engine selected. Read by the CUDA executor only.
+  std::vector<int> instance_gpus;
+  // optimization.cuda.graphs: replay one captured CUDA graph per batch bucket. On unless the
+  // config's optimization.cuda block says otherwise. Read by the CUDA executor only.
+  bool cuda_graphs = true;
   // Free-form key/value parameters for the backend.
   std::map<std::string, std::string> parameters;
 

@@ -43,7 +43,9 @@ void ModelScheduler::Enqueue(std::unique_ptr<InferenceRequest> request) {
   absl::Status rejection;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (stopping_) {
+    if (!failure_.ok()) {
+      rejection = failure_;
+    } else if (stopping_) {
       rejection = absl::UnavailableError(
           absl::StrCat("model '", config_.name, "' is unloading or the server is shutting down"));
     } else if (static_cast<int64_t>(queue_.size()) >= options_.max_queue_size) {
@@ -82,6 +84,16 @@ void ModelScheduler::NotifySlotFreed() {
   // Taking the lock orders this notify after the batcher's predicate check (no lost wake-up).
   { std::lock_guard<std::mutex> lock(mu_); }
   cv_.notify_one();
+}
+
+void ModelScheduler::Fail(absl::Status reason) {
+  CHECK(!reason.ok());
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!failure_.ok()) return;
+    failure_ = std::move(reason);
+  }
+  cv_.notify_all();
 }
 
 int64_t ModelScheduler::QueueDepth() const {
@@ -208,6 +220,21 @@ void ModelScheduler::BatcherLoop() {
     auto next_expiry =
         entries_with_deadline_ > 0 ? earliest_expiry_ : common::Clock::TimePoint::max();
     if (entries_cancellable_ > 0) next_expiry = std::min(next_expiry, next_cancel_sweep_);
+
+    // A failed model runs nothing more: what waits is answered with the failure, not lost.
+    if (!failure_.ok() && !queue_.empty()) {
+      std::deque<Entry> failed;
+      failed.swap(queue_);
+      for (const Entry& entry : failed) ForgetLocked(entry);
+      const absl::Status failure = failure_;
+      lock.unlock();
+      for (Entry& entry : failed) {
+        options_.stats->RecordFailure(*entry.request, failure.code());
+        entry.request->Complete(failure);
+      }
+      lock.lock();
+      continue;
+    }
 
     if (queue_.empty()) {
       if (stopping_) return;

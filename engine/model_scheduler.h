@@ -65,6 +65,12 @@ class ModelScheduler {
   // Wakes the batcher: an executor slot is free (or, in tests, the fake clock moved).
   void NotifySlotFreed();
 
+  // The model version can no longer run anything (an executor faulted): from now on Enqueue()
+  // answers `reason` at once, and the batcher answers everything queued with it instead of
+  // batching it. Batches already handed to executors are theirs to answer. The first reason
+  // sticks. Never blocks (safe on an executor thread). REQUIRES: !reason.ok().
+  void Fail(absl::Status reason);
+
   // Requests waiting in the queue (not yet handed to an executor).
   int64_t QueueDepth() const;
   // Nothing queued and no batch in flight on any executor.
@@ -115,6 +121,7 @@ class ModelScheduler {
   mutable size_t next_executor_ = 0;                  // guarded by mu_
   bool started_ = false;                              // guarded by mu_
   bool stopping_ = false;                             // guarded by mu_
+  absl::Status failure_;                              // guarded by mu_; see Fail()
   std::mutex stop_mu_;  // serializes Stop(): one caller joins, the others wait
   std::thread batcher_;
 };

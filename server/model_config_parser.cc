@@ -249,6 +249,13 @@ absl::StatusOr<engine::ModelConfig> ToEngineModelConfig(const inference::ModelCo
           absl::StrCat("instance_group count ", group.count(), " is negative")));
     }
     instances += group.count() == 0 ? 1 : group.count();  // Triton: count defaults to 1
+    for (int gpu : group.gpus()) {
+      if (gpu < 0) {
+        return fail(absl::InvalidArgumentError(
+            absl::StrCat("instance_group gpus: ", gpu, " is not a GPU index")));
+      }
+      config.instance_gpus.push_back(gpu);
+    }
     switch (group.kind()) {
       case inference::ModelInstanceGroup::KIND_CPU:
         config.instance_kind = engine::InstanceKind::kCpu;
@@ -265,6 +272,7 @@ absl::StatusOr<engine::ModelConfig> ToEngineModelConfig(const inference::ModelCo
     }
   }
   config.instance_count = instances > 0 ? instances : 1;
+  if (proto.optimization().has_cuda()) config.cuda_graphs = proto.optimization().cuda().graphs();
   for (const auto& [key, value] : proto.parameters()) {
     config.parameters[key] = value.string_value();
   }

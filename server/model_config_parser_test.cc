@@ -72,6 +72,35 @@ TEST(ModelConfigParserTest, ConvertsEverySupportedField) {
   EXPECT_EQ(config->parameters.at("activation"), "relu");
 }
 
+// Stored for the CUDA executor: which GPUs instances go on, and whether CUDA graphs are used.
+TEST(ModelConfigParserTest, KeepsInstanceGpusAndCudaGraphs) {
+  absl::StatusOr<inference::ModelConfig> plain = ParseModelConfigText(kSimpleConfig, "cfg");
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  absl::StatusOr<engine::ModelConfig> defaults = ToEngineModelConfig(*plain, "simple");
+  ASSERT_TRUE(defaults.ok()) << defaults.status();
+  EXPECT_TRUE(defaults->instance_gpus.empty());
+  EXPECT_TRUE(defaults->cuda_graphs);
+
+  absl::StatusOr<inference::ModelConfig> proto = ParseModelConfigText(
+      absl::StrCat(kSimpleConfig,
+                   "instance_group { count: 2 kind: KIND_GPU gpus: [ 0, 1 ] }\n"
+                   "optimization { cuda { graphs: false } }\n"),
+      "cfg");
+  ASSERT_TRUE(proto.ok()) << proto.status();
+  absl::StatusOr<engine::ModelConfig> config = ToEngineModelConfig(*proto, "simple");
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->instance_count, 5);
+  EXPECT_EQ(config->instance_kind, engine::InstanceKind::kGpu);
+  EXPECT_EQ(config->instance_gpus, std::vector<int>({0, 1}));
+  EXPECT_FALSE(config->cuda_graphs);
+
+  absl::StatusOr<inference::ModelConfig> negative = ParseModelConfigText(
+      absl::StrCat(kSimpleConfig, "instance_group { kind: KIND_GPU gpus: [ -1 ] }\n"), "cfg");
+  ASSERT_TRUE(negative.ok()) << negative.status();
+  EXPECT_EQ(ToEngineModelConfig(*negative, "simple").status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 TEST(ModelConfigParserTest, EmptyNameTakesTheFolderName) {
   auto proto = ParseModelConfigText(R"pb(backend: "identity")pb", "cfg");
   ASSERT_TRUE(proto.ok());

@@ -17,6 +17,7 @@
 #include "common/log.h"
 #include "common/status_macros.h"
 #include "engine/engine.h"
+#include "engine/fault_injection.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "server/grpc_service.h"
@@ -261,6 +262,20 @@ int Run(const Flags& flags) {
   engine_options.stats_interval =
       std::chrono::milliseconds(flags.allow_metrics ? flags.metrics_interval_ms : 0);
   engine_options.access_log_sample_rate = flags.access_log_sample_rate;
+  // Test-only (engine/fault_injection.h): armed by the environment alone, and said loudly.
+  if (const char* inject = std::getenv(engine::kFaultInjectionEnvVar);
+      inject != nullptr && *inject != '\0') {
+    absl::StatusOr<engine::FaultInjectionSpec> spec =
+        engine::ParseFaultInjectionSpecForTest(inject);
+    if (!spec.ok()) {
+      LOG_ERROR(log, spec.status().message());
+      return 2;
+    }
+    LOG_WARNING(log, "TEST-ONLY FAULT INJECTION ARMED (", engine::kFaultInjectionEnvVar, "=",
+                inject, "): model '", spec->model, "' will fault after ", spec->after_batches,
+                " batches; never set this in production");
+    engine_options.before_batch_for_test = engine::MakeFaultInjectionHookForTest(*spec);
+  }
   absl::StatusOr<std::unique_ptr<engine::Engine>> engine = engine::Engine::Create(engine_options);
   if (!engine.ok()) {
     LOG_ERROR(log, "engine: ", engine.status().message());

@@ -106,7 +106,14 @@ CpuExecutor::~CpuExecutor() { Stop(); }
 
 bool CpuExecutor::HasFreeSlot() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return !free_slots_.empty() && !stopping_;
+  return !free_slots_.empty() && !stopping_ && fault_.ok();
+}
+
+bool CpuExecutor::MarkFaulted(const absl::Status& fault) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!fault_.ok()) return false;
+  fault_ = fault;
+  return true;
 }
 
 int CpuExecutor::InFlight() const {
@@ -175,6 +182,7 @@ absl::StatusOr<std::vector<TensorView>> CpuExecutor::Gather(const Batch& batch, 
 void CpuExecutor::ExecutorLoop() {
   for (;;) {
     Work work;
+    absl::Status earlier_fault;
     {
       std::unique_lock<std::mutex> lock(mu_);
       exec_cv_.wait(lock, [&] { return stopping_ || !exec_queue_.empty(); });
@@ -185,20 +193,45 @@ void CpuExecutor::ExecutorLoop() {
       }
       work = std::move(exec_queue_.front());
       exec_queue_.pop_front();
+      earlier_fault = fault_;
     }
-    const auto t0 = Clock::now();
-    absl::StatusOr<std::vector<TensorView>> inputs = Gather(work.batch, slots_[work.slot]);
-    const auto t1 = Clock::now();
-    if (inputs.ok()) {
-      work.outputs = instance_->Run(*inputs);
+    if (!earlier_fault.ok()) {
+      // Taken before the fault was seen: like the batches queued on a CUDA stream after a failed
+      // launch, it fails with the instance rather than running on a broken one.
+      work.outputs = absl::InternalError(absl::StrCat(
+          "model '", config_.name,
+          "': batch not run, its instance faulted earlier: ", earlier_fault.message()));
     } else {
-      work.outputs = inputs.status();
-    }
-    const auto t2 = Clock::now();
-    work.input_time = t1 - t0;
-    work.infer_time = t2 - t1;
-    if (work.outputs.ok()) {
-      items_run_.fetch_add(static_cast<uint64_t>(work.batch.items), std::memory_order_relaxed);
+      absl::Status injected = absl::OkStatus();
+      if (options_.before_batch_for_test) injected = options_.before_batch_for_test();
+      if (!injected.ok()) {
+        work.outputs = absl::InternalError(
+            absl::StrCat("model '", config_.name, "': injected test fault: ", injected.message()));
+      } else {
+        const auto t0 = Clock::now();
+        absl::StatusOr<std::vector<TensorView>> inputs = Gather(work.batch, slots_[work.slot]);
+        const auto t1 = Clock::now();
+        if (inputs.ok()) {
+          work.outputs = instance_->Run(*inputs);
+        } else {
+          work.outputs = inputs.status();
+        }
+        const auto t2 = Clock::now();
+        work.input_time = t1 - t0;
+        work.infer_time = t2 - t1;
+        if (!work.outputs.ok() && work.outputs.status().code() == absl::StatusCode::kInternal) {
+          // The ModelInstance contract: INTERNAL is a fault of the backend, not of the request.
+          work.outputs = absl::InternalError(
+              absl::StrCat("model '", config_.name,
+                           "': backend fault in Run(): ", work.outputs.status().message()));
+        }
+      }
+      if (work.outputs.ok()) {
+        items_run_.fetch_add(static_cast<uint64_t>(work.batch.items), std::memory_order_relaxed);
+      } else if (work.outputs.status().code() == absl::StatusCode::kInternal) {
+        // From here on HasFreeSlot() is false: the batcher hands this instance nothing more.
+        work.faulted = MarkFaulted(work.outputs.status());
+      }
     }
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -218,7 +251,12 @@ void CpuExecutor::CompletionLoop() {
       work = std::move(completion_queue_.front());
       completion_queue_.pop_front();
     }
-    Finish(work);
+    absl::Status fault = work.faulted ? work.outputs.status() : absl::OkStatus();
+    if (absl::Status malformed = Finish(work); !malformed.ok() && MarkFaulted(malformed)) {
+      fault = std::move(malformed);
+    }
+    // After the batch's answers (ExecutorOptions::on_fault), before the slot is offered again.
+    if (!fault.ok() && options_.on_fault) options_.on_fault(fault);
     {
       std::lock_guard<std::mutex> lock(mu_);
       free_slots_.push_back(work.slot);
@@ -228,17 +266,21 @@ void CpuExecutor::CompletionLoop() {
   }
 }
 
-void CpuExecutor::Finish(Work& work) {
+absl::Status CpuExecutor::Finish(Work& work) {
   Batch& batch = work.batch;
   const auto t0 = Clock::now();
   absl::Status status = work.outputs.status();
-  if (status.ok()) status = CheckOutputs(config_, *work.outputs, batch.items);
+  absl::Status malformed = absl::OkStatus();
+  if (status.ok()) {
+    malformed = CheckOutputs(config_, *work.outputs, batch.items);
+    status = malformed;
+  }
   if (!status.ok()) {
     for (auto& request : batch.requests) {
       options_.stats->RecordFailure(*request, status.code());
       request->Complete(status);
     }
-    return;
+    return malformed;
   }
 
   std::vector<Tensor>& outputs = *work.outputs;
@@ -301,6 +343,7 @@ void CpuExecutor::Finish(Work& work) {
   for (size_t r = 0; r < batch.requests.size(); ++r) {
     batch.requests[r]->Complete(std::move(responses[r]));
   }
+  return absl::OkStatus();
 }
 
 }  // namespace sluice::engine::cpu

@@ -4,6 +4,13 @@
 // batch's inputs into the slot's staging buffers and runs the model; its completion thread
 // scatters outputs into the responses, answers them and frees the slot, so batch k's answers go
 // out while batch k+1 computes (the same pipeline the CUDA executor runs with a stream and events).
+//
+// Faults: a batch whose model run fails with INTERNAL (the ModelInstance contract's "fault of the
+// backend"), whose outputs do not match the config, or whose before_batch_for_test hook fails,
+// faults the executor: that batch's requests are failed INTERNAL, batches already taken behind it
+// are failed INTERNAL without running, HasFreeSlot() is false from then on, and
+// ExecutorOptions::on_fault is called once (on the completion thread). Other errors (e.g.
+// INVALID_ARGUMENT from a backend) fail only their batch.
 
 #include <atomic>
 #include <condition_variable>
@@ -48,6 +55,8 @@ class CpuExecutor final : public Executor {
     absl::StatusOr<std::vector<Tensor>> outputs = std::vector<Tensor>{};
     std::chrono::nanoseconds input_time{0};
     std::chrono::nanoseconds infer_time{0};
+    // This batch faulted the executor (the first fault): on_fault follows its answers.
+    bool faulted = false;
   };
 
   CpuExecutor(const ModelConfig& model_config, std::unique_ptr<ModelInstance> instance,
@@ -57,7 +66,10 @@ class CpuExecutor final : public Executor {
   void CompletionLoop();
   // Gathers the batch's inputs into views (zero-copy for a batch of one request).
   absl::StatusOr<std::vector<TensorView>> Gather(const Batch& batch, Slot& slot);
-  void Finish(Work& work);
+  // Answers the batch; returns the fault it found (malformed outputs), OK otherwise.
+  absl::Status Finish(Work& work);
+  // Records the executor's first fault; returns whether `fault` was the first. Takes mu_.
+  bool MarkFaulted(const absl::Status& fault);
 
   const ModelConfig& config_;
   const std::unique_ptr<ModelInstance> instance_;
@@ -73,6 +85,8 @@ class CpuExecutor final : public Executor {
   int in_flight_ = 0;                  // guarded by mu_
   bool stopping_ = false;              // guarded by mu_
   bool exec_done_ = false;             // guarded by mu_
+  // The first fault (OK while healthy); once set, no batch runs and no slot is offered.
+  absl::Status fault_;  // guarded by mu_
 
   // Items run, counted by the executor thread once per batch (the CPU stand-in for the CUDA
   // executor's device counters); read by the stats collector.
