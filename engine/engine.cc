@@ -89,7 +89,7 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(EngineOptions options) {
   if (options.default_max_queue_size < 1) {
     return absl::InvalidArgumentError("default max queue size must be >= 1");
   }
-  if (options.executor_slots < 1) {
+  if (options.executor_slots < 1 || options.gpu_executor_slots < 1) {
     return absl::InvalidArgumentError("executor slots must be >= 1");
   }
   if (options.stats_interval.count() < 0) {
@@ -143,15 +143,39 @@ absl::StatusOr<std::shared_ptr<Engine::LoadedModel>> Engine::Build(const ModelSp
 
   std::vector<std::unique_ptr<Executor>> executors;
   ModelScheduler* scheduler = loaded->scheduler.get();
-  for (int i = 0; i < config.instance_count; ++i) {
-    ASSIGN_OR_RETURN(std::unique_ptr<ModelInstance> instance, loaded->model->CreateInstance(i));
-    RETURN_IF_ERROR(WarmUp(config, *instance));
+  auto executor_options = [&](int slots) {
     ExecutorOptions executor_options;
-    executor_options.slot_count = options_.executor_slots;
+    executor_options.slot_count = slots;
     executor_options.stats = &loaded->stats;
     executor_options.on_slot_freed = [scheduler] { scheduler->NotifySlotFreed(); };
+    return executor_options;
+  };
+  bool on_gpu = options_.device.kind == DeviceSelection::Kind::kCuda &&
+                config.instance_kind != InstanceKind::kCpu;
+  for (int i = 0; on_gpu && i < config.instance_count; ++i) {
+    const int device =
+        config.instance_gpus.empty() ? options_.device.cuda_device : config.instance_gpus[i];
+    absl::StatusOr<std::unique_ptr<Executor>> executor =
+        CreateCudaExecutor(spec, config, device, executor_options(options_.gpu_executor_slots));
+    if (absl::IsUnimplemented(executor.status())) {
+      // No GPU implementation for this model: all its instances run on the CPU backend.
+      LOG_INFO(options_.logger, "model '", config.name,
+               "' runs on the CPU backend: ", executor.status().message());
+      on_gpu = false;
+      loaded->executors.clear();
+      executors.clear();
+      break;
+    }
+    if (!executor.ok()) return executor.status();
+    loaded->executors.push_back(executor->get());
+    executors.push_back(*std::move(executor));
+  }
+  for (int i = 0; !on_gpu && i < config.instance_count; ++i) {
+    ASSIGN_OR_RETURN(std::unique_ptr<ModelInstance> instance, loaded->model->CreateInstance(i));
+    RETURN_IF_ERROR(WarmUp(config, *instance));
     ASSIGN_OR_RETURN(std::unique_ptr<cpu::CpuExecutor> executor,
-                     cpu::CpuExecutor::Create(config, std::move(instance), executor_options));
+                     cpu::CpuExecutor::Create(config, std::move(instance),
+                                              executor_options(options_.executor_slots)));
     loaded->executors.push_back(executor.get());
     executors.push_back(std::move(executor));
   }

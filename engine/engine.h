@@ -18,6 +18,7 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "engine/backend.h"
+#include "engine/device.h"
 #include "engine/inference_request.h"
 #include "engine/model_config.h"
 #include "engine/model_stats.h"
@@ -32,8 +33,15 @@ struct EngineOptions {
   common::Logger* logger = nullptr;
   // Queue bound (requests) for a model whose config sets no max_queue_size.
   int64_t default_max_queue_size = 4096;
-  // In-flight batches per model instance.
+  // In-flight batches per model instance on the CPU backend.
   int executor_slots = 2;
+  // In-flight batches per model instance on a GPU: three, so that one batch copies in while one
+  // computes and one copies out.
+  int gpu_executor_slots = 3;
+  // Where models run (SelectDevice). On a CUDA device every model whose instance_group kind is
+  // not KIND_CPU and that has a GPU implementation gets one CudaExecutor per instance (on the GPU
+  // instance_group's `gpus` names, else on this device); the others run on the CPU backend.
+  DeviceSelection device;
   // Period of the stats collector thread, which reads the executors' item counters and computes
   // each model's throughput (ModelStatsSnapshot::device_items, throughput_items_per_second).
   // 0: no collector thread (those two fields stay 0); CollectStats() may still be called.

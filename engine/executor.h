@@ -10,6 +10,7 @@
 #include <memory>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "engine/inference_request.h"
 
 namespace sluice::engine {
@@ -54,6 +55,9 @@ struct ExecutorOptions {
   int slot_count = 2;
   // Called (on an executor thread) whenever a slot becomes free; must not block.
   std::function<void()> on_slot_freed;
+  // Called once on an executor thread when the executor becomes unusable; the engine marks the
+  // model not ready.
+  std::function<void(const absl::Status&)> on_fault;
   // Where per-batch stats go; borrowed, must outlive the executor.
   ModelStats* stats = nullptr;
 };
