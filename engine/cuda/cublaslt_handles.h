@@ -16,8 +16,17 @@ namespace sluice::engine::cuda {
 
 class CublasLtHandle {
  public:
-  // A handle for the current device (the caller holds a ScopedDevice for it).
+  // A handle for the current device (the caller holds a ScopedDevice for it). Loads cuBLASLt on
+  // first use (cublaslt_api.h): FailedPrecondition if it cannot. Every other object here
+  // REQUIRES a handle to have been created.
   static absl::StatusOr<CublasLtHandle> Create();
+  // Runs one GEMM (cublasLtMatmul) with the loaded library.
+  cublasStatus_t Matmul(cublasLtMatmulDesc_t desc, const void* alpha, const void* a,
+                        cublasLtMatrixLayout_t a_layout, const void* b,
+                        cublasLtMatrixLayout_t b_layout, const void* beta, const void* c,
+                        cublasLtMatrixLayout_t c_layout, void* d, cublasLtMatrixLayout_t d_layout,
+                        const cublasLtMatmulAlgo_t* algo, void* workspace, size_t workspace_bytes,
+                        cudaStream_t stream) const;
   cublasLtHandle_t get() const { return handle_.get(); }
 
  private:

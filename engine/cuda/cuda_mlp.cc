@@ -114,8 +114,8 @@ class CudaMlpInstance final : public CudaModelInstance {
       GpuLayer& layer = layers_[l];
       const bool last = l + 1 == layers_.size();
       void* output = last ? outputs[0] : scratch_[l % 2].get();
-      CUBLAS_RETURN_IF_ERROR(cublasLtMatmul(
-          handle_.get(), layer.desc.get(), &alpha, layer.weight.get(), layer.a.get(), current,
+      CUBLAS_RETURN_IF_ERROR(handle_.Matmul(
+          layer.desc.get(), &alpha, layer.weight.get(), layer.a.get(), current,
           layer.b[bucket].get(), &beta, output, layer.d[bucket].get(), output,
           layer.d[bucket].get(), &layer.algo[bucket], workspace_.get(), kWorkspaceBytes, stream));
       if (layer.separate_epilogue) {
