@@ -41,7 +41,7 @@ struct EngineOptions {
   // Where models run (SelectDevice). On a CUDA device every model whose instance_group kind is
   // not KIND_CPU and that has a GPU implementation gets one CudaExecutor per instance (on the GPU
   // instance_group's `gpus` names, else on this device); the others run on the CPU backend.
-  DeviceSelection device;
+  DeviceSelection device = {};
   // Period of the stats collector thread, which reads the executors' item counters and computes
   // each model's throughput (ModelStatsSnapshot::device_items, throughput_items_per_second).
   // 0: no collector thread (those two fields stay 0); CollectStats() may still be called.

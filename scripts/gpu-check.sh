@@ -134,10 +134,15 @@ run() {
   local missing
   missing=$(for exe in "$root"/bin/*; do ldd "$exe" 2>&1 | grep 'not found' || true; done | sort -u)
   if [[ -n "$missing" ]]; then
-    echo "gpu-check: libraries or symbol versions not found (CUDA 13's libcublasLt must be in" \
-      "$cuda_home/lib64):" >&2
+    echo "gpu-check: libraries or symbol versions not found:" >&2
     echo "$missing" >&2
     exit 1
+  fi
+  # cuBLASLt is loaded with dlopen by the mlp backend, so ldd does not list it: look for it.
+  if ! ls "$cuda_home"/lib64/libcublasLt.so.13* >/dev/null 2>&1 &&
+    ! ldconfig -p 2>/dev/null | grep -q 'libcublasLt.so.13'; then
+    echo "gpu-check: warning: no libcublasLt.so.13 in $cuda_home/lib64 or the loader cache;" \
+      "the mlp GPU tests will fail to load it" >&2
   fi
   local status=0
   printf '\n%-28s %6s %7s %6s %8s  %s\n' binary passed skipped failed seconds result
