@@ -5,17 +5,20 @@
 #include "absl/strings/str_cat.h"
 
 #if SLUICE_HAVE_CUDA
+#include "engine/cuda/cuda_executor.h"
+#include "engine/cuda/cuda_model.h"
 #include "engine/cuda/device_info.h"
 #endif
 
 namespace sluice::engine {
 namespace {
 
-// Describes the GPUs this process sees, or why it sees none.
-absl::StatusOr<std::string> ProbeGpus() {
+// Describes the GPUs this process sees, or why it sees none; `count` gets how many.
+absl::StatusOr<std::string> ProbeGpus(int* count) {
 #if SLUICE_HAVE_CUDA
   absl::StatusOr<std::vector<cuda::DeviceInfo>> devices = cuda::ListDevices();
   if (!devices.ok()) return devices.status();
+  *count = static_cast<int>(devices->size());
   std::string text;
   for (const cuda::DeviceInfo& d : *devices) {
     absl::StrAppend(&text, text.empty() ? "" : ", ", "cuda:", d.index, " ", d.name, " (sm_",
@@ -35,31 +38,64 @@ absl::StatusOr<DeviceSelection> SelectDevice(absl::string_view flag) {
     selection.description = "device=cpu: models run on the CPU backend";
     return selection;
   }
+  int count = 0;
   if (flag == "auto") {
-    absl::StatusOr<std::string> gpus = ProbeGpus();
+    absl::StatusOr<std::string> gpus = ProbeGpus(&count);
     if (!gpus.ok()) {
       selection.description = absl::StrCat("device=auto: no usable GPU (", gpus.status().message(),
                                            "); models run on the CPU backend");
     } else {
+      selection.kind = DeviceSelection::Kind::kCuda;
+      selection.cuda_device = 0;
       selection.description = absl::StrCat("device=auto: found ", *gpus,
-                                           ", but the CUDA executor is not built yet; models run "
-                                           "on the CPU backend");
+                                           "; models run on cuda:0 (instance_group gpus may "
+                                           "place instances on others)");
     }
     return selection;
   }
   int index = -1;
   if (absl::StartsWith(flag, "cuda:") && absl::SimpleAtoi(flag.substr(5), &index) && index >= 0) {
-    absl::StatusOr<std::string> gpus = ProbeGpus();
+    absl::StatusOr<std::string> gpus = ProbeGpus(&count);
     if (!gpus.ok()) {
       return absl::FailedPreconditionError(
           absl::StrCat("--device=", flag, ": no usable GPU (", gpus.status().message(), ")"));
     }
-    return absl::UnimplementedError(absl::StrCat(
-        "--device=", flag, ": found ", *gpus,
-        ", but the CUDA executor is not built yet (use --device=auto or --device=cpu)"));
+    if (index >= count) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("--device=", flag, ": this process sees only ", *gpus));
+    }
+    selection.kind = DeviceSelection::Kind::kCuda;
+    selection.cuda_device = index;
+    selection.description = absl::StrCat("device=", flag, ": models run on ", *gpus);
+    return selection;
   }
   return absl::InvalidArgumentError(
       absl::StrCat("--device=", flag, " is not one of auto, cpu, cuda:N"));
+}
+
+absl::StatusOr<std::unique_ptr<Executor>> CreateCudaExecutor(const ModelSpec& spec,
+                                                             const ModelConfig& config, int device,
+                                                             ExecutorOptions options) {
+#if SLUICE_HAVE_CUDA
+  const std::vector<int> buckets = cuda::BatchBuckets(config);
+  std::unique_ptr<cuda::CudaModelInstance> model;
+  {
+    absl::StatusOr<std::unique_ptr<cuda::CudaModelInstance>> created =
+        cuda::CreateCudaModelInstance(spec, device, buckets);
+    if (!created.ok()) return created.status();
+    model = *std::move(created);
+  }
+  cuda::CudaExecutorOptions cuda_options;
+  cuda_options.executor = std::move(options);
+  cuda_options.device = device;
+  cuda_options.use_graphs = config.cuda_graphs;
+  absl::StatusOr<std::unique_ptr<cuda::CudaExecutor>> executor =
+      cuda::CudaExecutor::Create(config, std::move(model), std::move(cuda_options));
+  if (!executor.ok()) return executor.status();
+  return std::unique_ptr<Executor>(*std::move(executor));
+#else
+  return absl::UnimplementedError("this build has no CUDA support (SLUICE_ENABLE_CUDA=OFF)");
+#endif
 }
 
 }  // namespace sluice::engine

@@ -93,7 +93,7 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(EngineOptions options) {
   if (options.default_max_queue_size < 1) {
     return absl::InvalidArgumentError("default max queue size must be >= 1");
   }
-  if (options.executor_slots < 1) {
+  if (options.executor_slots < 1 || options.gpu_executor_slots < 1) {
     return absl::InvalidArgumentError("executor slots must be >= 1");
   }
   if (options.stats_interval.count() < 0) {
@@ -119,11 +119,6 @@ Engine::~Engine() { Shutdown(); }
 
 absl::StatusOr<std::shared_ptr<Engine::LoadedModel>> Engine::Build(const ModelSpec& spec) {
   RETURN_IF_ERROR(ValidateModelConfig(spec.config));
-  if (options_.device.kind != DeviceSelection::Kind::kCpu) {
-    return absl::UnimplementedError(absl::StrCat("model '", spec.config.name,
-                                                 "': ", options_.device.description,
-                                                 ": the CUDA executor is not built yet"));
-  }
   auto loaded = std::make_shared<LoadedModel>(
       ModelStatsOptions{.model_name = spec.config.name,
                         .model_version = spec.version,
@@ -152,11 +147,9 @@ absl::StatusOr<std::shared_ptr<Engine::LoadedModel>> Engine::Build(const ModelSp
 
   std::vector<std::unique_ptr<Executor>> executors;
   ModelScheduler* scheduler = loaded->scheduler.get();
-  for (int i = 0; i < config.instance_count; ++i) {
-    ASSIGN_OR_RETURN(std::unique_ptr<ModelInstance> instance, loaded->model->CreateInstance(i));
-    RETURN_IF_ERROR(WarmUp(config, *instance));
+  auto executor_options = [&](int slots, int i) {
     ExecutorOptions executor_options;
-    executor_options.slot_count = options_.executor_slots;
+    executor_options.slot_count = slots;
     executor_options.stats = &loaded->stats;
     executor_options.on_slot_freed = [scheduler] { scheduler->NotifySlotFreed(); };
     // The executor's threads are joined (by the scheduler's Stop()) before `loaded` is freed, and
@@ -170,8 +163,34 @@ absl::StatusOr<std::shared_ptr<Engine::LoadedModel>> Engine::Build(const ModelSp
                                                 name = config.name, version = spec.version,
                                                 i] { return hook(name, version, i); };
     }
+    return executor_options;
+  };
+  bool on_gpu = options_.device.kind == DeviceSelection::Kind::kCuda &&
+                config.instance_kind != InstanceKind::kCpu;
+  for (int i = 0; on_gpu && i < config.instance_count; ++i) {
+    const int device =
+        config.instance_gpus.empty() ? options_.device.cuda_device : config.instance_gpus[i];
+    absl::StatusOr<std::unique_ptr<Executor>> executor =
+        CreateCudaExecutor(spec, config, device, executor_options(options_.gpu_executor_slots, i));
+    if (absl::IsUnimplemented(executor.status())) {
+      // No GPU implementation for this model: all its instances run on the CPU backend.
+      LOG_INFO(options_.logger, "model '", config.name,
+               "' runs on the CPU backend: ", executor.status().message());
+      on_gpu = false;
+      loaded->executors.clear();
+      executors.clear();
+      break;
+    }
+    if (!executor.ok()) return executor.status();
+    loaded->executors.push_back(executor->get());
+    executors.push_back(*std::move(executor));
+  }
+  for (int i = 0; !on_gpu && i < config.instance_count; ++i) {
+    ASSIGN_OR_RETURN(std::unique_ptr<ModelInstance> instance, loaded->model->CreateInstance(i));
+    RETURN_IF_ERROR(WarmUp(config, *instance));
     ASSIGN_OR_RETURN(std::unique_ptr<cpu::CpuExecutor> executor,
-                     cpu::CpuExecutor::Create(config, std::move(instance), executor_options));
+                     cpu::CpuExecutor::Create(config, std::move(instance),
+                                              executor_options(options_.executor_slots, i)));
     loaded->executors.push_back(executor.get());
     executors.push_back(std::move(executor));
   }

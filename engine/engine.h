@@ -34,8 +34,15 @@ struct EngineOptions {
   common::Logger* logger = nullptr;
   // Queue bound (requests) for a model whose config sets no max_queue_size.
   int64_t default_max_queue_size = 4096;
-  // In-flight batches per model instance.
+  // In-flight batches per model instance on the CPU backend.
   int executor_slots = 2;
+  // In-flight batches per model instance on a GPU: three, so that one batch copies in while one
+  // computes and one copies out.
+  int gpu_executor_slots = 3;
+  // Where models run (SelectDevice). On a CUDA device every model whose instance_group kind is
+  // not KIND_CPU and that has a GPU implementation gets one CudaExecutor per instance (on the GPU
+  // instance_group's `gpus` names, else on this device); the others run on the CPU backend.
+  DeviceSelection device = {};
   // Period of the stats collector thread, which reads the executors' item counters and computes
   // each model's throughput (ModelStatsSnapshot::device_items, throughput_items_per_second).
   // 0: no collector thread (those two fields stay 0); CollectStats() may still be called.
@@ -43,9 +50,6 @@ struct EngineOptions {
   // Fraction of requests (0..1) that get an access-log record (model, version, id, batch, queue
   // and compute time, status) at info level through `logger`. 0: none.
   double access_log_sample_rate = 0;
-  // Where models run (SelectDevice() decides it from --device). Default: the CPU backend. A CUDA
-  // selection fails every load with Unimplemented until the CUDA executor is built in.
-  DeviceSelection device{};
   // Test-only, empty in production: called on a model instance's executor thread before each batch
   // with the model's name, version and the instance's index; a non-OK status faults that batch as
   // a CUDA error would (fault_injection.h builds one from SLUICE_TEST_FAULT_INJECT).

@@ -90,6 +90,18 @@ absl::Status ValidateModelConfig(const ModelConfig& config) {
     return absl::InvalidArgumentError(absl::StrCat(
         "model '", config.name, "': instance_group count ", config.instance_count, " is < 1"));
   }
+  if (!config.instance_gpus.empty() &&
+      static_cast<int>(config.instance_gpus.size()) != config.instance_count) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "model '", config.name, "': instance_group places ", config.instance_gpus.size(),
+        " instances on GPUs but the model has ", config.instance_count));
+  }
+  for (int gpu : config.instance_gpus) {
+    if (gpu < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("model '", config.name, "': instance_group gpus lists ", gpu));
+    }
+  }
   return absl::OkStatus();
 }
 

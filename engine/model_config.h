@@ -61,11 +61,13 @@ struct ModelConfig {
   // Number of model instances (executors), from instance_group.
   int instance_count = 1;
   InstanceKind instance_kind = InstanceKind::kAuto;
-  // instance_group gpus (every group's, in order): the GPUs the instances go on; empty: the
-  // device the engine selected. Read by the CUDA executor only.
+  // The GPU of each instance (instance_count entries), from instance_group's `gpus`: as in Triton,
+  // a group places `count` instances on each GPU it lists. Empty: every instance runs on the
+  // engine's device. Ignored by the CPU backend.
   std::vector<int> instance_gpus;
-  // optimization.cuda.graphs: replay one captured CUDA graph per batch bucket. On unless the
-  // config's optimization.cuda block says otherwise. Read by the CUDA executor only.
+  // optimization { cuda { graphs } }: whether the CUDA executor captures one CUDA graph per batch
+  // bucket at load and replays it. On unless a `cuda` block says `graphs: false` (the proto's
+  // bool has no presence, so an absent block keeps sluice's default). Ignored on the CPU.
   bool cuda_graphs = true;
   // Free-form key/value parameters for the backend.
   std::map<std::string, std::string> parameters;

@@ -248,13 +248,19 @@ absl::StatusOr<engine::ModelConfig> ToEngineModelConfig(const inference::ModelCo
       return fail(absl::InvalidArgumentError(
           absl::StrCat("instance_group count ", group.count(), " is negative")));
     }
-    instances += group.count() == 0 ? 1 : group.count();  // Triton: count defaults to 1
-    for (int gpu : group.gpus()) {
-      if (gpu < 0) {
-        return fail(absl::InvalidArgumentError(
-            absl::StrCat("instance_group gpus: ", gpu, " is not a GPU index")));
+    const int count = group.count() == 0 ? 1 : group.count();  // Triton: count defaults to 1
+    if (group.gpus_size() == 0) {
+      instances += count;
+    } else {
+      // Triton places `count` instances on each listed GPU.
+      for (int gpu : group.gpus()) {
+        if (gpu < 0) {
+          return fail(absl::InvalidArgumentError(
+              absl::StrCat("instance_group gpus lists ", gpu, ", which is negative")));
+        }
+        for (int i = 0; i < count; ++i) config.instance_gpus.push_back(gpu);
       }
-      config.instance_gpus.push_back(gpu);
+      instances += count * group.gpus_size();
     }
     switch (group.kind()) {
       case inference::ModelInstanceGroup::KIND_CPU:
@@ -272,7 +278,16 @@ absl::StatusOr<engine::ModelConfig> ToEngineModelConfig(const inference::ModelCo
     }
   }
   config.instance_count = instances > 0 ? instances : 1;
-  if (proto.optimization().has_cuda()) config.cuda_graphs = proto.optimization().cuda().graphs();
+  // A group without `gpus` among groups with them: its instances go on the engine's device, which
+  // the per-instance list cannot say; refuse rather than guess.
+  if (!config.instance_gpus.empty() &&
+      static_cast<int>(config.instance_gpus.size()) != config.instance_count) {
+    return fail(
+        absl::InvalidArgumentError("instance_group: either every group lists `gpus` or none does"));
+  }
+  if (proto.has_optimization() && proto.optimization().has_cuda()) {
+    config.cuda_graphs = proto.optimization().cuda().graphs();
+  }
   for (const auto& [key, value] : proto.parameters()) {
     config.parameters[key] = value.string_value();
   }

@@ -72,33 +72,50 @@ TEST(ModelConfigParserTest, ConvertsEverySupportedField) {
   EXPECT_EQ(config->parameters.at("activation"), "relu");
 }
 
-// Stored for the CUDA executor: which GPUs instances go on, and whether CUDA graphs are used.
-TEST(ModelConfigParserTest, KeepsInstanceGpusAndCudaGraphs) {
-  absl::StatusOr<inference::ModelConfig> plain = ParseModelConfigText(kSimpleConfig, "cfg");
-  ASSERT_TRUE(plain.ok()) << plain.status();
-  absl::StatusOr<engine::ModelConfig> defaults = ToEngineModelConfig(*plain, "simple");
-  ASSERT_TRUE(defaults.ok()) << defaults.status();
-  EXPECT_TRUE(defaults->instance_gpus.empty());
-  EXPECT_TRUE(defaults->cuda_graphs);
-
-  absl::StatusOr<inference::ModelConfig> proto = ParseModelConfigText(
-      absl::StrCat(kSimpleConfig,
-                   "instance_group { count: 2 kind: KIND_GPU gpus: [ 0, 1 ] }\n"
-                   "optimization { cuda { graphs: false } }\n"),
-      "cfg");
-  ASSERT_TRUE(proto.ok()) << proto.status();
-  absl::StatusOr<engine::ModelConfig> config = ToEngineModelConfig(*proto, "simple");
+TEST(ModelConfigParserTest, ReadsGpuPlacementAndCudaGraphs) {
+  // Defaults: no placement, graphs on.
+  auto proto = ParseModelConfigText(R"pb(backend: "identity")pb", "cfg");
+  ASSERT_TRUE(proto.ok());
+  auto config = ToEngineModelConfig(*proto, "m");
   ASSERT_TRUE(config.ok()) << config.status();
-  EXPECT_EQ(config->instance_count, 5);
-  EXPECT_EQ(config->instance_kind, engine::InstanceKind::kGpu);
-  EXPECT_EQ(config->instance_gpus, std::vector<int>({0, 1}));
+  EXPECT_TRUE(config->instance_gpus.empty());
+  EXPECT_TRUE(config->cuda_graphs);
+
+  proto = ParseModelConfigText(R"pb(
+                                 backend: "identity" instance_group
+                                 [ {
+                                   count: 2
+                                   kind: KIND_GPU
+                                   gpus: [ 0, 1 ]
+                                 }
+                                   , {
+                                     kind: KIND_GPU
+                                     gpus: [ 3 ]
+                                   }]
+                                 optimization { cuda { graphs: false } }
+                               )pb",
+                               "cfg");
+  ASSERT_TRUE(proto.ok()) << proto.status();
+  config = ToEngineModelConfig(*proto, "m");
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->instance_count, 5);  // Triton: `count` instances on each listed GPU
+  EXPECT_EQ(config->instance_gpus, std::vector<int>({0, 0, 1, 1, 3}));
   EXPECT_FALSE(config->cuda_graphs);
 
-  absl::StatusOr<inference::ModelConfig> negative = ParseModelConfigText(
-      absl::StrCat(kSimpleConfig, "instance_group { kind: KIND_GPU gpus: [ -1 ] }\n"), "cfg");
-  ASSERT_TRUE(negative.ok()) << negative.status();
-  EXPECT_EQ(ToEngineModelConfig(*negative, "simple").status().code(),
-            absl::StatusCode::kInvalidArgument);
+  proto = ParseModelConfigText(R"pb(
+                                 backend: "identity" instance_group
+                                 [ {
+                                   count: 1
+                                   gpus: [ 0 ]
+                                 }
+                                   , { count: 1 }]
+                               )pb",
+                               "cfg");
+  ASSERT_TRUE(proto.ok());
+  config = ToEngineModelConfig(*proto, "m");
+  ASSERT_FALSE(config.ok());
+  EXPECT_NE(config.status().message().find("every group lists `gpus` or none"), std::string::npos)
+      << config.status();
 }
 
 TEST(ModelConfigParserTest, EmptyNameTakesTheFolderName) {

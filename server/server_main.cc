@@ -244,18 +244,16 @@ int Run(const Flags& flags) {
   // the log queue rather than being dropped: LOG_INFO_WAITING. Scripts and tests rely on them.
 
   LOG_INFO_WAITING(log, "sluice-server ", SLUICE_VERSION, " starting");
-  if (flags.device == "auto") {
-    LOG_INFO_WAITING(
-        log, "device=auto: this build has no CUDA executor yet; models run on the CPU backend");
-  } else if (flags.device != "cpu") {
-    LOG_ERROR(log, "--device=", flags.device,
-              " is not available: this build runs models on the CPU backend only "
-              "(use --device=auto or --device=cpu)");
+  absl::StatusOr<engine::DeviceSelection> device = engine::SelectDevice(flags.device);
+  if (!device.ok()) {
+    LOG_ERROR(log, device.status().message(), " (use --device=auto or --device=cpu)");
     return 2;
   }
+  LOG_INFO_WAITING(log, device->description);
 
   engine::EngineOptions engine_options;
   engine_options.logger = log;
+  engine_options.device = *device;
   engine_options.default_max_queue_size = flags.max_queue_size;
   engine_options.executor_slots = flags.executor_slots;
   // The collector's readings are only published as metrics, so it runs only with them.

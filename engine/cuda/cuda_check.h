@@ -4,6 +4,7 @@
 // the failing expression, file and line; the specific ones only say how to read the error code.
 // Destructors cannot return a status: they use CUDA_LOG_IF_ERROR and carry on.
 
+#include <cublasLt.h>
 #include <cuda_runtime_api.h>
 
 #include <cstdio>
@@ -16,6 +17,8 @@ namespace sluice::engine::cuda {
 // INTERNAL status naming the call, e.g. "cudaMalloc(&p, n) failed at engine/cuda/x.cc:12:
 // out of memory (cudaErrorMemoryAllocation)". Out-of-memory maps to RESOURCE_EXHAUSTED (STYLE 8).
 absl::Status CudaError(cudaError_t error, const char* expr, const char* file, int line);
+// The same for a cuBLAS / cuBLASLt status; CUBLAS_STATUS_ALLOC_FAILED maps to RESOURCE_EXHAUSTED.
+absl::Status CublasError(cublasStatus_t status, const char* expr, const char* file, int line);
 
 }  // namespace sluice::engine::cuda
 
@@ -29,6 +32,21 @@ absl::Status CudaError(cudaError_t error, const char* expr, const char* file, in
 
 #define CUDA_RETURN_IF_ERROR(expr) \
   SLUICE_GPU_RETURN_IF_ERROR_GEN_(expr, cudaSuccess, ::sluice::engine::cuda::CudaError)
+
+#define CUBLAS_RETURN_IF_ERROR(expr) \
+  SLUICE_GPU_RETURN_IF_ERROR_GEN_(expr, CUBLAS_STATUS_SUCCESS, ::sluice::engine::cuda::CublasError)
+
+#define CUBLAS_LOG_IF_ERROR(expr)                                                               \
+  do {                                                                                          \
+    cublasStatus_t sluice_cublas_status_ = (expr);                                              \
+    if (sluice_cublas_status_ != CUBLAS_STATUS_SUCCESS) {                                       \
+      std::fprintf(                                                                             \
+          stderr, "%s\n",                                                                       \
+          ::sluice::engine::cuda::CublasError(sluice_cublas_status_, #expr, __FILE__, __LINE__) \
+              .ToString()                                                                       \
+              .c_str());                                                                        \
+    }                                                                                           \
+  } while (false)
 
 #define CUDA_LOG_IF_ERROR(expr)                                                            \
   do {                                                                                     \

@@ -61,3 +61,37 @@ void PinnedHostBuffer::Deleter::operator()(void* data) const {
 }
 
 }  // namespace sluice::engine::cuda
+
+namespace sluice::engine::cuda {
+
+absl::Status CudaGraphExec::BeginCapture(cudaStream_t stream) {
+  CUDA_RETURN_IF_ERROR(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<CudaGraphExec> CudaGraphExec::EndCapture(cudaStream_t stream,
+                                                        absl::Status enqueued) {
+  cudaGraph_t graph = nullptr;
+  // Always end the capture, even after a failed enqueue: the stream must leave capture mode.
+  const cudaError_t ended = cudaStreamEndCapture(stream, &graph);
+  std::unique_ptr<std::remove_pointer_t<cudaGraph_t>, void (*)(cudaGraph_t)> owner(
+      graph, [](cudaGraph_t g) {
+        if (g != nullptr) CUDA_LOG_IF_ERROR(cudaGraphDestroy(g));
+      });
+  if (!enqueued.ok()) return enqueued;
+  CUDA_RETURN_IF_ERROR(ended);
+  cudaGraphExec_t exec = nullptr;
+  CUDA_RETURN_IF_ERROR(cudaGraphInstantiate(&exec, graph, 0));
+  return CudaGraphExec(exec);
+}
+
+absl::Status CudaGraphExec::Launch(cudaStream_t stream) const {
+  CUDA_RETURN_IF_ERROR(cudaGraphLaunch(exec_.get(), stream));
+  return absl::OkStatus();
+}
+
+void CudaGraphExec::Deleter::operator()(cudaGraphExec_t exec) const {
+  CUDA_LOG_IF_ERROR(cudaGraphExecDestroy(exec));
+}
+
+}  // namespace sluice::engine::cuda

@@ -93,3 +93,35 @@ class PinnedHostBuffer {
 };
 
 }  // namespace sluice::engine::cuda
+
+namespace sluice::engine::cuda {
+
+// An executable CUDA graph: what one stream capture recorded, instantiated for replay.
+class CudaGraphExec {
+ public:
+  // Records everything `enqueue` puts on `stream` (capture mode thread-local, so other threads'
+  // CUDA calls are not disturbed) and instantiates it. `enqueue` must only enqueue: no
+  // synchronization, no allocation. Errors from `enqueue` or from capture are returned, and the
+  // capture is ended either way.
+  template <typename Enqueue>
+  static absl::StatusOr<CudaGraphExec> Capture(cudaStream_t stream, Enqueue&& enqueue) {
+    absl::Status begun = BeginCapture(stream);
+    if (!begun.ok()) return begun;
+    absl::Status enqueued = enqueue();
+    return EndCapture(stream, enqueued);
+  }
+  // Enqueues one replay on `stream`.
+  absl::Status Launch(cudaStream_t stream) const;
+  cudaGraphExec_t get() const { return exec_.get(); }
+
+ private:
+  struct Deleter {
+    void operator()(cudaGraphExec_t exec) const;
+  };
+  explicit CudaGraphExec(cudaGraphExec_t exec) : exec_(exec) {}
+  static absl::Status BeginCapture(cudaStream_t stream);
+  static absl::StatusOr<CudaGraphExec> EndCapture(cudaStream_t stream, absl::Status enqueued);
+  std::unique_ptr<std::remove_pointer_t<cudaGraphExec_t>, Deleter> exec_;
+};
+
+}  // namespace sluice::engine::cuda

@@ -26,6 +26,7 @@ constexpr absl::string_view kWeightsFileParam = "weights_file";
 constexpr absl::string_view kActivationParam = "activation";
 constexpr absl::string_view kOutputActivationParam = "output_activation";
 constexpr absl::string_view kActivationsParam = "activations";
+constexpr absl::string_view kAllowTf32Param = "allow_tf32";
 constexpr absl::string_view kDefaultWeightsFile = "model.safetensors";
 constexpr absl::string_view kDefaultActivation = "relu";
 constexpr absl::string_view kDefaultOutputActivation = "none";
@@ -147,11 +148,16 @@ absl::Status CheckConfig(const ModelConfig& config) {
   }
   for (const auto& [key, value] : config.parameters) {
     if (key != kWeightsFileParam && key != kActivationParam && key != kOutputActivationParam &&
-        key != kActivationsParam) {
+        key != kActivationsParam && key != kAllowTf32Param) {
       return absl::InvalidArgumentError(absl::StrCat(
           "unknown parameter '", key, "' (known: ", kWeightsFileParam, ", ", kActivationParam, ", ",
-          kOutputActivationParam, ", ", kActivationsParam, ")"));
+          kOutputActivationParam, ", ", kActivationsParam, ", ", kAllowTf32Param, ")"));
     }
+  }
+  const std::string tf32 = ParameterValue(config, kAllowTf32Param, "false");
+  if (tf32 != "true" && tf32 != "false") {
+    return absl::InvalidArgumentError(absl::StrCat("parameter '", kAllowTf32Param, "' = '", tf32,
+                                                   "' must be \"true\" or \"false\""));
   }
   const std::string weights_file = ParameterValue(config, kWeightsFileParam, kDefaultWeightsFile);
   if (weights_file.empty() || weights_file == "." || weights_file == ".." ||
@@ -333,6 +339,15 @@ absl::StatusOr<std::shared_ptr<const MlpNetwork>> LoadNetworkUnprefixed(const Mo
   network->input_name = config.inputs[0].name;
   network->output_name = config.outputs[0].name;
   network->max_batch_size = config.max_batch_size;
+  network->allow_tf32 = ParameterValue(config, kAllowTf32Param, "false") == "true";
+  // One 16-bit precision shared by every tensor is kept for the GPU; anything else computes in
+  // FP32.
+  const DataType first_dtype = file.tensors().front().dtype;
+  bool one_dtype = true;
+  for (const TensorView& tensor : file.tensors()) one_dtype &= tensor.dtype == first_dtype;
+  if (one_dtype && (first_dtype == DataType::kFp16 || first_dtype == DataType::kBf16)) {
+    network->stored_dtype = first_dtype;
+  }
   for (const auto& [index, tensors] : grouped) {
     ASSIGN_OR_RETURN(DenseLayer layer, BuildLayer(file, index, tensors));
     network->layers.push_back(std::move(layer));

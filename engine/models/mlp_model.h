@@ -15,12 +15,15 @@
 //       output_activation  applied after the last layer (default "none"); "softmax" allowed.
 //       activations        comma-separated, one per layer, e.g. "relu,gelu,softmax"; replaces the
 //                          two above (giving it with either of them is an error).
+//       allow_tf32         "true" or "false" (default): whether the CUDA backend may run FP32
+//                          GEMMs on TF32 tensor cores (~1e-3 relative error). The CPU ignores it.
 //     Activations: none, relu, gelu (exact, erf form), gelu_tanh, silu, sigmoid, tanh; softmax
 //     (over each output row) only on the last layer.
 //
 // Weights stored as F32, F16, BF16 (or F64) are converted to FP32 at load; the CPU backend
-// computes in FP32 with OpenBLAS, one BLAS thread per instance. Instances share the weights
-// read-only and each has its own scratch buffers.
+// computes in FP32 with OpenBLAS, one BLAS thread per instance. The CUDA backend computes in the
+// stored precision (F16/BF16 on tensor cores with FP32 accumulation, else FP32). Instances share
+// the weights read-only and each has its own scratch buffers.
 
 #include <memory>
 #include <string>
@@ -29,6 +32,7 @@
 #include "absl/status/statusor.h"
 #include "engine/backend.h"
 #include "engine/cpu/dense.h"
+#include "engine/data_type.h"
 
 namespace sluice::engine::models {
 
@@ -41,6 +45,12 @@ struct MlpNetwork {
   int max_batch_size = 0;
   // In execution order (numeric order of the weights' prefixes), each with its activation; FP32.
   std::vector<cpu::DenseLayer> layers;
+  // The precision the file stores the weights in when every weight and bias shares it: kFp16 or
+  // kBf16 (the values in `layers` are exactly those, widened); kFp32 otherwise. A GPU backend
+  // computes in this precision.
+  DataType stored_dtype = DataType::kFp32;
+  // Parameter allow_tf32: FP32 GEMMs may use TF32 tensor cores (GPU only).
+  bool allow_tf32 = false;
 
   int in_features() const { return layers.front().in_features; }
   int out_features() const { return layers.back().out_features; }

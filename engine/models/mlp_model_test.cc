@@ -322,6 +322,21 @@ TEST_F(MlpModelTest, ActivationAndOutputActivationParameters) {
   }
 }
 
+// What a GPU backend reads from the network besides the FP32 values: the stored precision and
+// whether TF32 is allowed.
+TEST_F(MlpModelTest, NetworkKeepsTheStoredPrecisionAndTf32Choice) {
+  for (DataType dtype : {DataType::kFp32, DataType::kFp16, DataType::kBf16}) {
+    WriteLayers({16, 8, 4}, dtype);
+    auto network = LoadMlpNetwork(Spec(16, 4));
+    ASSERT_TRUE(network.ok()) << network.status();
+    EXPECT_EQ((*network)->stored_dtype, dtype);
+    EXPECT_FALSE((*network)->allow_tf32);
+  }
+  auto network = LoadMlpNetwork(Spec(16, 4, 16, {{"allow_tf32", "true"}}));
+  ASSERT_TRUE(network.ok()) << network.status();
+  EXPECT_TRUE((*network)->allow_tf32);
+}
+
 TEST_F(MlpModelTest, HalfAndBFloat16WeightsLoadAndCompute) {
   for (DataType dtype : {DataType::kFp16, DataType::kBf16}) {
     rng_.seed(99);
@@ -538,7 +553,9 @@ TEST_F(MlpModelTest, ActivationParameterErrorsNameTheParameter) {
       HasSubstr("parameters 'activations' and 'activation' are both set"));
   EXPECT_THAT(LoadError(Spec(8, 10, 4, {{"dropout", "0.1"}})),
               HasSubstr("unknown parameter 'dropout' (known: weights_file, activation, "
-                        "output_activation, activations)"));
+                        "output_activation, activations, allow_tf32)"));
+  EXPECT_THAT(LoadError(Spec(8, 10, 4, {{"allow_tf32", "yes"}})),
+              HasSubstr("parameter 'allow_tf32' = 'yes' must be \"true\" or \"false\""));
   // Spaces around the names in the list are allowed.
   EXPECT_TRUE(CreateModel(Spec(8, 10, 4, {{"activations", "relu, tanh , softmax"}})).ok());
 }

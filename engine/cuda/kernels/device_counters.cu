@@ -35,7 +35,15 @@ void CountBatch(DeviceCounters* counters, int items, int bucket, const float* ou
                                                     outputs == nullptr ? 0 : output_count);
 }
 
+__global__ void NeverRunsKernel() {}
+
 }  // namespace
+
+absl::Status LaunchInvalidKernelForTest(cudaStream_t stream) {
+  NeverRunsKernel<<<1, 0, 0, stream>>>();
+  CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  return absl::InternalError("a launch with zero threads unexpectedly succeeded");
+}
 
 absl::Status LaunchCountBatch(DeviceCounters* counters, int items, int bucket, const float* outputs,
                               int64_t output_count, cudaStream_t stream) {

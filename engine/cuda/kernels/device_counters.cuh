@@ -28,4 +28,8 @@ struct DeviceCounters {
 absl::Status LaunchCountBatch(DeviceCounters* counters, int items, int bucket, const float* outputs,
                               int64_t output_count, cudaStream_t stream);
 
+// Test-only fault injection: launches a kernel with an invalid configuration (zero threads), so
+// the launch fails exactly as a real launch error would. Always returns INTERNAL naming the call.
+absl::Status LaunchInvalidKernelForTest(cudaStream_t stream);
+
 }  // namespace sluice::engine::cuda

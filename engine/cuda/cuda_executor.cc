@@ -1,0 +1,487 @@
+#include "engine/cuda/cuda_executor.h"
+
+#include <algorithm>
+#include <cstring>
+#include <set>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/check.h"
+#include "common/status_macros.h"
+#include "engine/cuda/cuda_check.h"
+
+namespace sluice::engine::cuda {
+namespace {
+
+constexpr size_t kAlignment = 256;
+
+size_t AlignUp(size_t bytes) { return (bytes + kAlignment - 1) / kAlignment * kAlignment; }
+
+std::chrono::nanoseconds Elapsed(const CudaEvent& begin, const CudaEvent& end) {
+  float ms = 0;
+  // Both events fired (the completion thread waited for the last one); an error leaves 0.
+  CUDA_LOG_IF_ERROR(cudaEventElapsedTime(&ms, begin.get(), end.get()));
+  return std::chrono::nanoseconds(static_cast<int64_t>(static_cast<double>(ms) * 1e6));
+}
+
+// Outputs one request gets, as indices into the config's outputs: the ones it asked for, in its
+// order, or all. Names were checked at submit. (The CPU executor selects the same way.)
+std::vector<size_t> SelectOutputs(const InferenceRequest& request, const ModelConfig& config) {
+  std::vector<size_t> selected;
+  if (request.requested_outputs.empty()) {
+    for (size_t i = 0; i < config.outputs.size(); ++i) selected.push_back(i);
+    return selected;
+  }
+  for (const std::string& name : request.requested_outputs) {
+    for (size_t i = 0; i < config.outputs.size(); ++i) {
+      if (config.outputs[i].name == name) {
+        selected.push_back(i);
+        break;
+      }
+    }
+  }
+  return selected;
+}
+
+}  // namespace
+
+std::vector<int> BatchBuckets(const ModelConfig& config) {
+  if (config.max_batch_size <= 0) return {1};
+  std::set<int> buckets;
+  if (config.dynamic_batching.has_value() &&
+      !config.dynamic_batching->preferred_batch_sizes.empty()) {
+    for (int size : config.dynamic_batching->preferred_batch_sizes) {
+      if (size >= 1 && size <= config.max_batch_size) buckets.insert(size);
+    }
+  } else {
+    for (int size = 1; size < config.max_batch_size; size *= 2) buckets.insert(size);
+  }
+  buckets.insert(config.max_batch_size);
+  return std::vector<int>(buckets.begin(), buckets.end());
+}
+
+absl::StatusOr<std::unique_ptr<CudaExecutor>> CudaExecutor::Create(
+    const ModelConfig& model_config, std::unique_ptr<CudaModelInstance> model,
+    CudaExecutorOptions options) {
+  if (model == nullptr) return absl::InvalidArgumentError("CudaExecutor needs a model instance");
+  if (options.executor.slot_count < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("executor slot count ", options.executor.slot_count, " is < 1"));
+  }
+  if (options.executor.stats == nullptr) {
+    return absl::InvalidArgumentError("CudaExecutor needs stats");
+  }
+  std::vector<int> buckets = BatchBuckets(model_config);
+  if (buckets.size() > static_cast<size_t>(DeviceCounters::kMaxBuckets)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("model '", model_config.name, "' has ", buckets.size(),
+                     " batch buckets; the device "
+                     "counters hold ",
+                     DeviceCounters::kMaxBuckets, " (list fewer preferred_batch_size values)"));
+  }
+  const int device = options.device;
+  ScopedDevice scoped(device);
+  ASSIGN_OR_RETURN(CudaStream h2d, CudaStream::Create(device));
+  ASSIGN_OR_RETURN(CudaStream compute, CudaStream::Create(device));
+  ASSIGN_OR_RETURN(CudaStream d2h, CudaStream::Create(device));
+  ASSIGN_OR_RETURN(CudaStream stats, CudaStream::Create(device));
+  ASSIGN_OR_RETURN(DeviceBuffer counters, DeviceBuffer::Create(device, sizeof(DeviceCounters)));
+  ASSIGN_OR_RETURN(PinnedHostBuffer counters_host,
+                   PinnedHostBuffer::Create(sizeof(DeviceCounters)));
+  std::unique_ptr<CudaExecutor> executor(
+      new CudaExecutor(model_config, std::move(model), std::move(options), std::move(buckets),
+                       std::move(h2d), std::move(compute), std::move(d2h), std::move(stats),
+                       std::move(counters), std::move(counters_host)));
+  absl::Status initialized = executor->Initialize();
+  if (!initialized.ok()) {
+    return absl::Status(initialized.code(), absl::StrCat("model '", model_config.name, "' on cuda:",
+                                                         device, ": ", initialized.message()));
+  }
+  executor->completion_thread_ = std::thread([raw = executor.get()] { raw->CompletionLoop(); });
+  return executor;
+}
+
+CudaExecutor::CudaExecutor(const ModelConfig& config, std::unique_ptr<CudaModelInstance> model,
+                           CudaExecutorOptions options, std::vector<int> buckets, CudaStream h2d,
+                           CudaStream compute, CudaStream d2h, CudaStream stats,
+                           DeviceBuffer counters, PinnedHostBuffer counters_host)
+    : config_(config),
+      model_(std::move(model)),
+      options_(std::move(options)),
+      device_(options_.device),
+      buckets_(std::move(buckets)),
+      h2d_stream_(std::move(h2d)),
+      compute_stream_(std::move(compute)),
+      d2h_stream_(std::move(d2h)),
+      stats_stream_(std::move(stats)),
+      counters_(std::move(counters)),
+      counters_host_(std::move(counters_host)) {}
+
+absl::Status CudaExecutor::Initialize() {
+  for (const TensorSpec& input : config_.inputs) {
+    ASSIGN_OR_RETURN(size_t bytes, FixedItemBytes(input));
+    input_item_bytes_.push_back(bytes);
+  }
+  for (const TensorSpec& output : config_.outputs) {
+    ASSIGN_OR_RETURN(size_t bytes, FixedItemBytes(output));
+    output_item_bytes_.push_back(bytes);
+  }
+  size_t max_input_bytes = 0;
+  size_t max_output_bytes = 0;
+  for (int rows : buckets_) {
+    BucketLayout layout;
+    layout.rows = rows;
+    for (size_t bytes : input_item_bytes_) {
+      layout.input_offsets.push_back(layout.input_bytes);
+      layout.input_bytes += AlignUp(bytes * rows);
+    }
+    for (size_t bytes : output_item_bytes_) {
+      layout.output_offsets.push_back(layout.output_bytes);
+      layout.output_bytes += AlignUp(bytes * rows);
+    }
+    max_input_bytes = std::max(max_input_bytes, layout.input_bytes);
+    max_output_bytes = std::max(max_output_bytes, layout.output_bytes);
+    layouts_.push_back(std::move(layout));
+  }
+  // Zero-byte allocations are legal but give null pointers; keep every buffer addressable.
+  max_input_bytes = std::max(max_input_bytes, kAlignment);
+  max_output_bytes = std::max(max_output_bytes, kAlignment);
+
+  ScopedDevice scoped(device_);
+  for (int s = 0; s < options_.executor.slot_count; ++s) {
+    ASSIGN_OR_RETURN(PinnedHostBuffer input_staging, PinnedHostBuffer::Create(max_input_bytes));
+    ASSIGN_OR_RETURN(PinnedHostBuffer output_staging, PinnedHostBuffer::Create(max_output_bytes));
+    ASSIGN_OR_RETURN(DeviceBuffer input_device, DeviceBuffer::Create(device_, max_input_bytes));
+    ASSIGN_OR_RETURN(DeviceBuffer output_device, DeviceBuffer::Create(device_, max_output_bytes));
+    Slot slot{.input_staging = std::move(input_staging),
+              .output_staging = std::move(output_staging),
+              .input_device = std::move(input_device),
+              .output_device = std::move(output_device)};
+    for (int e = 0; e < kEvents; ++e) {
+      ASSIGN_OR_RETURN(CudaEvent event, CudaEvent::Create(device_, /*timing=*/true));
+      slot.events.push_back(std::move(event));
+    }
+    slot.graphs.resize(buckets_.size());
+    slots_.push_back(std::move(slot));
+  }
+  for (int s = 0; s < options_.executor.slot_count; ++s) RETURN_IF_ERROR(WarmUpSlot(s));
+  // Warm-up ran no counter kernel, but start from a known zero.
+  CUDA_RETURN_IF_ERROR(
+      cudaMemsetAsync(counters_.get(), 0, sizeof(DeviceCounters), compute_stream_.get()));
+  CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(compute_stream_.get()));
+  for (int s = options_.executor.slot_count - 1; s >= 0; --s) free_slots_.push_back(s);
+  return absl::OkStatus();
+}
+
+absl::Status CudaExecutor::WarmUpSlot(int s) {
+  Slot& slot = slots_[s];
+  cudaStream_t stream = compute_stream_.get();
+  CUDA_RETURN_IF_ERROR(
+      cudaMemsetAsync(slot.input_device.get(), 0, slot.input_device.bytes(), stream));
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    // Eager first: lazy module loading and cuBLASLt's first-call setup happen outside capture.
+    RETURN_IF_ERROR(EnqueueModel(s, static_cast<int>(b)));
+    CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
+    if (!options_.use_graphs) continue;
+    absl::StatusOr<CudaGraphExec> graph =
+        CudaGraphExec::Capture(stream, [&] { return EnqueueModel(s, static_cast<int>(b)); });
+    if (!graph.ok()) {
+      return absl::Status(graph.status().code(),
+                          absl::StrCat("capturing the CUDA graph for batch bucket ", buckets_[b],
+                                       ": ", graph.status().message()));
+    }
+    // Replay once: the model is READY only after every bucket's graph has run.
+    RETURN_IF_ERROR(graph->Launch(stream));
+    CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
+    slot.graphs[b] = std::move(*graph);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CudaExecutor::EnqueueModel(int s, int bucket) {
+  const Slot& slot = slots_[s];
+  const BucketLayout& layout = layouts_[bucket];
+  std::vector<const void*> inputs;
+  std::vector<void*> outputs;
+  auto* in_base = static_cast<std::byte*>(slot.input_device.get());
+  auto* out_base = static_cast<std::byte*>(slot.output_device.get());
+  for (size_t offset : layout.input_offsets) inputs.push_back(in_base + offset);
+  for (size_t offset : layout.output_offsets) outputs.push_back(out_base + offset);
+  return model_->Enqueue(compute_stream_.get(), inputs, outputs, layout.rows);
+}
+
+CudaExecutor::~CudaExecutor() {
+  Stop();
+  // Nothing of ours may still run when the buffers and graphs are freed (a faulted batch can
+  // leave work behind); errors are logged, the sticky ones included.
+  ScopedDevice scoped(device_);
+  for (const CudaStream* stream : {&h2d_stream_, &compute_stream_, &d2h_stream_, &stats_stream_}) {
+    CUDA_LOG_IF_ERROR(cudaStreamSynchronize(stream->get()));
+  }
+}
+
+bool CudaExecutor::HasFreeSlot() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return !free_slots_.empty() && !stopping_;
+}
+
+int CudaExecutor::InFlight() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return in_flight_;
+}
+
+void CudaExecutor::Stop() {
+  std::lock_guard<std::mutex> stop_lock(stop_mu_);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+  }
+  completion_cv_.notify_all();
+  if (completion_thread_.joinable()) completion_thread_.join();
+}
+
+absl::Status CudaExecutor::Gather(const Batch& batch, int s, int bucket) {
+  const BucketLayout& layout = layouts_[bucket];
+  auto* base = static_cast<std::byte*>(slots_[s].input_staging.get());
+  for (size_t i = 0; i < config_.inputs.size(); ++i) {
+    std::byte* tensor = base + layout.input_offsets[i];
+    size_t offset = 0;
+    for (const auto& request : batch.requests) {
+      const auto& data = request->inputs[i].data;
+      const size_t expected = input_item_bytes_[i] * static_cast<size_t>(request->batch_size);
+      // Submit validated the sizes; a mismatch here is the engine's bug, not the client's.
+      if (data.size() != expected || offset + expected > input_item_bytes_[i] * layout.rows) {
+        return absl::InternalError(absl::StrCat("input '", config_.inputs[i].name, "' holds ",
+                                                data.size(), " bytes, expected ", expected));
+      }
+      if (expected > 0) std::memcpy(tensor + offset, data.data(), expected);
+      offset += expected;
+    }
+    // Pad rows are zeros, so the padded part of the batch computes on defined values.
+    std::memset(tensor + offset, 0, input_item_bytes_[i] * layout.rows - offset);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CudaExecutor::Issue(int s, int bucket, int items) {
+  Slot& slot = slots_[s];
+  const BucketLayout& layout = layouts_[bucket];
+  ScopedDevice scoped(device_);
+  const auto event = [&](EventIndex index) { return slot.events[index].get(); };
+  cudaStream_t h2d = h2d_stream_.get();
+  cudaStream_t compute = compute_stream_.get();
+  cudaStream_t d2h = d2h_stream_.get();
+
+  CUDA_RETURN_IF_ERROR(cudaEventRecord(event(kInBegin), h2d));
+  CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(slot.input_device.get(), slot.input_staging.get(),
+                                       layout.input_bytes, cudaMemcpyHostToDevice, h2d));
+  CUDA_RETURN_IF_ERROR(cudaEventRecord(event(kInEnd), h2d));
+
+  CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(compute, event(kInEnd), 0));
+  CUDA_RETURN_IF_ERROR(cudaEventRecord(event(kComputeBegin), compute));
+  if (inject_fault_.exchange(false, std::memory_order_acq_rel)) {
+    RETURN_IF_ERROR(LaunchInvalidKernelForTest(compute));
+  }
+  if (slot.graphs[bucket].has_value()) {
+    RETURN_IF_ERROR(slot.graphs[bucket]->Launch(compute));
+  } else {
+    RETURN_IF_ERROR(EnqueueModel(s, bucket));
+  }
+  // Counts only the batch's real items and rows, not the padding.
+  const float* first_output =
+      model_->counts_non_finite()
+          ? reinterpret_cast<const float*>(static_cast<std::byte*>(slot.output_device.get()) +
+                                           layout.output_offsets[0])
+          : nullptr;
+  const int64_t output_floats = static_cast<int64_t>(output_item_bytes_[0] / 4) * items;
+  RETURN_IF_ERROR(LaunchCountBatch(static_cast<DeviceCounters*>(counters_.get()), items, bucket,
+                                   first_output, output_floats, compute));
+  CUDA_RETURN_IF_ERROR(cudaEventRecord(event(kComputeEnd), compute));
+
+  CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(d2h, event(kComputeEnd), 0));
+  CUDA_RETURN_IF_ERROR(cudaEventRecord(event(kOutBegin), d2h));
+  CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(slot.output_staging.get(), slot.output_device.get(),
+                                       layout.output_bytes, cudaMemcpyDeviceToHost, d2h));
+  CUDA_RETURN_IF_ERROR(cudaEventRecord(event(kOutEnd), d2h));
+  return absl::OkStatus();
+}
+
+void CudaExecutor::Execute(Batch batch) {
+  Work work;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    CHECK(!free_slots_.empty());
+    CHECK(!stopping_);
+    work.slot = free_slots_.back();
+    free_slots_.pop_back();
+    ++in_flight_;
+    if (!healthy_.load(std::memory_order_acquire)) {
+      work.issued = absl::InternalError(
+          absl::StrCat("cuda:", device_, " executor of model '", config_.name,
+                       "' is unhealthy after an earlier fault: ", fault_.message()));
+    }
+  }
+  work.batch = std::move(batch);
+  if (work.issued.ok() && options_.executor.before_batch_for_test) {
+    // Test-only (SLUICE_TEST_FAULT_INJECT): handled exactly as a CUDA error in this batch.
+    if (absl::Status injected = options_.executor.before_batch_for_test(); !injected.ok()) {
+      work.issued = absl::InternalError(
+          absl::StrCat("model '", config_.name, "': injected test fault: ", injected.message()));
+      MarkUnhealthy(work.issued);
+    }
+  }
+  if (work.issued.ok()) {
+    // The smallest bucket that holds the batch (the last one is max_batch_size).
+    const int items = std::max(work.batch.items, 1);
+    work.bucket = static_cast<int>(buckets_.size()) - 1;
+    for (size_t b = 0; b < buckets_.size(); ++b) {
+      if (buckets_[b] >= items) {
+        work.bucket = static_cast<int>(b);
+        break;
+      }
+    }
+    if (items > buckets_.back()) {
+      work.issued = absl::InternalError(absl::StrCat("batch of ", items, " items exceeds the ",
+                                                     "largest bucket ", buckets_.back()));
+    }
+    if (work.issued.ok()) work.issued = Gather(work.batch, work.slot, work.bucket);
+    if (work.issued.ok()) {
+      work.issued = Issue(work.slot, work.bucket, items);
+      if (!work.issued.ok()) MarkUnhealthy(work.issued);
+    }
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    completion_queue_.push_back(std::move(work));
+  }
+  completion_cv_.notify_one();
+}
+
+bool CudaExecutor::MarkUnhealthy(const absl::Status& status) {
+  std::lock_guard<std::mutex> lock(mu_);
+  healthy_.store(false, std::memory_order_release);
+  if (!fault_.ok()) return false;
+  fault_ = status;
+  return true;
+}
+
+void CudaExecutor::CompletionLoop() {
+  for (;;) {
+    Work work;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      completion_cv_.wait(lock, [&] { return !completion_queue_.empty() || stopping_; });
+      if (completion_queue_.empty()) return;  // stopping, and every batch taken is answered
+      work = std::move(completion_queue_.front());
+      completion_queue_.pop_front();
+    }
+    if (work.issued.ok()) {
+      ScopedDevice scoped(device_);
+      // The one wait of the pipeline: the slot's last event (its output copy).
+      const cudaError_t waited = cudaEventSynchronize(slots_[work.slot].events[kOutEnd].get());
+      if (waited != cudaSuccess) {
+        work.issued =
+            CudaError(waited, "cudaEventSynchronize(output copy done)", __FILE__, __LINE__);
+        MarkUnhealthy(work.issued);
+      }
+    }
+    if (work.issued.ok()) {
+      Finish(work);
+    } else {
+      Fail(work, work.issued);
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      free_slots_.push_back(work.slot);
+      --in_flight_;
+    }
+    if (options_.executor.on_slot_freed) options_.executor.on_slot_freed();
+  }
+}
+
+void CudaExecutor::Fail(Work& work, const absl::Status& status) {
+  for (auto& request : work.batch.requests) {
+    options_.executor.stats->RecordFailure(*request, status.code());
+    request->Complete(status);
+  }
+  if (!healthy() && !fault_reported_) {
+    fault_reported_ = true;
+    absl::Status fault;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      fault = fault_;
+    }
+    if (options_.executor.on_fault) options_.executor.on_fault(fault);
+  }
+}
+
+void CudaExecutor::Finish(Work& work) {
+  Batch& batch = work.batch;
+  const Slot& slot = slots_[work.slot];
+  const BucketLayout& layout = layouts_[work.bucket];
+  const auto* base = static_cast<const std::byte*>(slot.output_staging.get());
+
+  std::vector<InferenceResponse> responses(batch.requests.size());
+  int row = 0;
+  for (size_t r = 0; r < batch.requests.size(); ++r) {
+    const InferenceRequest& request = *batch.requests[r];
+    for (size_t o : SelectOutputs(request, config_)) {
+      const TensorSpec& spec = config_.outputs[o];
+      Tensor tensor;
+      tensor.name = spec.name;
+      tensor.dtype = spec.dtype;
+      tensor.shape = spec.dims;
+      if (config_.max_batch_size > 0) tensor.shape.insert(tensor.shape.begin(), request.batch_size);
+      const size_t bytes = output_item_bytes_[o] * static_cast<size_t>(request.batch_size);
+      const std::byte* begin = base + layout.output_offsets[o] + output_item_bytes_[o] * row;
+      tensor.data.assign(begin, begin + bytes);
+      responses[r].outputs.push_back(std::move(tensor));
+    }
+    row += request.batch_size;
+  }
+  const auto now = std::chrono::steady_clock::now();
+  timings_.clear();
+  for (size_t r = 0; r < batch.requests.size(); ++r) {
+    InferenceRequest& request = *batch.requests[r];
+    timings_.push_back({request.id, request.batch_size, batch.dispatch_time - request.enqueue_time,
+                        now - request.received_time});
+    responses[r].model_name = request.model_name();
+    responses[r].model_version = request.resolved_version;
+    responses[r].id = request.id;
+  }
+  const auto& events = slot.events;
+  // Stats before answers, as on the CPU: a client reading statistics after its answer sees it.
+  options_.executor.stats->RecordBatch(
+      {.items = static_cast<uint64_t>(batch.items),
+       .input = Elapsed(events[kInBegin], events[kInEnd]),
+       .infer = Elapsed(events[kComputeBegin], events[kComputeEnd]),
+       .output = Elapsed(events[kOutBegin], events[kOutEnd]),
+       .requests = timings_});
+  for (size_t r = 0; r < batch.requests.size(); ++r) {
+    batch.requests[r]->Complete(std::move(responses[r]));
+  }
+}
+
+absl::StatusOr<DeviceCounters> CudaExecutor::ReadCounters() {
+  std::lock_guard<std::mutex> lock(counters_mu_);
+  ScopedDevice scoped(device_);
+  // Its own stream: the read neither waits for nor delays the batches. The counters are 64-bit
+  // words updated atomically, so a read racing a batch sees each word before or after it.
+  CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(counters_host_.get(), counters_.get(),
+                                       sizeof(DeviceCounters), cudaMemcpyDeviceToHost,
+                                       stats_stream_.get()));
+  CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stats_stream_.get()));
+  DeviceCounters counters;
+  std::memcpy(&counters, counters_host_.get(), sizeof(counters));
+  last_items_ = counters.items;
+  return counters;
+}
+
+uint64_t CudaExecutor::ReadItemCounter() {
+  absl::StatusOr<DeviceCounters> counters = ReadCounters();
+  if (counters.ok()) return counters->items;
+  std::lock_guard<std::mutex> lock(counters_mu_);
+  return last_items_;
+}
+
+}  // namespace sluice::engine::cuda

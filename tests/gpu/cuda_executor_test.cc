@@ -1,0 +1,420 @@
+// GPU engine tests (CTest label `gpu`): the CUDA executor against the CPU backend, graphs against
+// plain launches, slot reuse under load, the device counters, and the fault path. Each test skips
+// with the reason where no GPU is usable; BucketsTest runs everywhere.
+
+#include "engine/cuda/cuda_executor.h"
+
+#include <atomic>
+#include <cmath>
+#include <condition_variable>
+#include <cstring>
+#include <filesystem>
+#include <mutex>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "engine/cuda/cuda_model.h"
+#include "engine/cuda/device_info.h"
+#include "engine/engine.h"
+#include "engine/models/float16.h"
+#include "engine/models/safetensors.h"
+#include "gtest/gtest.h"
+
+namespace sluice::engine::cuda {
+namespace {
+
+constexpr auto kWait = std::chrono::seconds(30);
+
+// --- Helpers ------------------------------------------------------------------------------------
+
+// Collects one request's answer.
+class Answer {
+ public:
+  static InferenceRequest::Completion Into(std::shared_ptr<Answer> answer) {
+    return [answer](absl::StatusOr<InferenceResponse> result) {
+      std::lock_guard<std::mutex> lock(answer->mu_);
+      if (answer->count_++ == 0) answer->result_ = std::move(result);
+      answer->cv_.notify_all();
+    };
+  }
+  absl::StatusOr<InferenceResponse> Wait() {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (!cv_.wait_for(lock, kWait, [&] { return count_ > 0; })) {
+      return absl::DeadlineExceededError("test: no answer");
+    }
+    return result_;
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  int count_ = 0;
+  absl::StatusOr<InferenceResponse> result_ = absl::UnknownError("no answer");
+};
+
+// A request owning its input bytes.
+std::unique_ptr<InferenceRequest> MakeRequest(const std::string& model, const ModelConfig& config,
+                                              int rows, std::vector<std::vector<std::byte>> data,
+                                              InferenceRequest::Completion done) {
+  auto owned = std::make_shared<std::vector<std::vector<std::byte>>>(std::move(data));
+  auto request = std::make_unique<InferenceRequest>(model, -1, std::move(done));
+  for (size_t i = 0; i < config.inputs.size(); ++i) {
+    Shape shape = config.inputs[i].dims;
+    if (config.max_batch_size > 0) shape.insert(shape.begin(), rows);
+    request->inputs.push_back(
+        TensorView{config.inputs[i].name, config.inputs[i].dtype, shape, (*owned)[i]});
+  }
+  request->keepalive = owned;
+  request->received_time = std::chrono::steady_clock::now();
+  return request;
+}
+
+std::vector<std::byte> Bytes(const void* data, size_t size) {
+  const auto* begin = static_cast<const std::byte*>(data);
+  return std::vector<std::byte>(begin, begin + size);
+}
+
+std::vector<float> Floats(const std::vector<std::byte>& bytes) {
+  std::vector<float> values(bytes.size() / 4);
+  std::memcpy(values.data(), bytes.data(), values.size() * 4);
+  return values;
+}
+
+std::vector<std::byte> Encode(const std::vector<float>& values, DataType dtype) {
+  std::vector<std::byte> out;
+  if (dtype == DataType::kFp32) return Bytes(values.data(), values.size() * 4);
+  for (float v : values) {
+    const uint16_t bits =
+        dtype == DataType::kFp16 ? models::FloatToHalf(v) : models::FloatToBFloat16(v);
+    out.push_back(static_cast<std::byte>(bits & 0xff));
+    out.push_back(static_cast<std::byte>(bits >> 8));
+  }
+  return out;
+}
+
+// A temporary model repository folder, removed at the end.
+class TempDir {
+ public:
+  TempDir() {
+    path_ = std::filesystem::temp_directory_path() /
+            absl::StrCat("sluice_gpu_test_", getpid(), "_", counter_++);
+    std::filesystem::create_directories(path_ / "1");
+  }
+  ~TempDir() { std::filesystem::remove_all(path_); }
+  std::string version_path() const { return (path_ / "1").string(); }
+
+ private:
+  static inline std::atomic<int> counter_{0};
+  std::filesystem::path path_;
+};
+
+// Writes an MLP with layer sizes `sizes` (input first) and random weights stored as `dtype`.
+void WriteMlp(const TempDir& dir, const std::vector<int>& sizes, DataType dtype, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<std::vector<std::byte>> storage;
+  storage.reserve(2 * sizes.size());
+  std::vector<TensorView> tensors;
+  for (size_t l = 0; l + 1 < sizes.size(); ++l) {
+    const int in = sizes[l];
+    const int out = sizes[l + 1];
+    std::normal_distribution<float> weight(0.f, 1.f / std::sqrt(static_cast<float>(in)));
+    std::vector<float> w(static_cast<size_t>(in) * out);
+    std::vector<float> b(out);
+    for (float& v : w) v = weight(rng);
+    for (float& v : b) v = weight(rng);
+    const int index = static_cast<int>(2 * l);
+    storage.push_back(Encode(w, dtype));
+    tensors.push_back({absl::StrCat(index, ".weight"), dtype, {out, in}, storage.back()});
+    storage.push_back(Encode(b, dtype));
+    tensors.push_back({absl::StrCat(index, ".bias"), dtype, {out}, storage.back()});
+  }
+  ASSERT_TRUE(
+      models::WriteSafetensorsFile(dir.version_path() + "/model.safetensors", tensors).ok());
+}
+
+ModelConfig MlpConfig(const std::string& name, int in, int out, int max_batch_size,
+                      std::map<std::string, std::string> parameters) {
+  ModelConfig config;
+  config.name = name;
+  config.backend = "mlp";
+  config.max_batch_size = max_batch_size;
+  config.inputs = {{"INPUT0", DataType::kFp32, {in}}};
+  config.outputs = {{"OUTPUT0", DataType::kFp32, {out}}};
+  config.dynamic_batching = DynamicBatchingConfig{};
+  config.parameters = std::move(parameters);
+  return config;
+}
+
+absl::StatusOr<std::unique_ptr<Engine>> GpuEngine(int64_t max_queue = 4096) {
+  EngineOptions options;
+  options.device.kind = DeviceSelection::Kind::kCuda;
+  options.device.cuda_device = 0;
+  options.executor_slots = 3;
+  options.default_max_queue_size = max_queue;
+  return Engine::Create(options);
+}
+
+// Runs `rows` rows of `input` through the engine's model `name` as one request.
+absl::StatusOr<std::vector<float>> InferFloats(Engine& engine, const std::string& name,
+                                               const ModelConfig& config, int rows,
+                                               const std::vector<float>& input) {
+  auto answer = std::make_shared<Answer>();
+  engine.Submit(MakeRequest(name, config, rows, {Bytes(input.data(), input.size() * 4)},
+                            Answer::Into(answer)));
+  absl::StatusOr<InferenceResponse> response = answer->Wait();
+  if (!response.ok()) return response.status();
+  return Floats(response->outputs.at(0).data);
+}
+
+class GpuTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto devices = ListDevices();
+    if (!devices.ok()) GTEST_SKIP() << "no usable GPU: " << devices.status();
+  }
+};
+
+// --- Tests --------------------------------------------------------------------------------------
+
+TEST(BucketsTest, PowersOfTwoOrPreferredSizesEndingAtMax) {
+  ModelConfig config;
+  config.max_batch_size = 64;
+  EXPECT_EQ(BatchBuckets(config), std::vector<int>({1, 2, 4, 8, 16, 32, 64}));
+  config.max_batch_size = 12;
+  EXPECT_EQ(BatchBuckets(config), std::vector<int>({1, 2, 4, 8, 12}));
+  config.dynamic_batching = DynamicBatchingConfig{.preferred_batch_sizes = {8, 4}};
+  EXPECT_EQ(BatchBuckets(config), std::vector<int>({4, 8, 12}));
+  config.max_batch_size = 0;
+  EXPECT_EQ(BatchBuckets(config), std::vector<int>({1}));
+}
+
+struct Precision {
+  const char* label;
+  DataType dtype;
+  std::map<std::string, std::string> parameters;
+  double tolerance;  // max |gpu - cpu| / max |cpu|, over every output of a bucket
+};
+
+TEST_F(GpuTest, MlpMatchesTheCpuBackendAtEveryBucket) {
+  const std::vector<Precision> precisions = {
+      {"fp32", DataType::kFp32, {{"output_activation", "softmax"}}, 1e-5},
+      {"tf32", DataType::kFp32, {{"allow_tf32", "true"}}, 1e-3},
+      {"bf16", DataType::kBf16, {}, 2e-2},
+      {"fp16", DataType::kFp16, {}, 1e-2},
+      // Every epilogue path: cuBLASLt's GELU (tanh form), the separate kernel for exact GELU and
+      // SiLU, and softmax after a bias epilogue.
+      {"fp32-activations", DataType::kFp32, {{"activations", "gelu_tanh,gelu,silu,softmax"}}, 1e-5},
+  };
+  const std::vector<int> sizes = {784, 512, 256, 128, 10};
+  for (const Precision& precision : precisions) {
+    SCOPED_TRACE(precision.label);
+    const std::map<std::string, std::string>& parameters = precision.parameters;
+    TempDir dir;
+    WriteMlp(dir, sizes, precision.dtype, 7);
+    ModelSpec spec{.config = MlpConfig("mlp", sizes.front(), sizes.back(), 64, parameters),
+                   .version = 1,
+                   .version_path = dir.version_path()};
+    auto cpu_model = CreateModel(spec);
+    ASSERT_TRUE(cpu_model.ok()) << cpu_model.status();
+    auto cpu = (*cpu_model)->CreateInstance(0);
+    ASSERT_TRUE(cpu.ok()) << cpu.status();
+    auto engine = GpuEngine();
+    ASSERT_TRUE(engine.ok()) << engine.status();
+    ASSERT_TRUE((*engine)->LoadModel(spec).ok());
+
+    std::mt19937 rng(11);
+    std::uniform_real_distribution<float> uniform(-1.f, 1.f);
+    for (int bucket : BatchBuckets(spec.config)) {
+      // The full bucket, and one row short of it (a padded batch).
+      for (int rows : {bucket, bucket - 1}) {
+        if (rows < 1) continue;
+        std::vector<float> input(static_cast<size_t>(rows) * sizes.front());
+        for (float& v : input) v = uniform(rng);
+        TensorView view{"INPUT0",
+                        DataType::kFp32,
+                        {rows, sizes.front()},
+                        std::span<const std::byte>(reinterpret_cast<const std::byte*>(input.data()),
+                                                   input.size() * 4)};
+        auto expected = (*cpu)->Run(std::span<const TensorView>(&view, 1));
+        ASSERT_TRUE(expected.ok()) << expected.status();
+        const std::vector<float> want = Floats((*expected)[0].data);
+        auto got = InferFloats(**engine, "mlp", spec.config, rows, input);
+        ASSERT_TRUE(got.ok()) << got.status();
+        ASSERT_EQ(got->size(), want.size());
+        double max_diff = 0;
+        double max_ref = 0;
+        for (size_t i = 0; i < want.size(); ++i) {
+          max_diff = std::max(max_diff, std::abs(static_cast<double>((*got)[i]) - want[i]));
+          max_ref = std::max(max_ref, std::abs(static_cast<double>(want[i])));
+        }
+        EXPECT_LE(max_diff / std::max(max_ref, 1e-30), precision.tolerance)
+            << "rows " << rows << " (bucket " << bucket << ")";
+      }
+    }
+  }
+}
+
+TEST_F(GpuTest, GraphReplayEqualsPlainLaunchesBitForBit) {
+  TempDir dir;
+  const std::vector<int> sizes = {256, 512, 10};
+  WriteMlp(dir, sizes, DataType::kBf16, 3);
+  ModelSpec graphs{.config = MlpConfig("graphs", 256, 10, 32, {{"output_activation", "softmax"}}),
+                   .version = 1,
+                   .version_path = dir.version_path()};
+  ModelSpec eager = graphs;
+  eager.config.name = "eager";
+  eager.config.cuda_graphs = false;
+  auto engine = GpuEngine();
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  ASSERT_TRUE((*engine)->LoadModel(graphs).ok());
+  ASSERT_TRUE((*engine)->LoadModel(eager).ok());
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> uniform(-2.f, 2.f);
+  for (int rows : BatchBuckets(graphs.config)) {
+    std::vector<float> input(static_cast<size_t>(rows) * 256);
+    for (float& v : input) v = uniform(rng);
+    auto a = InferFloats(**engine, "graphs", graphs.config, rows, input);
+    auto b = InferFloats(**engine, "eager", eager.config, rows, input);
+    ASSERT_TRUE(a.ok() && b.ok()) << a.status() << " " << b.status();
+    ASSERT_EQ(a->size(), b->size());
+    EXPECT_EQ(std::memcmp(a->data(), b->data(), a->size() * 4), 0) << "rows " << rows;
+  }
+}
+
+// 10,000 concurrent requests through `simple` (batched, padded, three slots): every answer is
+// computed from its own inputs, which carry the request's number; the device counters count
+// every item.
+TEST_F(GpuTest, SlotReuseNeverMixesResultsAndCountersCountEveryItem) {
+  constexpr int kRequests = 10000;
+  constexpr int kThreads = 8;
+  ModelConfig config;
+  config.name = "simple";
+  config.backend = "simple";
+  config.max_batch_size = 8;
+  config.inputs = {{"INPUT0", DataType::kInt32, {16}}, {"INPUT1", DataType::kInt32, {16}}};
+  config.outputs = {{"OUTPUT0", DataType::kInt32, {16}}, {"OUTPUT1", DataType::kInt32, {16}}};
+  config.dynamic_batching = DynamicBatchingConfig{.max_queue_delay = std::chrono::microseconds(50),
+                                                  .preferred_batch_sizes = {}};
+  auto engine = GpuEngine(/*max_queue=*/kRequests);
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  ASSERT_TRUE((*engine)->LoadModel({.config = config, .version = 1, .version_path = ""}).ok());
+
+  std::atomic<int> wrong{0};
+  std::atomic<int> failed{0};
+  std::atomic<int> answered{0};
+  std::mutex mu;
+  std::condition_variable done;
+  std::vector<std::thread> senders;
+  for (int t = 0; t < kThreads; ++t) {
+    senders.emplace_back([&, t] {
+      for (int id = t; id < kRequests; id += kThreads) {
+        std::vector<int32_t> a(16), b(16);
+        for (int i = 0; i < 16; ++i) {
+          a[i] = id * 16 + i;
+          b[i] = -3 * id + i;
+        }
+        auto check = [&, a, b](absl::StatusOr<InferenceResponse> result) {
+          if (!result.ok()) {
+            failed.fetch_add(1);
+          } else {
+            std::vector<int32_t> sum(16), diff(16);
+            std::memcpy(sum.data(), result->outputs.at(0).data.data(), 64);
+            std::memcpy(diff.data(), result->outputs.at(1).data.data(), 64);
+            for (int i = 0; i < 16; ++i) {
+              if (sum[i] != a[i] + b[i] || diff[i] != a[i] - b[i]) {
+                wrong.fetch_add(1);
+                break;
+              }
+            }
+          }
+          if (answered.fetch_add(1) + 1 == kRequests) {
+            std::lock_guard<std::mutex> lock(mu);
+            done.notify_all();
+          }
+        };
+        (*engine)->Submit(
+            MakeRequest("simple", config, 1, {Bytes(a.data(), 64), Bytes(b.data(), 64)}, check));
+      }
+    });
+  }
+  for (std::thread& sender : senders) sender.join();
+  {
+    std::unique_lock<std::mutex> lock(mu);
+    ASSERT_TRUE(done.wait_for(lock, std::chrono::seconds(60),
+                              [&] { return answered.load() == kRequests; }));
+  }
+  EXPECT_EQ(failed.load(), 0);
+  EXPECT_EQ(wrong.load(), 0);
+  (*engine)->CollectStats(std::chrono::steady_clock::now());
+  auto stats = (*engine)->GetStats("simple", -1);
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  EXPECT_EQ(stats->at(0).stats.device_items, static_cast<uint64_t>(kRequests));
+}
+
+// An identity model with fixed dims, driven by a CudaExecutor directly.
+class ExecutorFaultTest : public GpuTest {};
+
+TEST_F(ExecutorFaultTest, ACudaErrorFailsTheBatchInternalAndMarksTheExecutorUnhealthy) {
+  ModelConfig config;
+  config.name = "identity4";
+  config.backend = "identity";
+  config.max_batch_size = 4;
+  config.inputs = {{"INPUT0", DataType::kFp32, {4}}};
+  config.outputs = {{"OUTPUT0", DataType::kFp32, {4}}};
+  ModelSpec spec{.config = config, .version = 1, .version_path = ""};
+  const std::vector<int> buckets = BatchBuckets(config);
+  auto model = CreateCudaModelInstance(spec, 0, buckets);
+  ASSERT_TRUE(model.ok()) << model.status();
+  ModelStats stats(ModelStatsOptions{.model_name = "identity4"});
+  std::atomic<int> faults{0};
+  std::string fault_message;
+  CudaExecutorOptions options;
+  options.executor.slot_count = 2;
+  options.executor.stats = &stats;
+  options.executor.on_fault = [&](const absl::Status& status) {
+    fault_message = std::string(status.message());
+    faults.fetch_add(1);
+  };
+  auto executor = CudaExecutor::Create(config, *std::move(model), options);
+  ASSERT_TRUE(executor.ok()) << executor.status();
+
+  auto run_one = [&]() -> absl::StatusOr<InferenceResponse> {
+    const std::vector<float> input = {1, 2, 3, 4};
+    auto answer = std::make_shared<Answer>();
+    Batch batch;
+    batch.requests.push_back(
+        MakeRequest("identity4", config, 1, {Bytes(input.data(), 16)}, Answer::Into(answer)));
+    batch.items = 1;
+    batch.dispatch_time = std::chrono::steady_clock::now();
+    EXPECT_TRUE((*executor)->HasFreeSlot());
+    (*executor)->Execute(std::move(batch));
+    return answer->Wait();
+  };
+  auto healthy = run_one();
+  ASSERT_TRUE(healthy.ok()) << healthy.status();
+  EXPECT_EQ(Floats(healthy->outputs.at(0).data), std::vector<float>({1, 2, 3, 4}));
+
+  (*executor)->InjectFaultForTest();
+  auto faulted = run_one();
+  ASSERT_TRUE(absl::IsInternal(faulted.status())) << faulted.status();
+  EXPECT_NE(faulted.status().message().find("cudaGetLastError"), std::string::npos)
+      << faulted.status();
+  EXPECT_FALSE((*executor)->healthy());
+  auto after = run_one();
+  ASSERT_TRUE(absl::IsInternal(after.status())) << after.status();
+  EXPECT_NE(after.status().message().find("unhealthy"), std::string::npos) << after.status();
+  (*executor)->Stop();
+  EXPECT_EQ(faults.load(), 1);
+  EXPECT_NE(fault_message.find("cudaGetLastError"), std::string::npos) << fault_message;
+  // The batch before the fault was counted on the device; the failed ones were not.
+  auto counters = (*executor)->ReadCounters();
+  ASSERT_TRUE(counters.ok()) << counters.status();
+  EXPECT_EQ(counters->items, 1u);
+  EXPECT_EQ(counters->bucket_batches[0], 1u);
+}
+
+}  // namespace
+}  // namespace sluice::engine::cuda
