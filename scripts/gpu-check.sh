@@ -50,7 +50,11 @@ pack() {
   local -a targets=()
   for exe in "${tests[@]}"; do targets+=("$(basename "$exe")"); done
   local have_bench=0
-  if cmake --build "$build_dir" --target help | grep -q "\b$bench_target\b"; then
+  # (The target list is read whole first: `grep -q` closing the pipe early would fail it under
+  # pipefail.)
+  local target_list
+  target_list="$(cmake --build "$build_dir" --target help)"
+  if grep -q "\b$bench_target\b" <<<"$target_list"; then
     have_bench=1
     targets+=("$bench_target")
   else
