@@ -56,10 +56,10 @@ struct GpuSample {
   double utilization_ratio = 0;  // 0..1, over the driver's last sample period
 };
 
-// Where GPU readings come from: NVML on a build and machine that have it (the CUDA engine's
-// issue). There is none in a CPU-only build, and then no sluice_gpu_* family is exported at all
-// (no made-up zeros). Sample() runs at scrape time on an HTTP thread; it must be thread-safe and
-// return quickly (NVML queries are), and never touch a CUDA stream.
+// Where GPU readings come from: NVML where the NVIDIA driver is installed (NvmlGpuSource,
+// nvml_gpu_source.h). Without one no sluice_gpu_* family is exported at all (no made-up zeros).
+// Sample() runs at scrape time on an HTTP thread; it must be thread-safe and return quickly
+// (NVML queries are), and never touch a CUDA stream.
 class GpuMetricsSource {
  public:
   virtual ~GpuMetricsSource() = default;

@@ -9,6 +9,7 @@
 #include "engine/model_stats.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "server/nvml_gpu_source.h"
 #include "tests/support/http_get.h"
 
 namespace sluice::server {
@@ -114,6 +115,27 @@ TEST(MetricsExporterTest, ActiveInferCallsGaugeOnlyWithItsSource) {
   const std::string text = SerializeText(BuildMetricFamilies(input));
   EXPECT_THAT(text, HasSubstr("# TYPE sluice_grpc_infer_calls_active gauge\n"));
   EXPECT_THAT(text, HasSubstr("sluice_grpc_infer_calls_active 7\n"));
+}
+
+// With the NVIDIA driver's NVML: a reading per GPU with its memory; without it (as on the CPU
+// machines CI runs on): a reason that names the library, and so no sluice_gpu_* families.
+TEST(NvmlGpuSourceTest, ReadsEveryGpuOrSaysWhyNot) {
+  absl::StatusOr<std::unique_ptr<NvmlGpuSource>> source = NvmlGpuSource::Open();
+  if (!source.ok()) {
+    EXPECT_EQ(source.status().code(), absl::StatusCode::kUnavailable);
+    EXPECT_THAT(std::string(source.status().message()),
+                ::testing::AnyOf(HasSubstr("libnvidia-ml.so.1"), HasSubstr("NVML")));
+    return;
+  }
+  const std::vector<GpuSample> samples = (*source)->Sample();
+  ASSERT_EQ(static_cast<int>(samples.size()), (*source)->device_count());
+  for (const GpuSample& gpu : samples) {
+    EXPECT_GT(gpu.memory_total_bytes, 0u);
+    EXPECT_LE(gpu.memory_used_bytes, gpu.memory_total_bytes);
+    EXPECT_GE(gpu.utilization_ratio, 0.0);
+    EXPECT_LE(gpu.utilization_ratio, 1.0);
+    EXPECT_FALSE(gpu.uuid.empty());
+  }
 }
 
 TEST(MetricsExporterTest, MapsProcessAndGpuReadings) {

@@ -23,6 +23,7 @@
 #include "server/grpc_service.h"
 #include "server/metrics_exporter.h"
 #include "server/model_repository.h"
+#include "server/nvml_gpu_source.h"
 
 #ifndef SLUICE_DEFAULT_MODEL_REPOSITORY
 #define SLUICE_DEFAULT_MODEL_REPOSITORY "models"
@@ -283,13 +284,20 @@ int Run(const Flags& flags) {
   // Open inference calls: the service counts them, the exporter reads them.
   std::atomic<int64_t> active_infer_calls{0};
   // Metrics before gRPC and before the models load: a scrape during a long load sees the process.
+  std::unique_ptr<NvmlGpuSource> gpu_source;  // outlives the exporter, which borrows it
   std::unique_ptr<MetricsExporter> metrics;
   if (flags.allow_metrics) {
     MetricsExporterOptions metrics_options;
     metrics_options.address = flags.metrics_address;
     metrics_options.port = flags.metrics_port;
-    // No NVML source yet: the CUDA engine's issue adds it (and with it the sluice_gpu_* gauges).
-    metrics_options.gpu_source = nullptr;
+    // GPU memory and utilization (sluice_gpu_*) where the NVIDIA driver's NVML is present.
+    if (absl::StatusOr<std::unique_ptr<NvmlGpuSource>> nvml = NvmlGpuSource::Open(); nvml.ok()) {
+      gpu_source = *std::move(nvml);
+      LOG_INFO_WAITING(log, "GPU metrics from NVML (", gpu_source->device_count(), " GPUs)");
+    } else {
+      LOG_INFO_WAITING(log, "no GPU metrics: ", nvml.status().message());
+    }
+    metrics_options.gpu_source = gpu_source.get();
     metrics_options.active_infer_calls = &active_infer_calls;
     absl::StatusOr<std::unique_ptr<MetricsExporter>> exporter =
         MetricsExporter::Start(**engine, log, metrics_options);
