@@ -44,6 +44,8 @@ for target in "${list[@]}"; do
   limit=(-runs="$runs")
   [[ -n "$seconds" ]] && limit=(-max_total_time="$seconds")
   start=$(date +%s)
+  marker="$BUILD/.fuzz-start-$target"
+  touch "$marker"
   log="$BUILD/fuzz-$target.log"
   echo "[fuzz] $target: ${limit[*]}"
   if ! "$BUILD/fuzz/fuzz_$target" "${limit[@]}" -artifact_prefix="$findings/" -print_final_stats=1 \
@@ -52,7 +54,8 @@ for target in "${list[@]}"; do
   fi
   elapsed=$(( $(date +%s) - start ))
   done_runs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$log" | grep -o '[0-9]*$' || echo "?")
-  found=$(find "$findings" -type f | wc -l)
+  # This run's findings only (earlier runs' stay in the folder until looked at).
+  found=$(find "$findings" -type f -newer "$marker" | wc -l)
   printf '| %s | %s | %s | %s | %s |\n' "$target" "$done_runs" "$elapsed" \
     "$(ls "$corpus" | wc -l)" "$found" | tee -a "$BUILD/fuzz-summary.md"
   [[ "$found" -eq 0 ]] || status=1
