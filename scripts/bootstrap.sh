@@ -27,8 +27,8 @@ TEST_PACKAGES=(
   libgtest-dev libgmock-dev clang-format
   # the independent KServe v2 client used by the interoperability test (Python gRPC)
   python3 python3-grpcio python3-protobuf
-  # the Prometheus server the metrics integration test scrapes with
-  prometheus
+  # the Prometheus server the metrics integration test scrapes with; curl for scripts/soak.sh
+  prometheus curl
   # deployment tests: kustomize rendering (kubectl), YAML parsing, container images (podman,
   # set up by ../shared/tools/container-env.sh when present)
   kubectl python3-yaml
