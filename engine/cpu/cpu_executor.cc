@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/check.h"
 #include "common/status_macros.h"
+#include "engine/batch_answers.h"
 #include "engine/model_stats.h"
 
 namespace sluice::engine::cpu {
@@ -52,27 +53,6 @@ absl::Status CheckOutputs(const ModelConfig& config, const std::vector<Tensor>& 
     }
   }
   return absl::OkStatus();
-}
-
-// Outputs for one request, in the order it asked for them (all, in config order, if it named
-// none). Requested names were checked at submit.
-// Returns indices into `outputs`.
-std::vector<size_t> SelectOutputs(const InferenceRequest& request,
-                                  const std::vector<Tensor>& outputs) {
-  std::vector<size_t> selected;
-  if (request.requested_outputs.empty()) {
-    for (size_t i = 0; i < outputs.size(); ++i) selected.push_back(i);
-    return selected;
-  }
-  for (const std::string& name : request.requested_outputs) {
-    for (size_t i = 0; i < outputs.size(); ++i) {
-      if (outputs[i].name == name) {
-        selected.push_back(i);
-        break;
-      }
-    }
-  }
-  return selected;
 }
 
 }  // namespace
@@ -289,7 +269,7 @@ absl::Status CpuExecutor::Finish(Work& work) {
     // The whole output belongs to the one request.
     const InferenceRequest& request = *batch.requests.front();
     InferenceResponse& response = responses.front();
-    for (size_t index : SelectOutputs(request, outputs)) {
+    for (size_t index : SelectedOutputs(request, config_)) {
       // Requested names are unique (checked at submit), so each output moves once.
       response.outputs.push_back(std::move(outputs[index]));
     }
@@ -317,7 +297,7 @@ absl::Status CpuExecutor::Finish(Work& work) {
         sliced[o].data.assign(rest.begin(), rest.begin() + static_cast<ptrdiff_t>(length));
         byte_offsets[o] += length;
       }
-      for (size_t index : SelectOutputs(request, sliced)) {
+      for (size_t index : SelectedOutputs(request, config_)) {
         responses[r].outputs.push_back(std::move(sliced[index]));
       }
     }
@@ -325,15 +305,7 @@ absl::Status CpuExecutor::Finish(Work& work) {
   const auto t1 = Clock::now();
   const std::chrono::nanoseconds output_time = t1 - t0;
 
-  timings_.clear();
-  for (size_t r = 0; r < batch.requests.size(); ++r) {
-    InferenceRequest& request = *batch.requests[r];
-    timings_.push_back({request.id, request.batch_size, batch.dispatch_time - request.enqueue_time,
-                        t1 - request.received_time});
-    responses[r].model_name = request.model_name();
-    responses[r].model_version = request.resolved_version;
-    responses[r].id = request.id;
-  }
+  StampAnswers(batch, t1, responses, timings_);
   // Stats before answers: a client that reads ModelStatistics right after its answer sees itself.
   options_.stats->RecordBatch({.items = static_cast<uint64_t>(batch.items),
                                .input = work.input_time,

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/check.h"
 #include "common/status_macros.h"
+#include "engine/batch_answers.h"
 #include "engine/cuda/cuda_check.h"
 
 namespace sluice::engine::cuda {
@@ -22,25 +23,6 @@ std::chrono::nanoseconds Elapsed(const CudaEvent& begin, const CudaEvent& end) {
   // Both events fired (the completion thread waited for the last one); an error leaves 0.
   CUDA_LOG_IF_ERROR(cudaEventElapsedTime(&ms, begin.get(), end.get()));
   return std::chrono::nanoseconds(static_cast<int64_t>(static_cast<double>(ms) * 1e6));
-}
-
-// Outputs one request gets, as indices into the config's outputs: the ones it asked for, in its
-// order, or all. Names were checked at submit. (The CPU executor selects the same way.)
-std::vector<size_t> SelectOutputs(const InferenceRequest& request, const ModelConfig& config) {
-  std::vector<size_t> selected;
-  if (request.requested_outputs.empty()) {
-    for (size_t i = 0; i < config.outputs.size(); ++i) selected.push_back(i);
-    return selected;
-  }
-  for (const std::string& name : request.requested_outputs) {
-    for (size_t i = 0; i < config.outputs.size(); ++i) {
-      if (config.outputs[i].name == name) {
-        selected.push_back(i);
-        break;
-      }
-    }
-  }
-  return selected;
 }
 
 }  // namespace
@@ -425,7 +407,7 @@ void CudaExecutor::Finish(Work& work) {
   int row = 0;
   for (size_t r = 0; r < batch.requests.size(); ++r) {
     const InferenceRequest& request = *batch.requests[r];
-    for (size_t o : SelectOutputs(request, config_)) {
+    for (size_t o : SelectedOutputs(request, config_)) {
       const TensorSpec& spec = config_.outputs[o];
       Tensor tensor;
       tensor.name = spec.name;
@@ -439,16 +421,7 @@ void CudaExecutor::Finish(Work& work) {
     }
     row += request.batch_size;
   }
-  const auto now = std::chrono::steady_clock::now();
-  timings_.clear();
-  for (size_t r = 0; r < batch.requests.size(); ++r) {
-    InferenceRequest& request = *batch.requests[r];
-    timings_.push_back({request.id, request.batch_size, batch.dispatch_time - request.enqueue_time,
-                        now - request.received_time});
-    responses[r].model_name = request.model_name();
-    responses[r].model_version = request.resolved_version;
-    responses[r].id = request.id;
-  }
+  StampAnswers(batch, std::chrono::steady_clock::now(), responses, timings_);
   const auto& events = slot.events;
   // Stats before answers, as on the CPU: a client reading statistics after its answer sees it.
   options_.executor.stats->RecordBatch(

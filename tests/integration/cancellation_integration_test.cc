@@ -16,6 +16,7 @@
 #include <fstream>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -120,6 +121,53 @@ class Latch {
   int count_;
 };
 
+// `count` ModelInfer calls started at once with gRPC's callback API, each with its own context (to
+// cancel it) and final status. `request` must outlive the calls. The destructor cancels what is
+// still open and waits for every callback, so a test that stops early leaves nothing running.
+class AsyncCalls {
+ public:
+  AsyncCalls(inference::GRPCInferenceService::Stub& stub, const ModelInferRequest& request,
+             int count, std::optional<std::chrono::milliseconds> deadline = std::nullopt)
+      : done_(count) {
+    for (int i = 0; i < count; ++i) {
+      calls_.push_back(std::make_unique<Call>());
+      Call* call = calls_.back().get();
+      if (deadline.has_value()) {
+        call->context.set_deadline(std::chrono::system_clock::now() + *deadline);
+      }
+      stub.async()->ModelInfer(&call->context, &request, &call->response,
+                               [call, this](grpc::Status status) {
+                                 call->status = std::move(status);
+                                 done_.CountDown();
+                               });
+    }
+  }
+  ~AsyncCalls() {
+    CancelAll();
+    done_.Wait(std::chrono::seconds(30));
+  }
+  void CancelAll() {
+    for (auto& call : calls_) call->context.TryCancel();
+  }
+  // Whether every call has ended within `timeout`.
+  bool Wait(std::chrono::seconds timeout) { return done_.Wait(timeout); }
+  // Every call's final status code, in start order. REQUIRES: Wait() returned true.
+  std::vector<grpc::StatusCode> Codes() const {
+    std::vector<grpc::StatusCode> codes;
+    for (const auto& call : calls_) codes.push_back(call->status.error_code());
+    return codes;
+  }
+
+ private:
+  struct Call {
+    grpc::ClientContext context;
+    ModelInferResponse response;
+    grpc::Status status;
+  };
+  Latch done_;
+  std::vector<std::unique_ptr<Call>> calls_;
+};
+
 class CancellationTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -131,7 +179,9 @@ class CancellationTest : public ::testing::Test {
     port_ = server_->metrics_port();
   }
   void TearDown() override {
-    if (server_ != nullptr) EXPECT_EQ(server_->Stop().value_or(-1), 0) << server_->Log();
+    if (server_ != nullptr) {
+      EXPECT_EQ(server_->Stop().value_or(-1), 0) << server_->Log();
+    }
   }
 
   HeldModelRepository repo_;
@@ -149,30 +199,12 @@ TEST_F(CancellationTest, TenThousandCancelledCallsLeaveNothingBehind) {
   const ModelInferRequest request = HeldRequest();
   double rss_after_warmup = 0;
   for (int wave = 0; wave < kWaves; ++wave) {
-    struct Call {
-      grpc::ClientContext context;
-      ModelInferResponse response;
-      grpc::Status status;
-    };
-    std::vector<std::unique_ptr<Call>> calls;
-    Latch done(kPerWave);
-    for (int i = 0; i < kPerWave; ++i) {
-      calls.push_back(std::make_unique<Call>());
-      Call* call = calls.back().get();
-      stub_->async()->ModelInfer(&call->context, &request, &call->response,
-                                 [call, &done](grpc::Status status) {
-                                   call->status = std::move(status);
-                                   done.CountDown();
-                                 });
-    }
+    AsyncCalls calls(*stub_, request, kPerWave);
     ASSERT_TRUE(WaitUntil(std::chrono::seconds(30), [&] { return QueueDepth(port_) == kPerWave; }))
         << "wave " << wave << ": queue depth " << QueueDepth(port_);
-    for (auto& call : calls) call->context.TryCancel();
-    ASSERT_TRUE(done.Wait(std::chrono::seconds(30))) << "wave " << wave;
-    for (auto& call : calls) {
-      ASSERT_EQ(call->status.error_code(), grpc::StatusCode::CANCELLED)
-          << call->status.error_message();
-    }
+    calls.CancelAll();
+    ASSERT_TRUE(calls.Wait(std::chrono::seconds(30))) << "wave " << wave;
+    for (grpc::StatusCode code : calls.Codes()) ASSERT_EQ(code, grpc::StatusCode::CANCELLED);
     ASSERT_TRUE(WaitUntil(std::chrono::seconds(30),
                           [&] { return QueueDepth(port_) == 0 && ActiveCalls(port_) == 0; }))
         << "wave " << wave << ": queue depth " << QueueDepth(port_) << ", open calls "
@@ -232,27 +264,9 @@ TEST_F(CancellationTest, KilledClientsQueuedRequestsAreCancelled) {
 TEST_F(CancellationTest, ClientDeadlineRemovesTheQueuedRequest) {
   constexpr int kCalls = 50;
   const ModelInferRequest request = HeldRequest();
-  struct Call {
-    grpc::ClientContext context;
-    ModelInferResponse response;
-    grpc::Status status;
-  };
-  std::vector<std::unique_ptr<Call>> calls;
-  Latch done(kCalls);
-  for (int i = 0; i < kCalls; ++i) {
-    calls.push_back(std::make_unique<Call>());
-    Call* call = calls.back().get();
-    call->context.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(300));
-    stub_->async()->ModelInfer(&call->context, &request, &call->response,
-                               [call, &done](grpc::Status status) {
-                                 call->status = std::move(status);
-                                 done.CountDown();
-                               });
-  }
-  ASSERT_TRUE(done.Wait(std::chrono::seconds(30)));
-  for (auto& call : calls) {
-    EXPECT_EQ(call->status.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
-  }
+  AsyncCalls calls(*stub_, request, kCalls, std::chrono::milliseconds(300));
+  ASSERT_TRUE(calls.Wait(std::chrono::seconds(30)));
+  for (grpc::StatusCode code : calls.Codes()) EXPECT_EQ(code, grpc::StatusCode::DEADLINE_EXCEEDED);
   ASSERT_TRUE(WaitUntil(std::chrono::seconds(30),
                         [&] { return QueueDepth(port_) == 0 && ActiveCalls(port_) == 0; }));
   // Each request left the queue once, for its deadline, or (when gRPC's own deadline fired
@@ -274,30 +288,15 @@ TEST(ConnectionLimitsTest, MaxConcurrentStreamsHoldsBackTheThirdCall) {
   auto stub = inference::GRPCInferenceService::NewStub(
       grpc::CreateChannel((*server)->address(), grpc::InsecureChannelCredentials()));
   const ModelInferRequest request = HeldRequest();
-  struct Call {
-    grpc::ClientContext context;
-    ModelInferResponse response;
-    grpc::Status status;
-  };
-  std::vector<std::unique_ptr<Call>> calls;
-  Latch done(3);
-  for (int i = 0; i < 3; ++i) {
-    calls.push_back(std::make_unique<Call>());
-    Call* call = calls.back().get();
-    stub->async()->ModelInfer(&call->context, &request, &call->response,
-                              [call, &done](grpc::Status status) {
-                                call->status = std::move(status);
-                                done.CountDown();
-                              });
-  }
+  AsyncCalls calls(*stub, request, 3);
   EXPECT_TRUE(WaitUntil(std::chrono::seconds(30), [&] { return QueueDepth(port) == 2; }));
   // Give a third call every chance to arrive if the limit did not hold it back.
   std::this_thread::sleep_for(std::chrono::milliseconds(500));
   EXPECT_EQ(QueueDepth(port), 2);
   EXPECT_EQ(ActiveCalls(port), 2);
-  for (auto& call : calls) call->context.TryCancel();
-  ASSERT_TRUE(done.Wait(std::chrono::seconds(30)));
-  for (auto& call : calls) EXPECT_EQ(call->status.error_code(), grpc::StatusCode::CANCELLED);
+  calls.CancelAll();
+  ASSERT_TRUE(calls.Wait(std::chrono::seconds(30)));
+  for (grpc::StatusCode code : calls.Codes()) EXPECT_EQ(code, grpc::StatusCode::CANCELLED);
   EXPECT_TRUE(WaitUntil(std::chrono::seconds(30), [&] { return ActiveCalls(port) == 0; }));
   // The two the server held; the third was cancelled on the client's side before it was sent
   // (or, if a stream freed up between the cancels, reached the queue and was cancelled there).
