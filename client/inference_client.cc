@@ -2,8 +2,6 @@
 
 #include <chrono>
 #include <deque>
-#include <fstream>
-#include <iterator>
 #include <utility>
 
 #include "absl/base/thread_annotations.h"
@@ -13,6 +11,7 @@
 #include "absl/synchronization/notification.h"
 #include "client/status_convert.h"
 #include "common/check.h"
+#include "common/pem_file.h"
 #include "common/status_macros.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
@@ -291,19 +290,6 @@ absl::StatusOr<Response> UnaryCall(
   return response;
 }
 
-// The whole of a PEM file, or an error that names the flag's file.
-absl::StatusOr<std::string> ReadPem(absl::string_view what, const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in)
-    return absl::NotFoundError(absl::StrCat("TLS ", what, " file '", path, "' cannot be read"));
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (text.find("-----BEGIN") == std::string::npos) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("TLS ", what, " file '", path, "' is not PEM (no -----BEGIN line)"));
-  }
-  return text;
-}
-
 bool TlsWanted(const TlsOptions& tls) {
   return tls.enabled || !tls.ca_file.empty() || !tls.cert_file.empty() || !tls.key_file.empty() ||
          !tls.server_name.empty();
@@ -318,11 +304,12 @@ absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> ChannelCredentials(
   }
   grpc::SslCredentialsOptions ssl;
   if (!tls.ca_file.empty()) {
-    ASSIGN_OR_RETURN(ssl.pem_root_certs, ReadPem("CA", tls.ca_file));
+    ASSIGN_OR_RETURN(ssl.pem_root_certs, common::ReadPemFile("TLS CA file", tls.ca_file));
   }
   if (!tls.cert_file.empty()) {
-    ASSIGN_OR_RETURN(ssl.pem_cert_chain, ReadPem("certificate", tls.cert_file));
-    ASSIGN_OR_RETURN(ssl.pem_private_key, ReadPem("key", tls.key_file));
+    ASSIGN_OR_RETURN(ssl.pem_cert_chain,
+                     common::ReadPemFile("TLS client certificate", tls.cert_file));
+    ASSIGN_OR_RETURN(ssl.pem_private_key, common::ReadPemFile("TLS client key", tls.key_file));
   }
   return grpc::SslCredentials(ssl);
 }

@@ -5,8 +5,6 @@
 #include <atomic>
 #include <csignal>
 #include <cstdlib>
-#include <fstream>
-#include <iterator>
 #include <memory>
 #include <string>
 #include <vector>
@@ -15,6 +13,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "common/log.h"
+#include "common/pem_file.h"
 #include "common/status_macros.h"
 #include "engine/engine.h"
 #include "engine/fault_injection.h"
@@ -63,18 +62,6 @@ struct Flags {
   double access_log_sample_rate = 0;
 };
 
-// A PEM file's text, or an error naming the flag and the file.
-absl::StatusOr<std::string> ReadPemFile(absl::string_view flag, const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat(flag, ": cannot read '", path, "'"));
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (text.find("-----BEGIN") == std::string::npos) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(flag, ": '", path, "' is not PEM (no -----BEGIN line)"));
-  }
-  return text;
-}
-
 // Plaintext, TLS (--tls-cert/--tls-key) or mutual TLS (and --tls-ca).
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ServerCredentials(const Flags& flags) {
   if (flags.tls_cert.empty() && flags.tls_key.empty()) {
@@ -90,11 +77,11 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ServerCredentials(const
       flags.tls_ca.empty() ? GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE
                            : GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
   grpc::SslServerCredentialsOptions::PemKeyCertPair pair;
-  ASSIGN_OR_RETURN(pair.cert_chain, ReadPemFile("--tls-cert", flags.tls_cert));
-  ASSIGN_OR_RETURN(pair.private_key, ReadPemFile("--tls-key", flags.tls_key));
+  ASSIGN_OR_RETURN(pair.cert_chain, common::ReadPemFile("--tls-cert", flags.tls_cert));
+  ASSIGN_OR_RETURN(pair.private_key, common::ReadPemFile("--tls-key", flags.tls_key));
   ssl.pem_key_cert_pairs.push_back(std::move(pair));
   if (!flags.tls_ca.empty()) {
-    ASSIGN_OR_RETURN(ssl.pem_root_certs, ReadPemFile("--tls-ca", flags.tls_ca));
+    ASSIGN_OR_RETURN(ssl.pem_root_certs, common::ReadPemFile("--tls-ca", flags.tls_ca));
   }
   return grpc::SslServerCredentials(ssl);
 }
