@@ -130,11 +130,22 @@ absl::StatusOr<std::shared_ptr<Engine::LoadedModel>> Engine::Build(const ModelSp
 
   SchedulerOptions scheduler_options;
   scheduler_options.clock = options_.clock;
-  scheduler_options.max_queue_size = config.queue_policy.max_queue_size > 0
-                                         ? config.queue_policy.max_queue_size
-                                         : options_.default_max_queue_size;
-  scheduler_options.default_timeout = config.queue_policy.default_timeout;
-  scheduler_options.allow_timeout_override = config.queue_policy.allow_timeout_override;
+  // A queue size of 0 in a config means "the engine's default": never unbounded.
+  auto queue_policy = [&](const QueuePolicyConfig& policy) {
+    return QueuePolicy{.max_queue_size = policy.max_queue_size > 0
+                                             ? policy.max_queue_size
+                                             : options_.default_max_queue_size,
+                       .default_timeout = policy.default_timeout,
+                       .allow_timeout_override = policy.allow_timeout_override};
+  };
+  scheduler_options.queue_policy = queue_policy(config.queue_policy);
+  if (config.priority_levels > 0) {
+    scheduler_options.priority_levels = config.priority_levels;
+    scheduler_options.default_priority_level = config.default_priority_level;
+    for (const auto& [level, policy] : config.priority_queue_policy) {
+      scheduler_options.level_policies[level] = queue_policy(policy);
+    }
+  }
   scheduler_options.policy.max_batch_size = config.max_batch_size;
   scheduler_options.policy.batching_enabled =
       config.max_batch_size > 0 && config.dynamic_batching.has_value();

@@ -74,6 +74,9 @@ class InferenceRequest {
   // A queue timeout the client asked for (the "timeout" request parameter); it replaces the
   // model's default_timeout only where the config sets allow_timeout_override.
   std::optional<std::chrono::microseconds> timeout;
+  // The priority level the client asked for (the "priority" request parameter). 0, or a level the
+  // model does not have, means the model's default_priority_level (as in Triton).
+  uint64_t priority = 0;
 
   // --- Set by the engine ---------------------------------------------------------------------
   // Items in this request: the first dimension of its inputs (1 for models without batching).

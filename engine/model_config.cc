@@ -49,6 +49,19 @@ absl::Status ValidateTensors(const ModelConfig& config, const std::vector<Tensor
   return absl::OkStatus();
 }
 
+absl::Status ValidateQueuePolicy(const ModelConfig& config, const QueuePolicyConfig& policy,
+                                 absl::string_view where) {
+  if (policy.max_queue_size < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("model '", config.name, "': ", where, ".max_queue_size is negative"));
+  }
+  if (policy.default_timeout.count() < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("model '", config.name, "': ", where,
+                                                   ".default_timeout_microseconds is negative"));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 const TensorSpec* ModelConfig::FindInput(absl::string_view input_name) const {
@@ -82,9 +95,32 @@ absl::Status ValidateModelConfig(const ModelConfig& config) {
           absl::StrCat("model '", config.name, "': max_queue_delay_microseconds is negative"));
     }
   }
-  if (config.queue_policy.max_queue_size < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("model '", config.name, "': max_queue_size is negative"));
+  RETURN_IF_ERROR(ValidateQueuePolicy(config, config.queue_policy, "default_queue_policy"));
+  if (config.priority_levels < 0 || config.priority_levels > kMaxPriorityLevels) {
+    return absl::InvalidArgumentError(absl::StrCat("model '", config.name, "': priority_levels ",
+                                                   config.priority_levels, " is outside [0, ",
+                                                   kMaxPriorityLevels, "]"));
+  }
+  if (config.priority_levels == 0) {
+    if (config.default_priority_level != 0 || !config.priority_queue_policy.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "model '", config.name,
+          "': default_priority_level and priority_queue_policy need priority_levels > 0"));
+    }
+  } else if (config.default_priority_level < 1 ||
+             config.default_priority_level > config.priority_levels) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "model '", config.name, "': default_priority_level ", config.default_priority_level,
+        " is outside [1, priority_levels=", config.priority_levels, "]"));
+  }
+  for (const auto& [level, policy] : config.priority_queue_policy) {
+    if (level < 1 || level > config.priority_levels) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("model '", config.name, "': priority_queue_policy names level ", level,
+                       ", outside [1, priority_levels=", config.priority_levels, "]"));
+    }
+    RETURN_IF_ERROR(
+        ValidateQueuePolicy(config, policy, absl::StrCat("priority_queue_policy[", level, "]")));
   }
   if (config.instance_count < 1) {
     return absl::InvalidArgumentError(absl::StrCat(

@@ -33,7 +33,7 @@ struct DynamicBatchingConfig {
   std::vector<int> preferred_batch_sizes;
 };
 
-// Triton's default_queue_policy.
+// Triton's ModelQueuePolicy: default_queue_policy, or one level's entry in priority_queue_policy.
 struct QueuePolicyConfig {
   // Requests (not items) that may wait; 0 means "the engine's default" (never unbounded).
   int64_t max_queue_size = 0;
@@ -57,7 +57,17 @@ struct ModelConfig {
   std::vector<TensorSpec> outputs;
   // Absent: each request runs alone, as Triton's default scheduler does.
   std::optional<DynamicBatchingConfig> dynamic_batching;
+  // Triton's default_queue_policy: the policy of every priority level that has none of its own.
   QueuePolicyConfig queue_policy;
+  // Triton's priority_levels: 0 = one queue, no priorities. Otherwise levels 1..priority_levels,
+  // level 1 served first; within a level, arrival order. A level's requests may starve while a
+  // higher level always has work (Triton's semantics too).
+  int priority_levels = 0;
+  // The level of requests that name no priority (or 0, or one above priority_levels, as Triton
+  // does). In [1, priority_levels] when priority_levels > 0.
+  int default_priority_level = 0;
+  // Triton's priority_queue_policy: a level's own queue size and timeouts, by level.
+  std::map<int, QueuePolicyConfig> priority_queue_policy;
   // Number of model instances (executors), from instance_group.
   int instance_count = 1;
   InstanceKind instance_kind = InstanceKind::kAuto;
@@ -76,9 +86,14 @@ struct ModelConfig {
   const TensorSpec* FindOutput(absl::string_view output_name) const;
 };
 
+// Most priority levels a model may declare (each level is a queue of its own).
+inline constexpr int kMaxPriorityLevels = 1000;
+
 // Checks the parts every backend relies on: a name, at least one input and output, unique tensor
 // names, valid data types, dims >= -1, max_batch_size >= 0, preferred sizes within
-// [1, max_batch_size], instance count >= 1. Messages name the model and the field.
+// [1, max_batch_size], instance count >= 1, priority levels within
+// [0, kMaxPriorityLevels] with the default level and every per-level policy inside them. Messages
+// name the model and the field.
 absl::Status ValidateModelConfig(const ModelConfig& config);
 
 }  // namespace sluice::engine

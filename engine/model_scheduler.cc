@@ -14,9 +14,31 @@ absl::StatusOr<std::unique_ptr<ModelScheduler>> ModelScheduler::Create(const Mod
   if (options.clock == nullptr || options.stats == nullptr) {
     return absl::InvalidArgumentError("ModelScheduler needs a clock and stats");
   }
-  if (options.max_queue_size < 1) {
+  if (options.priority_levels < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("model '", config.name, "': ", options.priority_levels, " priority levels"));
+  }
+  if (options.default_priority_level < 1 ||
+      options.default_priority_level > options.priority_levels) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "model '", config.name, "': default priority level ", options.default_priority_level,
+        " is outside [1, ", options.priority_levels, "]"));
+  }
+  if (options.queue_policy.max_queue_size < 1) {
     return absl::InvalidArgumentError(absl::StrCat("model '", config.name, "': max queue size ",
-                                                   options.max_queue_size, " is < 1"));
+                                                   options.queue_policy.max_queue_size, " is < 1"));
+  }
+  for (const auto& [level, policy] : options.level_policies) {
+    if (level < 1 || level > options.priority_levels) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("model '", config.name, "': a policy for level ", level, ", outside [1, ",
+                       options.priority_levels, "]"));
+    }
+    if (policy.max_queue_size < 1) {
+      return absl::InvalidArgumentError(absl::StrCat("model '", config.name, "': max queue size ",
+                                                     policy.max_queue_size, " of level ", level,
+                                                     " is < 1"));
+    }
   }
   return std::unique_ptr<ModelScheduler>(new ModelScheduler(config, std::move(options)));
 }
@@ -26,6 +48,30 @@ ModelScheduler::ModelScheduler(const ModelConfig& config, SchedulerOptions optio
   for (const TensorSpec& input : config_.inputs) {
     for (int64_t dim : input.dims) all_dims_fixed_ = all_dims_fixed_ && dim >= 0;
   }
+  // Built in place: a deque of move-only entries cannot be copied, and its move may throw.
+  levels_ = std::vector<Level>(static_cast<size_t>(options_.priority_levels));
+  for (size_t i = 0; i < levels_.size(); ++i) {
+    auto own = options_.level_policies.find(static_cast<int>(i) + 1);
+    levels_[i].policy = own != options_.level_policies.end() ? own->second : options_.queue_policy;
+  }
+  default_level_ = static_cast<size_t>(options_.default_priority_level - 1);
+}
+
+size_t ModelScheduler::LevelIndex(uint64_t priority) const {
+  // As Triton: 0, or a level the model does not have, means the default level.
+  if (priority == 0 || priority > levels_.size()) return default_level_;
+  return static_cast<size_t>(priority - 1);
+}
+
+std::vector<ModelScheduler::Entry> ModelScheduler::TakeAllLocked() {
+  std::vector<Entry> all;
+  all.reserve(static_cast<size_t>(queued_));
+  for (Level& level : levels_) {
+    for (Entry& entry : level.queue) all.push_back(std::move(entry));
+    level.queue.clear();
+  }
+  queued_ = 0;
+  return all;
 }
 
 ModelScheduler::~ModelScheduler() { Stop(); }
@@ -48,16 +94,20 @@ void ModelScheduler::Enqueue(std::unique_ptr<InferenceRequest> request) {
     } else if (stopping_) {
       rejection = absl::UnavailableError(
           absl::StrCat("model '", config_.name, "' is unloading or the server is shutting down"));
-    } else if (static_cast<int64_t>(queue_.size()) >= options_.max_queue_size) {
-      rejection = absl::ResourceExhaustedError(
-          absl::StrCat("model '", config_.name, "' queue is full (", options_.max_queue_size,
-                       " requests waiting); retry later"));
+    } else if (Level& level = levels_[LevelIndex(request->priority)];
+               static_cast<int64_t>(level.queue.size()) >= level.policy.max_queue_size) {
+      rejection = absl::ResourceExhaustedError(absl::StrCat(
+          "model '", config_.name, "' queue is full (", level.policy.max_queue_size,
+          " requests waiting",
+          levels_.size() > 1 ? absl::StrCat(" at priority level ", &level - levels_.data() + 1)
+                             : std::string(),
+          "); retry later"));
     } else {
       const auto now = options_.clock->Now();
       request->enqueue_time = now;
       auto expires_at = common::Clock::TimePoint::max();
-      std::chrono::microseconds timeout = options_.default_timeout;
-      if (options_.allow_timeout_override && request->timeout.has_value()) {
+      std::chrono::microseconds timeout = level.policy.default_timeout;
+      if (level.policy.allow_timeout_override && request->timeout.has_value()) {
         timeout = *request->timeout;
       }
       if (timeout.count() > 0) expires_at = now + timeout;
@@ -69,7 +119,8 @@ void ModelScheduler::Enqueue(std::unique_ptr<InferenceRequest> request) {
       if (request->cancelled != nullptr) {
         if (entries_cancellable_++ == 0) next_cancel_sweep_ = now + kCancelSweepPeriod;
       }
-      queue_.push_back(Entry{std::move(request), expires_at});
+      level.queue.push_back(Entry{std::move(request), expires_at});
+      ++queued_;
     }
   }
   if (!rejection.ok()) {
@@ -98,12 +149,12 @@ void ModelScheduler::Fail(absl::Status reason) {
 
 int64_t ModelScheduler::QueueDepth() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return static_cast<int64_t>(queue_.size());
+  return queued_;
 }
 
 bool ModelScheduler::Idle() const {
   std::lock_guard<std::mutex> lock(mu_);
-  if (!queue_.empty()) return false;
+  if (queued_ > 0) return false;
   for (const auto& executor : executors_) {
     if (executor->InFlight() > 0) return false;
   }
@@ -120,10 +171,10 @@ void ModelScheduler::Stop() {
   if (batcher_.joinable()) batcher_.join();
   for (auto& executor : executors_) executor->Stop();
   // Never started: answer whatever was queued.
-  std::deque<Entry> left;
+  std::vector<Entry> left;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    left.swap(queue_);
+    left = TakeAllLocked();
   }
   for (Entry& entry : left) {
     entry.request->Complete(absl::UnavailableError(
@@ -164,21 +215,25 @@ void ModelScheduler::SweepLocked(
     common::Clock::TimePoint now,
     std::vector<std::pair<std::unique_ptr<InferenceRequest>, absl::StatusCode>>& out) {
   earliest_expiry_ = common::Clock::TimePoint::max();
-  for (auto it = queue_.begin(); it != queue_.end();) {
-    absl::StatusCode code = absl::StatusCode::kOk;
-    if (it->expires_at <= now) {
-      code = absl::StatusCode::kDeadlineExceeded;
-    } else if (it->request->IsCancelled()) {
-      code = absl::StatusCode::kCancelled;
+  for (Level& level : levels_) {
+    std::deque<Entry>& queue = level.queue;
+    for (auto it = queue.begin(); it != queue.end();) {
+      absl::StatusCode code = absl::StatusCode::kOk;
+      if (it->expires_at <= now) {
+        code = absl::StatusCode::kDeadlineExceeded;
+      } else if (it->request->IsCancelled()) {
+        code = absl::StatusCode::kCancelled;
+      }
+      if (code == absl::StatusCode::kOk) {
+        earliest_expiry_ = std::min(earliest_expiry_, it->expires_at);
+        ++it;
+        continue;
+      }
+      ForgetLocked(*it);
+      out.emplace_back(std::move(it->request), code);
+      it = queue.erase(it);
+      --queued_;
     }
-    if (code == absl::StatusCode::kOk) {
-      earliest_expiry_ = std::min(earliest_expiry_, it->expires_at);
-      ++it;
-      continue;
-    }
-    ForgetLocked(*it);
-    out.emplace_back(std::move(it->request), code);
-    it = queue_.erase(it);
   }
   next_cancel_sweep_ = now + kCancelSweepPeriod;
 }
@@ -222,9 +277,8 @@ void ModelScheduler::BatcherLoop() {
     if (entries_cancellable_ > 0) next_expiry = std::min(next_expiry, next_cancel_sweep_);
 
     // A failed model runs nothing more: what waits is answered with the failure, not lost.
-    if (!failure_.ok() && !queue_.empty()) {
-      std::deque<Entry> failed;
-      failed.swap(queue_);
+    if (!failure_.ok() && queued_ > 0) {
+      std::vector<Entry> failed = TakeAllLocked();
       for (const Entry& entry : failed) ForgetLocked(entry);
       const absl::Status failure = failure_;
       lock.unlock();
@@ -236,7 +290,7 @@ void ModelScheduler::BatcherLoop() {
       continue;
     }
 
-    if (queue_.empty()) {
+    if (queued_ == 0) {
       if (stopping_) return;
       cv_.wait(lock);
       continue;
@@ -257,19 +311,28 @@ void ModelScheduler::BatcherLoop() {
       continue;
     }
 
-    // 2. The head of the queue that may share a batch with the first request.
+    // 2. The first queued requests in service order (level 1 first, arrival order within a
+    // level) that may share a batch with the first one. One candidate more than a batch can hold
+    // tells whether an incompatible request waits behind them.
+    const size_t max_requests = static_cast<size_t>(std::max(options_.policy.max_batch_size, 1));
+    candidates_.clear();
+    for (Level& level : levels_) {
+      for (Entry& entry : level.queue) {
+        if (candidates_.size() > max_requests) break;
+        candidates_.push_back(&entry);
+      }
+    }
     pending.clear();
-    const InferenceRequest& head = *queue_.front().request;
+    const InferenceRequest& head = *candidates_.front()->request;
     size_t compatible = 0;
-    while (compatible < queue_.size() &&
-           compatible < static_cast<size_t>(std::max(options_.policy.max_batch_size, 1)) &&
-           Compatible(head, *queue_[compatible].request)) {
-      pending.push_back(
-          {queue_[compatible].request->batch_size, queue_[compatible].request->enqueue_time});
+    while (compatible < candidates_.size() && compatible < max_requests &&
+           Compatible(head, *candidates_[compatible]->request)) {
+      const InferenceRequest& request = *candidates_[compatible]->request;
+      pending.push_back({request.batch_size, request.enqueue_time});
       ++compatible;
     }
     const bool more_incompatible =
-        compatible < queue_.size() && !Compatible(head, *queue_[compatible].request);
+        compatible < candidates_.size() && !Compatible(head, *candidates_[compatible]->request);
     // While stopping nothing waits for a fuller batch.
     const auto decide_time = stopping_ ? common::Clock::TimePoint::max() : now;
     const BatchDecision decision =
@@ -283,8 +346,12 @@ void ModelScheduler::BatcherLoop() {
     // lock: queued + in flight never both read zero while a batch is between the two.
     Batch batch;
     batch.dispatch_time = now;
+    // The batch is the first request_count candidates: the fronts of the levels, in order.
+    size_t level_index = 0;
     for (int i = 0; i < decision.request_count; ++i) {
-      Entry& entry = queue_.front();
+      while (levels_[level_index].queue.empty()) ++level_index;
+      std::deque<Entry>& queue = levels_[level_index].queue;
+      Entry& entry = queue.front();
       ForgetLocked(entry);
       if (entry.request->IsCancelled()) {  // cancelled since the last sweep: never runs
         swept.emplace_back(std::move(entry.request), absl::StatusCode::kCancelled);
@@ -292,7 +359,8 @@ void ModelScheduler::BatcherLoop() {
         batch.items += entry.request->batch_size;
         batch.requests.push_back(std::move(entry.request));
       }
-      queue_.pop_front();
+      queue.pop_front();
+      --queued_;
     }
     if (!batch.requests.empty()) executors_[executor]->Execute(std::move(batch));
   }

@@ -7,6 +7,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -24,15 +25,29 @@ namespace sluice::engine {
 
 class ModelStats;
 
-struct SchedulerOptions {
-  // Time source for delays and deadlines; borrowed, must outlive the scheduler.
-  const common::Clock* clock = &common::SteadyClock::Default();
-  // Requests that may wait; a request beyond it is answered RESOURCE_EXHAUSTED at once. >= 1.
+// The queue policy of one priority level.
+struct QueuePolicy {
+  // Requests that may wait at this level; one beyond it is answered RESOURCE_EXHAUSTED at once.
+  // >= 1.
   int64_t max_queue_size = 4096;
   // A request that waits longer fails with DEADLINE_EXCEEDED; 0 = no limit.
   std::chrono::microseconds default_timeout{0};
   // Whether a request's `timeout` replaces default_timeout. (Its `deadline` always applies.)
   bool allow_timeout_override = false;
+};
+
+struct SchedulerOptions {
+  // Time source for delays and deadlines; borrowed, must outlive the scheduler.
+  const common::Clock* clock = &common::SteadyClock::Default();
+  // The policy of every priority level without one in level_policies.
+  QueuePolicy queue_policy;
+  // Priority levels, each a queue of its own; level 1 is served first, and a batch is formed
+  // from the queued requests in that order (level by level, arrival order within a level).
+  int priority_levels = 1;
+  // The level of requests whose priority is 0 or above priority_levels. In [1, priority_levels].
+  int default_priority_level = 1;
+  // Levels with a policy of their own, by level (1-based).
+  std::map<int, QueuePolicy> level_policies;
   BatchPolicy policy;
   // Borrowed; must outlive the scheduler.
   ModelStats* stats = nullptr;
@@ -56,7 +71,8 @@ class ModelScheduler {
   // and at the latest when it reaches the head of the queue, before it could run.
   static constexpr std::chrono::milliseconds kCancelSweepPeriod{1};
 
-  // Takes the request. Answers it at once with RESOURCE_EXHAUSTED (queue full) or UNAVAILABLE
+  // Takes the request into the queue of its priority level. Answers it at once with
+  // RESOURCE_EXHAUSTED (that level's queue is full) or UNAVAILABLE
   // (stopping); otherwise it is answered later by an executor, or with DEADLINE_EXCEEDED (its
   // deadline or queue timeout passed while queued) or CANCELLED (its client cancelled).
   // REQUIRES: the request was validated against the config (inputs in config order, batch_size).
@@ -71,7 +87,7 @@ class ModelScheduler {
   // sticks. Never blocks (safe on an executor thread). REQUIRES: !reason.ok().
   void Fail(absl::Status reason);
 
-  // Requests waiting in the queue (not yet handed to an executor).
+  // Requests waiting in the queues of all levels (not yet handed to an executor).
   int64_t QueueDepth() const;
   // Nothing queued and no batch in flight on any executor.
   bool Idle() const;
@@ -88,8 +104,18 @@ class ModelScheduler {
     common::Clock::TimePoint expires_at;
   };
 
+  // One priority level: its policy and its queue, in arrival order.
+  struct Level {
+    QueuePolicy policy;
+    std::deque<Entry> queue;  // guarded by mu_
+  };
+
   ModelScheduler(const ModelConfig& config, SchedulerOptions options);
   void BatcherLoop();
+  // The level (index into levels_) of a request with this priority.
+  size_t LevelIndex(uint64_t priority) const;
+  // Takes every queued entry, in service order. REQUIRES: mu_ held.
+  std::vector<Entry> TakeAllLocked();
   // Bookkeeping for an entry that leaves the queue. REQUIRES: mu_ held.
   void ForgetLocked(const Entry& entry);
   // Moves the expired and cancelled entries to `out` (with the code to answer) and recomputes
@@ -111,7 +137,12 @@ class ModelScheduler {
 
   mutable std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<Entry> queue_;            // guarded by mu_
+  // Index 0 is priority level 1. Sized once by the constructor; the queues are guarded by mu_.
+  std::vector<Level> levels_;
+  size_t default_level_ = 0;
+  int64_t queued_ = 0;  // entries in all levels; guarded by mu_
+  // Scratch for forming a batch: the first queued entries in service order. Guarded by mu_.
+  std::vector<Entry*> candidates_;
   int64_t entries_with_deadline_ = 0;  // guarded by mu_
   // No queued deadline is earlier (may be earlier than the earliest one left). Guarded by mu_.
   common::Clock::TimePoint earliest_expiry_ = common::Clock::TimePoint::max();

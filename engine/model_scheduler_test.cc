@@ -227,7 +227,7 @@ class ModelSchedulerTest : public ::testing::Test {
     SchedulerOptions options;
     options.clock = &clock_;
     options.stats = &stats_;
-    options.max_queue_size = 16;
+    options.queue_policy.max_queue_size = 16;
     options.policy.max_batch_size = config_.max_batch_size;
     options.policy.batching_enabled = true;
     options.policy.max_queue_delay = microseconds(100);
@@ -308,7 +308,7 @@ class ModelSchedulerTest : public ::testing::Test {
 
 TEST_F(ModelSchedulerTest, CreateRejectsAnEmptyQueueBound) {
   SchedulerOptions options = DefaultOptions();
-  options.max_queue_size = 0;
+  options.queue_policy.max_queue_size = 0;
   EXPECT_EQ(ModelScheduler::Create(config_, options).status().code(),
             absl::StatusCode::kInvalidArgument);
 }
@@ -385,7 +385,7 @@ TEST_F(ModelSchedulerTest, BatchingOffRunsEachRequestAlone) {
 
 TEST_F(ModelSchedulerTest, FullQueueAnswersResourceExhaustedAtOnce) {
   SchedulerOptions options = DefaultOptions();
-  options.max_queue_size = 2;
+  options.queue_policy.max_queue_size = 2;
   CreateAndStart(options, /*slots=*/0);  // nothing can leave the queue
   Enqueue("a");
   Enqueue("b");
@@ -440,7 +440,7 @@ TEST_F(ModelSchedulerTest, DeadlinePassedWhileWaitingForABatchNeverReachesTheExe
 
 TEST_F(ModelSchedulerTest, DefaultTimeoutExpiresQueuedRequests) {
   SchedulerOptions options = DefaultOptions();
-  options.default_timeout = microseconds(50);
+  options.queue_policy.default_timeout = microseconds(50);
   CreateAndStart(options, /*slots=*/0);
   Enqueue("a");
   Advance(microseconds(50));
@@ -451,7 +451,7 @@ TEST_F(ModelSchedulerTest, DefaultTimeoutExpiresQueuedRequests) {
 
 TEST_F(ModelSchedulerTest, RequestDeadlineAppliesWithoutTimeoutOverride) {
   SchedulerOptions options = DefaultOptions();
-  options.allow_timeout_override = false;
+  options.queue_policy.allow_timeout_override = false;
   CreateAndStart(options, /*slots=*/0);
   auto request = Request("a");
   request->deadline = clock_.Now() + microseconds(20);
@@ -463,7 +463,7 @@ TEST_F(ModelSchedulerTest, RequestDeadlineAppliesWithoutTimeoutOverride) {
 
 TEST_F(ModelSchedulerTest, RequestTimeoutIgnoredWithoutTimeoutOverride) {
   SchedulerOptions options = DefaultOptions();
-  options.allow_timeout_override = false;
+  options.queue_policy.allow_timeout_override = false;
   CreateAndStart(options, /*slots=*/0);
   auto request = Request("a");
   request->timeout = microseconds(10);
@@ -478,8 +478,8 @@ TEST_F(ModelSchedulerTest, RequestTimeoutIgnoredWithoutTimeoutOverride) {
 
 TEST_F(ModelSchedulerTest, RequestTimeoutReplacesDefaultTimeoutWithOverride) {
   SchedulerOptions options = DefaultOptions();
-  options.allow_timeout_override = true;
-  options.default_timeout = microseconds(50);
+  options.queue_policy.allow_timeout_override = true;
+  options.queue_policy.default_timeout = microseconds(50);
   CreateAndStart(options, /*slots=*/0);
   auto shorter = Request("shorter");
   shorter->timeout = microseconds(20);
@@ -505,7 +505,7 @@ TEST_F(ModelSchedulerTest, RequestTimeoutReplacesDefaultTimeoutWithOverride) {
 
 TEST_F(ModelSchedulerTest, EarlierOfRequestDeadlineAndDefaultTimeoutWins) {
   SchedulerOptions options = DefaultOptions();
-  options.default_timeout = microseconds(1000);
+  options.queue_policy.default_timeout = microseconds(1000);
   CreateAndStart(options, /*slots=*/0);
   auto request = Request("a");
   request->deadline = clock_.Now() + microseconds(20);
@@ -649,6 +649,116 @@ TEST_F(ModelSchedulerTest, IdleWhenNothingQueuedOrInFlight) {
   EXPECT_FALSE(scheduler_->Idle());  // a batch is in flight
   executor_->FinishAll();
   EXPECT_TRUE(scheduler_->Idle());
+}
+
+// --- Priority levels (Triton's priority_levels) ------------------------------------------------
+
+// `request` with the priority the client asked for (0: the default level).
+std::unique_ptr<InferenceRequest> WithPriority(std::unique_ptr<InferenceRequest> request,
+                                               uint64_t priority) {
+  request->priority = priority;
+  return request;
+}
+
+TEST_F(ModelSchedulerTest, PriorityLevelOneIsBatchedFirstThenArrivalOrder) {
+  SchedulerOptions options = DefaultOptions();
+  options.priority_levels = 3;
+  options.default_priority_level = 2;
+  CreateAndStart(options, /*slots=*/0);
+  scheduler_->Enqueue(WithPriority(Request("low"), 3));
+  scheduler_->Enqueue(WithPriority(Request("default"), 0));
+  scheduler_->Enqueue(WithPriority(Request("high1"), 1));
+  scheduler_->Enqueue(WithPriority(Request("too-high-a-number"), 9));  // no level 9: default
+  scheduler_->Enqueue(WithPriority(Request("high2"), 1));
+  EXPECT_EQ(scheduler_->QueueDepth(), 5);
+
+  executor_->AddSlots(1);  // 5 queued: a full batch of 4 goes at once
+  ASSERT_TRUE(executor_->WaitForBatches(1));
+  EXPECT_THAT(Ids(executor_->records()[0]),
+              ElementsAre("high1", "high2", "default", "too-high-a-number"));
+  executor_->FinishAll();
+  Advance(microseconds(100));
+  ASSERT_TRUE(executor_->WaitForBatches(2));
+  EXPECT_THAT(Ids(executor_->records()[1]), ElementsAre("low"));
+}
+
+TEST_F(ModelSchedulerTest, HigherPriorityOvertakesWhatAlreadyWaits) {
+  SchedulerOptions options = DefaultOptions();
+  options.policy.batching_enabled = false;
+  options.priority_levels = 2;
+  options.default_priority_level = 2;
+  CreateAndStart(options, /*slots=*/0);
+  for (const char* id : {"a", "b", "c"}) Enqueue(id);
+  scheduler_->Enqueue(WithPriority(Request("urgent"), 1));
+  executor_->AddSlots(1);
+  ASSERT_TRUE(executor_->WaitForBatches(1));
+  EXPECT_THAT(Ids(executor_->records()[0]), ElementsAre("urgent"));
+  executor_->FinishAll();
+  ASSERT_TRUE(executor_->WaitForBatches(2));
+  EXPECT_THAT(Ids(executor_->records()[1]), ElementsAre("a"));
+}
+
+TEST_F(ModelSchedulerTest, EachPriorityLevelHasItsOwnQueueBound) {
+  SchedulerOptions options = DefaultOptions();
+  options.priority_levels = 2;
+  options.default_priority_level = 2;
+  options.queue_policy.max_queue_size = 1;  // level 2 takes the default policy
+  options.level_policies[1] = QueuePolicy{.max_queue_size = 3};
+  CreateAndStart(options, /*slots=*/0);
+  Enqueue("bulk1");
+  Enqueue("bulk2");  // level 2 is full
+  ASSERT_EQ(answers_.Count("bulk2"), 1);
+  EXPECT_EQ(answers_.StatusOf("bulk2").code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(answers_.StatusOf("bulk2").message(), HasSubstr("at priority level 2"));
+  // A full level 2 does not hold back level 1, which has room for 3.
+  for (const char* id : {"vip1", "vip2", "vip3", "vip4"}) {
+    scheduler_->Enqueue(WithPriority(Request(id), 1));
+  }
+  EXPECT_EQ(answers_.Count("vip3"), 0);
+  ASSERT_EQ(answers_.Count("vip4"), 1);
+  EXPECT_EQ(answers_.StatusOf("vip4").code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(answers_.StatusOf("vip4").message(), HasSubstr("at priority level 1"));
+  EXPECT_EQ(scheduler_->QueueDepth(), 4);
+}
+
+TEST_F(ModelSchedulerTest, EachPriorityLevelHasItsOwnTimeout) {
+  SchedulerOptions options = DefaultOptions();
+  options.priority_levels = 2;
+  options.default_priority_level = 1;
+  options.level_policies[2] = QueuePolicy{
+      .max_queue_size = 4, .default_timeout = microseconds(50), .allow_timeout_override = true};
+  CreateAndStart(options, /*slots=*/0);
+  Enqueue("patient");  // level 1: no timeout
+  scheduler_->Enqueue(WithPriority(Request("impatient"), 2));
+  auto overridden = WithPriority(Request("overridden"), 2);
+  overridden->timeout = microseconds(500);  // level 2 allows the override
+  scheduler_->Enqueue(std::move(overridden));
+  Advance(microseconds(50));
+  ASSERT_TRUE(answers_.WaitFor("impatient"));
+  EXPECT_EQ(answers_.StatusOf("impatient").code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_EQ(answers_.Count("patient"), 0);
+  EXPECT_EQ(answers_.Count("overridden"), 0);
+  Advance(microseconds(450));
+  ASSERT_TRUE(answers_.WaitFor("overridden"));
+  EXPECT_EQ(answers_.StatusOf("overridden").code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_EQ(answers_.Count("patient"), 0);
+  EXPECT_EQ(scheduler_->QueueDepth(), 1);
+}
+
+TEST_F(ModelSchedulerTest, CreateRejectsInconsistentPriorityOptions) {
+  SchedulerOptions options = DefaultOptions();
+  options.priority_levels = 2;
+  options.default_priority_level = 3;
+  EXPECT_EQ(ModelScheduler::Create(config_, options).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  options.default_priority_level = 1;
+  options.level_policies[3] = QueuePolicy{};
+  EXPECT_EQ(ModelScheduler::Create(config_, options).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  options.level_policies.clear();
+  options.level_policies[2] = QueuePolicy{.max_queue_size = 0};
+  EXPECT_EQ(ModelScheduler::Create(config_, options).status().code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace

@@ -1,7 +1,9 @@
 #include "server/infer_conversion.h"
 
+#include <chrono>
 #include <cstring>
 #include <limits>
+#include <optional>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -151,6 +153,22 @@ absl::Status ConvertTyped(const inference::ModelInferRequest::InferInputTensor& 
   return absl::OkStatus();
 }
 
+// The value of an integer request parameter that must be >= 0 (int64_param or uint64_param).
+absl::StatusOr<uint64_t> NonNegativeInteger(const inference::InferParameter& parameter,
+                                            absl::string_view name) {
+  switch (parameter.parameter_choice_case()) {
+    case inference::InferParameter::kUint64Param:
+      return parameter.uint64_param();
+    case inference::InferParameter::kInt64Param:
+      if (parameter.int64_param() >= 0) return static_cast<uint64_t>(parameter.int64_param());
+      return absl::InvalidArgumentError(
+          absl::StrCat("parameter '", name, "' is ", parameter.int64_param(), "; it must be >= 0"));
+    default:
+      return absl::InvalidArgumentError(
+          absl::StrCat("parameter '", name, "' must be an int64_param or uint64_param"));
+  }
+}
+
 }  // namespace
 
 absl::StatusOr<int64_t> ParseModelVersion(const std::string& version) {
@@ -211,9 +229,30 @@ absl::StatusOr<std::unique_ptr<engine::InferenceRequest>> ToEngineRequest(
     }
   }
 
+  // Triton's scheduling parameters; other request parameters are not sluice's to judge.
+  std::optional<uint64_t> priority;
+  std::optional<uint64_t> timeout_us;
+  if (auto it = message.parameters().find("priority"); it != message.parameters().end()) {
+    ASSIGN_OR_RETURN(priority, NonNegativeInteger(it->second, "priority"));
+  }
+  if (auto it = message.parameters().find("timeout"); it != message.parameters().end()) {
+    ASSIGN_OR_RETURN(timeout_us, NonNegativeInteger(it->second, "timeout"));
+    // A year bounds it: beyond, the microseconds would overflow time-point arithmetic.
+    constexpr uint64_t kMaxTimeoutUs = 365ull * 24 * 3600 * 1000 * 1000;
+    if (*timeout_us > kMaxTimeoutUs) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("parameter 'timeout' (", *timeout_us, " microseconds) is over a year"));
+    }
+  }
+
   auto request = std::make_unique<engine::InferenceRequest>(message.model_name(), version,
                                                             std::move(on_complete));
   request->id = message.id();
+  if (priority.has_value()) request->priority = *priority;
+  // As in Triton, a timeout of 0 asks for nothing.
+  if (timeout_us.value_or(0) > 0) {
+    request->timeout = std::chrono::microseconds(static_cast<int64_t>(*timeout_us));
+  }
   request->inputs = std::move(inputs);
   request->requested_outputs.reserve(message.outputs_size());
   for (const auto& output : message.outputs()) {

@@ -1,7 +1,11 @@
 #include "server/infer_conversion.h"
 
+#include <chrono>
 #include <cstring>
+#include <functional>
+#include <utility>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 
 namespace sluice::server {
@@ -130,6 +134,68 @@ TEST(InferConversionTest, BadRequestsNameTheTensor) {
     EXPECT_NE(request.status().message().find(c.expected), absl::string_view::npos)
         << c.what << ": " << request.status();
   }
+}
+
+TEST(InferConversionTest, ReadsThePriorityAndTimeoutParameters) {
+  ModelInferRequest message;
+  message.set_model_name("identity");
+  AddInput(message, "INPUT0", "INT32", {1});
+  message.add_raw_input_contents(std::string(4, '\0'));
+  {
+    auto request = Convert(message);
+    ASSERT_TRUE(request.ok()) << request.status();
+    EXPECT_EQ((*request)->priority, 0u);  // the model's default level
+    EXPECT_FALSE((*request)->timeout.has_value());
+    (*request)->Complete(absl::CancelledError("test"));
+  }
+  (*message.mutable_parameters())["priority"].set_uint64_param(2);
+  (*message.mutable_parameters())["timeout"].set_int64_param(1500);
+  (*message.mutable_parameters())["some_backend_parameter"].set_string_param("left alone");
+  {
+    auto request = Convert(message);
+    ASSERT_TRUE(request.ok()) << request.status();
+    EXPECT_EQ((*request)->priority, 2u);
+    EXPECT_EQ((*request)->timeout, std::chrono::microseconds(1500));
+    (*request)->Complete(absl::CancelledError("test"));
+  }
+  (*message.mutable_parameters())["priority"].set_int64_param(1);  // Triton clients send int64
+  (*message.mutable_parameters())["timeout"].set_int64_param(0);   // 0 asks for nothing
+  {
+    auto request = Convert(message);
+    ASSERT_TRUE(request.ok()) << request.status();
+    EXPECT_EQ((*request)->priority, 1u);
+    EXPECT_FALSE((*request)->timeout.has_value());
+    (*request)->Complete(absl::CancelledError("test"));
+  }
+}
+
+TEST(InferConversionTest, BadPriorityOrTimeoutParametersAreRefused) {
+  const std::pair<std::function<void(inference::InferParameter&)>, const char*> cases[] = {
+      {[](inference::InferParameter& p) { p.set_int64_param(-1); }, "is -1; it must be >= 0"},
+      {[](inference::InferParameter& p) { p.set_string_param("1"); },
+       "must be an int64_param or uint64_param"},
+      {[](inference::InferParameter& p) { p.set_double_param(1.0); },
+       "must be an int64_param or uint64_param"},
+  };
+  for (const char* name : {"priority", "timeout"}) {
+    for (const auto& [set, message] : cases) {
+      ModelInferRequest request;
+      request.set_model_name("identity");
+      set((*request.mutable_parameters())[name]);
+      auto converted = Convert(request);
+      ASSERT_FALSE(converted.ok()) << name;
+      EXPECT_EQ(converted.status().code(), absl::StatusCode::kInvalidArgument);
+      EXPECT_NE(converted.status().message().find(absl::StrCat("parameter '", name, "'")),
+                std::string::npos)
+          << converted.status();
+      EXPECT_NE(converted.status().message().find(message), std::string::npos)
+          << converted.status();
+    }
+  }
+  ModelInferRequest request;
+  request.set_model_name("identity");
+  (*request.mutable_parameters())["timeout"].set_uint64_param(~uint64_t{0});
+  EXPECT_EQ(Convert(request).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 TEST(InferConversionTest, ParsesVersions) {

@@ -1,5 +1,6 @@
 #include "server/model_config_parser.h"
 
+#include <algorithm>
 #include <set>
 #include <vector>
 
@@ -40,7 +41,9 @@ const std::map<std::string, std::set<std::string>>& SupportedFields() {
       {"inference.ModelInput", {"name", "data_type", "dims"}},
       {"inference.ModelOutput", {"name", "data_type", "dims"}},
       {"inference.ModelDynamicBatching",
-       {"max_queue_delay_microseconds", "preferred_batch_size", "default_queue_policy"}},
+       {"max_queue_delay_microseconds", "preferred_batch_size", "default_queue_policy",
+        "priority_levels", "default_priority_level", "priority_queue_policy"}},
+      {"inference.ModelDynamicBatching.PriorityQueuePolicyEntry", {"key", "value"}},
       {"inference.ModelQueuePolicy",
        {"max_queue_size", "default_timeout_microseconds", "allow_timeout_override",
         "timeout_action"}},
@@ -97,6 +100,28 @@ absl::StatusOr<engine::TensorSpec> ToTensorSpec(
   }
   spec.dims.assign(dims.begin(), dims.end());
   return spec;
+}
+
+// One ModelQueuePolicy; `where` names it in errors.
+absl::StatusOr<engine::QueuePolicyConfig> ToQueuePolicy(const inference::ModelQueuePolicy& policy,
+                                                        const std::string& where) {
+  if (policy.timeout_action() != inference::ModelQueuePolicy::REJECT) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, ".timeout_action: only REJECT is supported"));
+  }
+  // A year: beyond it a queue timeout means nothing, and the microseconds would overflow
+  // time-point arithmetic.
+  constexpr uint64_t kMaxTimeoutUs = 365ull * 24 * 3600 * 1000 * 1000;
+  if (policy.default_timeout_microseconds() > kMaxTimeoutUs) {
+    return absl::InvalidArgumentError(absl::StrCat(where, ".default_timeout_microseconds ",
+                                                   policy.default_timeout_microseconds(),
+                                                   " is over a year"));
+  }
+  engine::QueuePolicyConfig config;
+  config.max_queue_size = policy.max_queue_size();
+  config.default_timeout = std::chrono::microseconds(policy.default_timeout_microseconds());
+  config.allow_timeout_override = policy.allow_timeout_override();
+  return config;
 }
 
 }  // namespace
@@ -231,15 +256,22 @@ absl::StatusOr<engine::ModelConfig> ToEngineModelConfig(const inference::ModelCo
     batching.preferred_batch_sizes.assign(db.preferred_batch_size().begin(),
                                           db.preferred_batch_size().end());
     config.dynamic_batching = batching;
-    const auto& policy = db.default_queue_policy();
-    if (policy.timeout_action() != inference::ModelQueuePolicy::REJECT) {
-      return fail(absl::InvalidArgumentError(
-          "dynamic_batching.default_queue_policy.timeout_action: only REJECT is supported"));
+    absl::StatusOr<engine::QueuePolicyConfig> policy =
+        ToQueuePolicy(db.default_queue_policy(), "dynamic_batching.default_queue_policy");
+    if (!policy.ok()) return fail(policy.status());
+    config.queue_policy = *policy;
+    // uint64 in the proto; anything above the engine's bound is refused by its validation.
+    auto level = [](uint64_t value) {
+      return static_cast<int>(std::min<uint64_t>(value, engine::kMaxPriorityLevels + 1));
+    };
+    config.priority_levels = level(db.priority_levels());
+    config.default_priority_level = level(db.default_priority_level());
+    for (const auto& [key, level_policy] : db.priority_queue_policy()) {
+      policy = ToQueuePolicy(level_policy,
+                             absl::StrCat("dynamic_batching.priority_queue_policy[", key, "]"));
+      if (!policy.ok()) return fail(policy.status());
+      config.priority_queue_policy[level(key)] = *policy;
     }
-    config.queue_policy.max_queue_size = policy.max_queue_size();
-    config.queue_policy.default_timeout =
-        std::chrono::microseconds(policy.default_timeout_microseconds());
-    config.queue_policy.allow_timeout_override = policy.allow_timeout_override();
   }
   int instances = 0;
   config.instance_kind = engine::InstanceKind::kAuto;

@@ -1,5 +1,9 @@
 #include "server/model_config_parser.h"
 
+#include <chrono>
+#include <string>
+#include <utility>
+
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 
@@ -172,6 +176,91 @@ TEST(ModelConfigParserTest, UnsupportedFieldsAreNamed) {
     EXPECT_NE(config.status().message().find(absl::StrCat("'", c.field, "'")),
               absl::string_view::npos)
         << config.status();
+  }
+}
+
+TEST(ModelConfigParserTest, ReadsPriorityLevelsAndTheirQueuePolicies) {
+  auto proto = ParseModelConfigText(R"pb(
+                                      backend: "identity"
+                                      max_batch_size: 4
+                                      dynamic_batching {
+                                        priority_levels: 3
+                                        default_priority_level: 2
+                                        default_queue_policy { max_queue_size: 10 }
+                                        priority_queue_policy {
+                                          key: 1
+                                          value: {
+                                            max_queue_size: 100
+                                            default_timeout_microseconds: 5000
+                                            allow_timeout_override: true
+                                          }
+                                        }
+                                      })pb",
+                                    "cfg");
+  ASSERT_TRUE(proto.ok()) << proto.status();
+  absl::StatusOr<engine::ModelConfig> config = ToEngineModelConfig(*proto, "m");
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->priority_levels, 3);
+  EXPECT_EQ(config->default_priority_level, 2);
+  EXPECT_EQ(config->queue_policy.max_queue_size, 10);
+  ASSERT_EQ(config->priority_queue_policy.size(), 1u);
+  const engine::QueuePolicyConfig& level1 = config->priority_queue_policy.at(1);
+  EXPECT_EQ(level1.max_queue_size, 100);
+  EXPECT_EQ(level1.default_timeout, std::chrono::microseconds(5000));
+  EXPECT_TRUE(level1.allow_timeout_override);
+}
+
+TEST(ModelConfigParserTest, RejectsPrioritySettingsOutsideTheLevels) {
+  const std::pair<const char*, const char*>
+      cases[] =
+          {
+              {R"pb(dynamic_batching { priority_levels: 2 default_priority_level: 3 })pb",
+               "default_priority_level 3 is outside [1, priority_levels=2]"},
+              {R"pb(dynamic_batching { priority_levels: 2 })pb",
+               "default_priority_level 0 is outside [1, priority_levels=2]"},
+              {R"pb(dynamic_batching { default_priority_level: 1 })pb", "need priority_levels > 0"},
+              {R"pb(dynamic_batching {
+                      priority_levels: 2
+                      default_priority_level: 1
+                      priority_queue_policy {
+                        key: 5
+                        value: {}
+                      }
+                    })pb",
+               "priority_queue_policy names level 5"},
+              {R"pb(dynamic_batching {
+                      priority_levels: 18446744073709551615
+                      default_priority_level: 1
+                    })pb",
+               "priority_levels 1001 is outside [0, 1000]"},
+              {R"pb(dynamic_batching {
+                      priority_levels: 1
+                      default_priority_level: 1
+                      priority_queue_policy {
+                        key: 1
+                        value: { timeout_action: DELAY }
+                      }
+                    })pb",
+               "priority_queue_policy[1].timeout_action: only REJECT"},
+              {R"pb(dynamic_batching {
+                      default_queue_policy { default_timeout_microseconds: 18446744073709551615 }
+                    })pb",
+               "is over a year"},
+          };
+  for (const auto& [dynamic_batching, message] : cases) {
+    const std::string text = absl::StrCat(R"pb(backend: "identity"
+                                               max_batch_size: 4
+                                               input { name: "IN" data_type: TYPE_FP32 dims: 1 }
+                                               output { name: "OUT" data_type: TYPE_FP32 dims: 1 }
+                                          )pb",
+                                          dynamic_batching);
+    auto proto = ParseModelConfigText(text, "cfg");
+    ASSERT_TRUE(proto.ok()) << text << ": " << proto.status();
+    absl::StatusOr<engine::ModelConfig> config = ToEngineModelConfig(*proto, "m");
+    absl::Status status = config.status();
+    if (config.ok()) status = engine::ValidateModelConfig(*config);
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << text;
+    EXPECT_NE(status.message().find(message), absl::string_view::npos) << text << ": " << status;
   }
 }
 
