@@ -559,6 +559,32 @@ TEST_F(EngineTest, InvalidConfigIsRejected) {
   EXPECT_FALSE(engine_->IsModelReady("dup", -1));
 }
 
+TEST_F(EngineTest, IdentityExecuteDelayHoldsEachBatchAndBadValuesAreRefused) {
+  ModelConfig config = IdentityConfig("delayed", DataType::kFp32, {2}, 8);
+  config.parameters["execute_delay_ms"] = "30";
+  Load(Spec(config));
+  const std::vector<float> values = {1.f, 2.f};
+  const auto start = std::chrono::steady_clock::now();
+  absl::StatusOr<InferenceResponse> answer =
+      Infer(*engine_, "delayed", -1, {{"INPUT0", DataType::kFp32, {1, 2}, ToBytes(values)}});
+  ASSERT_TRUE(answer.ok()) << answer.status();
+  EXPECT_EQ(FromBytes<float>(answer->outputs[0].data), values);
+  // A lower bound only: the sleep cannot be shorter, however slow the machine.
+  EXPECT_GE(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(30));
+
+  for (const auto& [key, value] :
+       std::vector<std::pair<std::string, std::string>>{{"execute_delay_ms", "-1"},
+                                                        {"execute_delay_ms", "60001"},
+                                                        {"execute_delay_ms", "soon"},
+                                                        {"execute_delay", "5"}}) {
+    ModelConfig bad = IdentityConfig("bad", DataType::kFp32, {2}, 8);
+    bad.parameters[key] = value;
+    const absl::Status status = engine_->LoadModel(Spec(bad));
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << key << "=" << value;
+    EXPECT_THAT(std::string(status.message()), HasSubstr(key)) << status;
+  }
+}
+
 TEST_F(EngineTest, NewestVersionServesByDefault) {
   Load(Spec(SimpleConfig("v"), 1));
   Load(Spec(SimpleConfig("v"), 3));

@@ -57,6 +57,7 @@ struct Flags {
   std::vector<std::string> shapes;
   std::string input_data = "random";
   uint64_t seed = 0;
+  uint64_t priority = 0;
   int64_t warmup_ms = 1000;
   int64_t window_ms = 2000;
   double stability_percent = 10;
@@ -106,6 +107,11 @@ void AddFlags(CLI::App& app, Flags& flags) {
                  "dimension (repeatable), e.g. --shape INPUT0:1024");
   app.add_option("--input-data", flags.input_data,
                  "random, zeros, or a JSON file of inputs (sluice-client --input-json format)")
+      ->capture_default_str();
+  app.add_option("--priority", flags.priority,
+                 "Priority level of every request (the \"priority\" parameter; 1 is served first, "
+                 "for models with dynamic_batching priority_levels); 0: not sent, the model's "
+                 "default level")
       ->capture_default_str();
   app.add_option("--seed", flags.seed, "Seed of random inputs and Poisson arrivals")
       ->capture_default_str();
@@ -242,6 +248,7 @@ int Run(const Flags& flags, const std::string& command_line) {
   spec.model_version = flags.model_version;
   spec.batch_size = flags.batch_size;
   spec.seed = flags.seed;
+  spec.priority = flags.priority;
   for (const std::string& text : flags.shapes) {
     absl::StatusOr<std::pair<std::string, std::vector<int64_t>>> shape = ParseShapeFlag(text);
     if (!shape.ok()) {

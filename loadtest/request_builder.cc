@@ -104,6 +104,9 @@ absl::StatusOr<inference::ModelInferRequest> BuildRequest(
   }
   request.set_model_name(metadata.name());
   request.set_model_version(spec.model_version);
+  if (spec.priority > 0) {
+    (*request.mutable_parameters())["priority"].set_uint64_param(spec.priority);
+  }
   return request;
 }
 

@@ -34,6 +34,8 @@ struct RequestSpec {
   // When non-empty, the inputs come from this JSON text (client::InputsFromJson format) instead;
   // `batch_size`, `fill` and `shapes` must then be left at their defaults.
   std::string input_json;
+  // The "priority" request parameter (the model's priority level, 1 = first); 0 = not sent.
+  uint64_t priority = 0;
 };
 
 // Parses one --shape flag value, "NAME:D1,D2,...", into the input name and its dimensions

@@ -63,6 +63,19 @@ TEST(RequestBuilderTest, ZerosAndFullShapes) {
   EXPECT_EQ(request->raw_input_contents(0), std::string(3 * 16 * 4, '\0'));
 }
 
+TEST(RequestBuilderTest, PriorityIsSentOnlyWhenAsked) {
+  RequestSpec spec;
+  spec.shapes["INPUT0"] = {4};
+  absl::StatusOr<inference::ModelInferRequest> plain = BuildRequest(IdentityMetadata(), spec);
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_EQ(plain->parameters().count("priority"), 0u);
+  spec.priority = 2;
+  absl::StatusOr<inference::ModelInferRequest> urgent = BuildRequest(IdentityMetadata(), spec);
+  ASSERT_TRUE(urgent.ok()) << urgent.status();
+  ASSERT_EQ(urgent->parameters().count("priority"), 1u);
+  EXPECT_EQ(urgent->parameters().at("priority").uint64_param(), 2u);
+}
+
 TEST(RequestBuilderTest, RejectsShapesThatDoNotFit) {
   RequestSpec unknown;
   unknown.shapes["INPUT9"] = {4};

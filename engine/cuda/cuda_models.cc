@@ -7,6 +7,7 @@
 #include "engine/cuda/cuda_check.h"
 #include "engine/cuda/cuda_model.h"
 #include "engine/cuda/kernels/add_sub.cuh"
+#include "engine/models/identity_model.h"
 
 namespace sluice::engine::cuda {
 
@@ -90,6 +91,11 @@ absl::StatusOr<std::unique_ptr<CudaModelInstance>> CreateCudaModelInstance(
     return std::unique_ptr<CudaModelInstance>(new CudaSimpleInstance(elements));
   }
   if (config.backend == "identity") {
+    if (config.parameters.count(models::kExecuteDelayMsParam) > 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("model '", config.name, "': identity's ", models::kExecuteDelayMsParam,
+                       " is honoured by the CPU backend only; set instance_group kind: KIND_CPU"));
+    }
     std::vector<size_t> row_bytes;
     for (const TensorSpec& input : config.inputs) {
       ASSIGN_OR_RETURN(size_t bytes, FixedItemBytes(input));

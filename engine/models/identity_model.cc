@@ -1,5 +1,9 @@
 #include "engine/models/identity_model.h"
 
+#include <chrono>
+#include <thread>
+
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 
 namespace sluice::engine::models {
@@ -7,9 +11,11 @@ namespace {
 
 class IdentityInstance final : public ModelInstance {
  public:
-  explicit IdentityInstance(const ModelConfig& config) : config_(config) {}
+  IdentityInstance(const ModelConfig& config, std::chrono::milliseconds execute_delay)
+      : config_(config), execute_delay_(execute_delay) {}
 
   absl::StatusOr<std::vector<Tensor>> Run(std::span<const TensorView> inputs) override {
+    if (execute_delay_.count() > 0) std::this_thread::sleep_for(execute_delay_);
     std::vector<Tensor> outputs(inputs.size());
     for (size_t i = 0; i < inputs.size(); ++i) {
       outputs[i].name = config_.outputs[i].name;
@@ -22,18 +28,21 @@ class IdentityInstance final : public ModelInstance {
 
  private:
   const ModelConfig& config_;
+  const std::chrono::milliseconds execute_delay_;
 };
 
 class IdentityModel final : public Model {
  public:
-  explicit IdentityModel(ModelConfig config) : config_(std::move(config)) {}
+  IdentityModel(ModelConfig config, std::chrono::milliseconds execute_delay)
+      : config_(std::move(config)), execute_delay_(execute_delay) {}
   const ModelConfig& config() const override { return config_; }
   absl::StatusOr<std::unique_ptr<ModelInstance>> CreateInstance(int) override {
-    return std::make_unique<IdentityInstance>(config_);
+    return std::make_unique<IdentityInstance>(config_, execute_delay_);
   }
 
  private:
   const ModelConfig config_;
+  const std::chrono::milliseconds execute_delay_;
 };
 
 }  // namespace
@@ -55,7 +64,20 @@ absl::StatusOr<std::unique_ptr<Model>> CreateIdentityModel(const ModelSpec& spec
           "' (", DataTypeName(in.dtype), " ", ShapeToString(in.dims), ")"));
     }
   }
-  return std::make_unique<IdentityModel>(config);
+  int64_t delay_ms = 0;
+  for (const auto& [key, value] : config.parameters) {
+    if (key != kExecuteDelayMsParam) {
+      return absl::InvalidArgumentError(absl::StrCat("model '", config.name,
+                                                     "' (backend identity): unknown parameter '",
+                                                     key, "' (known: ", kExecuteDelayMsParam, ")"));
+    }
+    if (!absl::SimpleAtoi(value, &delay_ms) || delay_ms < 0 || delay_ms > 60000) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("model '", config.name, "' (backend identity): parameter '",
+                       kExecuteDelayMsParam, "' = '", value, "' must be an integer in [0, 60000]"));
+    }
+  }
+  return std::make_unique<IdentityModel>(config, std::chrono::milliseconds(delay_ms));
 }
 
 }  // namespace sluice::engine::models
