@@ -54,6 +54,7 @@ struct Flags {
   int64_t log_queue_capacity = 8192;
   int64_t max_queue_size = 4096;
   int executor_slots = 2;
+  int gpu_executor_slots = 3;
   int exit_timeout_secs = 30;
   bool allow_metrics = true;
   std::string metrics_address = "0.0.0.0";
@@ -174,8 +175,15 @@ void AddFlags(CLI::App& app, Flags& flags) {
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 24))
       ->capture_default_str();
   app.add_option("--executor-slots", flags.executor_slots,
-                 "Batches in flight per model instance (staging buffers each)")
+                 "Batches in flight per model instance on the CPU backend (staging buffers each)")
       ->envname("SLUICE_EXECUTOR_SLOTS")
+      ->check(CLI::Range(1, 16))
+      ->capture_default_str();
+  app.add_option("--gpu-executor-slots", flags.gpu_executor_slots,
+                 "Batches in flight per model instance on a GPU, each with its own pinned and "
+                 "device buffers and CUDA graphs: 3 lets one batch copy in while one computes and "
+                 "one copies out")
+      ->envname("SLUICE_GPU_EXECUTOR_SLOTS")
       ->check(CLI::Range(1, 16))
       ->capture_default_str();
   app.add_option("--allow-metrics", flags.allow_metrics,
@@ -253,6 +261,7 @@ int Run(const Flags& flags) {
   engine_options.device = *device;
   engine_options.default_max_queue_size = flags.max_queue_size;
   engine_options.executor_slots = flags.executor_slots;
+  engine_options.gpu_executor_slots = flags.gpu_executor_slots;
   // The collector's readings are only published as metrics, so it runs only with them.
   engine_options.stats_interval =
       std::chrono::milliseconds(flags.allow_metrics ? flags.metrics_interval_ms : 0);
