@@ -682,6 +682,7 @@ class LevelRunner {
     }
     result.inferences_per_s = result.throughput_rps * static_cast<double>(options_.batch_size);
     result.latency = Summarize(merged.latency);
+    result.failed_latency = Summarize(merged.failed_latency);
     result.errors_by_code = merged.errors_by_code;
     result.first_error_by_code = merged.first_error_by_code;
     const MeasuredWindow& first = recent.front();

@@ -153,6 +153,8 @@ struct LevelResult {
   double inferences_per_s = 0;  // throughput_rps * batch size
   double sent_rps = 0;          // requests sent per second (the offered load in open loop)
   LatencySummary latency;
+  // The failed requests' latency (all codes together); zeros when none failed.
+  LatencySummary failed_latency;
   std::map<absl::StatusCode, int64_t> errors_by_code;
   std::map<absl::StatusCode, std::string> first_error_by_code;
   ServerBreakdown server;  // over the same windows

@@ -228,6 +228,7 @@ json LevelJson(const LevelResult& level) {
               {"avg_batch_size", level.server.avg_batch_size}};
   }
   const LatencySummary& l = level.latency;
+  const LatencySummary& f = level.failed_latency;
   return json{{"concurrency", level.concurrency},
               {"request_rate", level.request_rate},
               {"stable", level.stable},
@@ -252,6 +253,15 @@ json LevelJson(const LevelResult& level) {
                 {"p99", l.p99_us},
                 {"p99.9", l.p999_us},
                 {"max", l.max_us}}},
+              {"failed_latency_us",
+               {{"mean", f.mean_us},
+                {"min", f.min_us},
+                {"p50", f.p50_us},
+                {"p90", f.p90_us},
+                {"p95", f.p95_us},
+                {"p99", f.p99_us},
+                {"p99.9", f.p999_us},
+                {"max", f.max_us}}},
               {"errors", errors},
               {"server", server},
               {"windows", windows}};
@@ -303,6 +313,14 @@ std::string FormatConsoleTable(const ReportContext& context, const RunResult& re
           absl::StatusCodeToString(code), " x", count, " (first: ",
           level.first_error_by_code.count(code) > 0 ? level.first_error_by_code.at(code) : "",
           ")\n");
+    }
+    if (level.failed > 0) {
+      const LatencySummary& f = level.failed_latency;
+      absl::StrAppendFormat(&out,
+                            "failed requests at %s %s answered in: p50 %.3f ms, p99 %.3f ms, "
+                            "max %.3f ms\n",
+                            LevelName(open), LevelLabel(level, open), f.p50_us / 1e3,
+                            f.p99_us / 1e3, f.max_us / 1e3);
     }
   }
   absl::StrAppendFormat(&out, "total: %d requests sent, %d succeeded, %d failed in %.1f s",

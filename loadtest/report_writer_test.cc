@@ -58,6 +58,7 @@ RunResult Result(bool open_loop) {
     if (i > 0) {
       level.errors_by_code[absl::StatusCode::kUnavailable] = i;
       level.first_error_by_code[absl::StatusCode::kUnavailable] = "server, \"down\"";
+      level.failed_latency = LatencySummary{300, 100, 250, 400, 450, 480 * i, 495, 500 * i};
     }
     level.server.available = i != 1;
     level.server.requests = 300;
@@ -131,6 +132,17 @@ TEST(ReportWriterTest, ConsoleTableShowsLevelsErrorsAndTotals) {
   EXPECT_THAT(table, HasSubstr("errors at request rate (req/s) 300: UNAVAILABLE x2"));
   EXPECT_THAT(table, HasSubstr("total: 1000 requests sent, 997 succeeded, 3 failed"));
   EXPECT_THAT(table, HasSubstr("0.950"));  // p99 in ms
+  // How fast the failures were answered, per level that had any.
+  EXPECT_THAT(table, HasSubstr("failed requests at request rate (req/s) 300 answered in: p50 "
+                               "0.250 ms, p99 0.960 ms, max 1.000 ms"));
+  EXPECT_THAT(table, Not(HasSubstr("failed requests at request rate (req/s) 100")));
+}
+
+TEST(ReportWriterTest, JsonCarriesTheFailedRequestsLatency) {
+  const nlohmann::json doc = nlohmann::json::parse(FormatJson(Context(true), Result(true)));
+  EXPECT_EQ(doc["levels"][2]["failed_latency_us"]["p99"], 960.0);
+  EXPECT_EQ(doc["levels"][2]["failed_latency_us"]["max"], 1000.0);
+  EXPECT_EQ(doc["levels"][0]["failed_latency_us"]["p99"], 0.0);
 }
 
 }  // namespace

@@ -8,6 +8,7 @@ namespace sluice::loadtest {
 
 void WindowRecord::Merge(const WindowRecord& other) {
   latency.Merge(other.latency);
+  failed_latency.Merge(other.failed_latency);
   succeeded += other.succeeded;
   failed += other.failed;
   sent += other.sent;
@@ -43,6 +44,7 @@ void WindowCollector::RecordResult(const absl::Status& status, int64_t latency_n
   }
   absl::MutexLock lock(&mu_);
   ++current_.failed;
+  current_.failed_latency.Record(latency_ns);
   ++current_.errors_by_code[status.code()];
   if (!current_.first_error_by_code.contains(status.code())) {
     current_.first_error_by_code.emplace(status.code(), std::string(status.message()));

@@ -5,7 +5,7 @@
 //
 // Thread-safety: every method may be called from any thread (gRPC callback threads record while
 // the measurement thread takes windows). Recording takes a mutex for a few counter updates; the
-// memory is bounded (two histograms, and at most one map entry per gRPC status code).
+// memory is bounded (two histograms per record, and at most one map entry per gRPC status code).
 
 #include <cstdint>
 #include <map>
@@ -22,6 +22,9 @@ namespace sluice::loadtest {
 struct WindowRecord {
   // Latency of the requests that succeeded and completed in the window.
   LatencyHistogram latency;
+  // Latency of the requests that failed in the window: how fast a server says no (a full queue's
+  // RESOURCE_EXHAUSTED should take well under a millisecond), or how long a deadline took.
+  LatencyHistogram failed_latency;
   int64_t succeeded = 0;
   int64_t failed = 0;
   // Requests sent in the window (whatever became of them).
@@ -47,7 +50,8 @@ class WindowCollector {
   void RecordSent();
   void RecordSentLate();
   void RecordSkipped();
-  // One answered request: its latency when `status` is OK, else its error.
+  // One answered request, with its latency (counted under successes or failures) and, for a
+  // failure, its error.
   void RecordResult(const absl::Status& status, int64_t latency_ns);
 
   // Returns everything recorded since the previous TakeWindow (or construction) and starts a new
