@@ -64,6 +64,23 @@ class HeldModelRepository {
         default_queue_policy { max_queue_size: 100000 }
       }
     )pb";
+    // "timed": the same, with a queue timeout of 200 ms that a request may replace with its own
+    // "timeout" parameter.
+    std::filesystem::create_directories(root_ / "timed" / "1");
+    std::ofstream(root_ / "timed" / "config.pbtxt") << R"(
+      backend: "identity"
+      max_batch_size: 1024
+      input [ { name: "IN" data_type: TYPE_FP32 dims: [ 1 ] } ]
+      output [ { name: "OUT" data_type: TYPE_FP32 dims: [ 1 ] } ]
+      dynamic_batching {
+        max_queue_delay_microseconds: 60000000
+        default_queue_policy {
+          max_queue_size: 100
+          default_timeout_microseconds: 200000
+          allow_timeout_override: true
+        }
+      }
+    )";
   }
   ~HeldModelRepository() { std::filesystem::remove_all(root_); }
   std::string path() const { return root_.string(); }
@@ -73,9 +90,9 @@ class HeldModelRepository {
   std::filesystem::path root_;
 };
 
-ModelInferRequest HeldRequest() {
+ModelInferRequest HeldRequest(const std::string& model = "held") {
   ModelInferRequest request;
-  request.set_model_name("held");
+  request.set_model_name(model);
   EXPECT_TRUE(client::AddInput(request, "IN", {1, 1}, std::vector<float>{1.f}).ok());
   return request;
 }
@@ -275,6 +292,43 @@ TEST_F(CancellationTest, ClientDeadlineRemovesTheQueuedRequest) {
                 Requests(port_, R"(outcome="failure",reason="cancelled")"),
             kCalls);
   EXPECT_EQ(Requests(port_, R"(outcome="success")"), 0);
+}
+
+// The queue policy's timeout, and a request's own "timeout" parameter replacing it where the
+// config allows: the request without one is answered DEADLINE_EXCEEDED by the server after 200 ms
+// (the client set no deadline), while the one that asked for 30 s is still queued after that.
+TEST_F(CancellationTest, QueueTimeoutAndTheRequestsTimeoutParameter) {
+  const ModelInferRequest plain = HeldRequest("timed");
+  ModelInferRequest patient = HeldRequest("timed");
+  (*patient.mutable_parameters())["timeout"].set_int64_param(30'000'000);
+  AsyncCalls waits_for_30_s(*stub_, patient, 1);
+  AsyncCalls default_timeout(*stub_, plain, 1);
+  ASSERT_TRUE(default_timeout.Wait(std::chrono::seconds(30)));
+  EXPECT_EQ(default_timeout.Codes()[0], grpc::StatusCode::DEADLINE_EXCEEDED);
+  const std::string timed = R"(model="timed",version="1")";
+  ASSERT_TRUE(WaitUntil(std::chrono::seconds(30), [&] {
+    return Metric(port_, absl::StrCat("sluice_queue_depth{", timed, "}")) == 1;
+  }));
+  waits_for_30_s.CancelAll();
+  ASSERT_TRUE(waits_for_30_s.Wait(std::chrono::seconds(30)));
+  EXPECT_EQ(waits_for_30_s.Codes()[0], grpc::StatusCode::CANCELLED);
+  const auto timed_requests = [&](const std::string& reason) {
+    return Metric(port_, absl::StrCat("sluice_inference_requests_total{", timed,
+                                      R"(,outcome="failure",reason=")", reason, R"("})"));
+  };
+  ASSERT_TRUE(
+      WaitUntil(std::chrono::seconds(30), [&] { return timed_requests("cancelled") == 1; }));
+  EXPECT_EQ(timed_requests("deadline_exceeded"), 1);
+
+  // A timeout or priority that is not a non-negative integer is refused, naming the parameter.
+  ModelInferRequest bad = HeldRequest("timed");
+  (*bad.mutable_parameters())["priority"].set_string_param("high");
+  grpc::ClientContext context;
+  ModelInferResponse response;
+  const grpc::Status status = stub_->ModelInfer(&context, bad, &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(status.error_message().find("parameter 'priority'"), std::string::npos)
+      << status.error_message();
 }
 
 // --grpc-max-concurrent-streams bounds what one connection holds open: with a limit of 2, a
