@@ -199,6 +199,11 @@ std::string LineChart(absl::string_view title, absl::string_view x_title, absl::
   return svg;
 }
 
+json LatencyJson(const LatencySummary& l) {
+  return json{{"mean", l.mean_us}, {"min", l.min_us}, {"p50", l.p50_us},    {"p90", l.p90_us},
+              {"p95", l.p95_us},   {"p99", l.p99_us}, {"p99.9", l.p999_us}, {"max", l.max_us}};
+}
+
 json LevelJson(const LevelResult& level) {
   json windows = json::array();
   for (const WindowSummary& w : level.windows) {
@@ -227,8 +232,6 @@ json LevelJson(const LevelResult& level) {
               {"total_us", level.server.total_us},
               {"avg_batch_size", level.server.avg_batch_size}};
   }
-  const LatencySummary& l = level.latency;
-  const LatencySummary& f = level.failed_latency;
   return json{{"concurrency", level.concurrency},
               {"request_rate", level.request_rate},
               {"stable", level.stable},
@@ -244,24 +247,8 @@ json LevelJson(const LevelResult& level) {
               {"throughput_rps", level.throughput_rps},
               {"inferences_per_s", level.inferences_per_s},
               {"sent_rps", level.sent_rps},
-              {"latency_us",
-               {{"mean", l.mean_us},
-                {"min", l.min_us},
-                {"p50", l.p50_us},
-                {"p90", l.p90_us},
-                {"p95", l.p95_us},
-                {"p99", l.p99_us},
-                {"p99.9", l.p999_us},
-                {"max", l.max_us}}},
-              {"failed_latency_us",
-               {{"mean", f.mean_us},
-                {"min", f.min_us},
-                {"p50", f.p50_us},
-                {"p90", f.p90_us},
-                {"p95", f.p95_us},
-                {"p99", f.p99_us},
-                {"p99.9", f.p999_us},
-                {"max", f.max_us}}},
+              {"latency_us", LatencyJson(level.latency)},
+              {"failed_latency_us", LatencyJson(level.failed_latency)},
               {"errors", errors},
               {"server", server},
               {"windows", windows}};
