@@ -42,7 +42,10 @@ BatchDecision DecideBatch(const BatchPolicy& policy, std::span<const PendingRequ
     decision.request_count = preferred_prefix;
     return decision;
   }
-  const auto deadline = pending.front().enqueue_time + policy.max_queue_delay;
+  // The oldest request, which with priority levels need not be the head.
+  auto oldest = pending.front().enqueue_time;
+  for (const PendingRequest& request : pending) oldest = std::min(oldest, request.enqueue_time);
+  const auto deadline = oldest + policy.max_queue_delay;
   if (now >= deadline) {
     decision.request_count = fitting;
     return decision;

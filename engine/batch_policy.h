@@ -35,8 +35,9 @@ struct BatchDecision {
 };
 
 // Decides for the queue head `pending` (the requests that may share a batch with the first one,
-// in arrival order). `more_incompatible` says that another request waits behind them which cannot
-// join this batch, so waiting for the batch to grow is pointless.
+// in service order: arrival order, level by level when the model has priority levels).
+// `more_incompatible` says that another request waits behind them which cannot join this batch, so
+// waiting for the batch to grow is pointless.
 //
 // Rules, in order: nothing queued -> wait; batching off -> take 1; the head reaches
 // max_batch_size (or the next request would overflow it, or an incompatible one waits) -> take

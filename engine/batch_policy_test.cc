@@ -121,6 +121,18 @@ TEST(BatchPolicyTest, WaitsUntilTheOldestRequestsDelayExpires) {
   EXPECT_EQ(decision.wake_at, kNow + microseconds(70));
 }
 
+TEST(BatchPolicyTest, DelayCountsFromTheOldestEvenWhenItIsNotTheHead) {
+  // With priority levels a fresh level-1 request heads a lower level's old one: the old one's
+  // delay is what expires.
+  std::vector<PendingRequest> pending = {PendingRequest{1, kNow - microseconds(10)},
+                                         PendingRequest{1, kNow - microseconds(100)}};
+  EXPECT_EQ(DecideBatch(Batching(8, microseconds(100)), pending, false, kNow).request_count, 2);
+  pending[1].enqueue_time = kNow - microseconds(40);
+  const BatchDecision decision = DecideBatch(Batching(8, microseconds(100)), pending, false, kNow);
+  EXPECT_EQ(decision.request_count, 0);
+  EXPECT_EQ(decision.wake_at, kNow + microseconds(60));
+}
+
 TEST(BatchPolicyTest, TakesAllThatFitsOnceTheDelayExpired) {
   const std::vector<PendingRequest> pending = Queue({1, 2, 1}, microseconds(100));
   const BatchDecision decision = DecideBatch(Batching(8, microseconds(100)), pending, false, kNow);

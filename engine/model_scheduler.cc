@@ -321,6 +321,7 @@ void ModelScheduler::BatcherLoop() {
         if (candidates_.size() > max_requests) break;
         candidates_.push_back(&entry);
       }
+      if (candidates_.size() > max_requests) break;
     }
     pending.clear();
     const InferenceRequest& head = *candidates_.front()->request;
