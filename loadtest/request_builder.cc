@@ -37,7 +37,8 @@ absl::StatusOr<inference::ModelMetadataResponse> ApplyShapes(
     const std::map<std::string, std::vector<int64_t>>& shapes) {
   for (const auto& [name, dims] : shapes) {
     auto input = std::find_if(metadata.mutable_inputs()->begin(), metadata.mutable_inputs()->end(),
-                              [&](const auto& tensor) { return tensor.name() == name; });
+                              // Not [&]: clang before 16 cannot capture a structured binding.
+                              [&name = name](const auto& tensor) { return tensor.name() == name; });
     if (input == metadata.mutable_inputs()->end()) {
       return absl::InvalidArgumentError(absl::StrCat(
           "--shape names input '", name, "', which model '", metadata.name(), "' does not have"));

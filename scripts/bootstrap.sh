@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # bootstrap.sh - install exactly the Debian 12 packages that building and testing sluice needs.
-# `bootstrap.sh --build-only` installs only what building needs (the container images use it).
+# `bootstrap.sh --build-only` installs only what building needs (the container images use it);
+# `bootstrap.sh --sanitizers` adds clang and its sanitizer runtimes (scripts/sanitize.sh).
 #
 # Idempotent: a package that is already installed is not touched, and when everything is present
 # the script installs nothing and asks no registry. Needs root (or sudo) only when something is
@@ -34,9 +35,15 @@ TEST_PACKAGES=(
   kubectl python3-yaml
 )
 
+# What scripts/sanitize.sh needs on top: clang 14 and its ASan/UBSan/TSan runtimes.
+SANITIZER_PACKAGES=(clang libclang-rt-14-dev)
+
 PACKAGES=("${BUILD_PACKAGES[@]}")
 if [[ "${1:-}" != "--build-only" ]]; then
   PACKAGES+=("${TEST_PACKAGES[@]}")
+fi
+if [[ "${1:-}" == "--sanitizers" ]]; then
+  PACKAGES+=("${SANITIZER_PACKAGES[@]}")
 fi
 
 missing=()

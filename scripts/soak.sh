@@ -9,7 +9,9 @@
 # 40% `simple` as unary async calls, 40% `identity` (64 floats) over one ModelStreamInfer stream,
 # 20% `mlp` as unary async calls. Reads the resident memory again, checks that the server counted
 # exactly the successes the clients received and no failure, stops it with SIGTERM (exit 0
-# expected) and prints a table. Exit status 1 if a check fails or RSS grew by 10 MiB or more.
+# expected) and prints a table. Exit status 1 if a check fails or RSS grew by 10 MiB or more
+# (SLUICE_SOAK_RSS_BOUND_MIB, default 10; `none` reports the growth without a bound, for sanitizer
+# builds, whose allocator keeps freed memory in quarantine).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -85,7 +87,10 @@ done
 growth=$(awk -v a="$rss_after" -v b="$rss_before" 'BEGIN { printf "%.1f", a - b }')
 echo
 echo "$total requests in ${seconds} s; server RSS after warm-up ${rss_before} MiB, after ${rss_after} MiB: growth ${growth} MiB"
-awk -v g="$growth" 'BEGIN { exit !(g < 10) }' || { echo "RSS grew by 10 MiB or more"; status=1; }
+bound=${SLUICE_SOAK_RSS_BOUND_MIB:-10}
+if [[ $bound != none ]]; then
+  awk -v g="$growth" -v b="$bound" 'BEGIN { exit !(g < b) }' || { echo "RSS grew by $bound MiB or more"; status=1; }
+fi
 
 kill -TERM "$pid"
 wait "$pid" && echo "server exited 0 after SIGTERM" || { echo "server exit status $?"; status=1; }

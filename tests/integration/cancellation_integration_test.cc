@@ -236,7 +236,12 @@ TEST_F(CancellationTest, TenThousandCancelledCallsLeaveNothingBehind) {
   const double rss_growth = Metric(port_, "process_resident_memory_bytes") - rss_after_warmup;
   std::printf("RSS growth over 9,000 cancel cycles after warm-up: %.1f MiB\n",
               rss_growth / (1 << 20));
+#ifndef SLUICE_SANITIZER_BUILD
   EXPECT_LT(rss_growth, 8.0 * (1 << 20));
+#else
+  // ASan holds freed memory in its quarantine (256 MiB), so RSS grows by what the cycles free;
+  // LeakSanitizer checks the server at its exit (Stop() must return 0) instead.
+#endif
 }
 
 // A client process that dies with requests queued (64 unary calls, then one stream carrying 64

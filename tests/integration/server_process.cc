@@ -76,10 +76,30 @@ absl::StatusOr<std::unique_ptr<ServerProcess>> ServerProcess::Start(std::vector<
       absl::StrCat("sluice-server did not get ready in time:\n", process->Log()));
 }
 
+namespace {
+
+// A sanitizer report in the server's log (scripts/sanitize.sh builds): each sanitizer ends its
+// report with "SUMMARY: <Name>Sanitizer"; UBSan's lines say "runtime error:".
+bool HasSanitizerReport(const std::string& log) {
+  static const std::regex report_re(
+      "SUMMARY: [A-Za-z]+Sanitizer|WARNING: ThreadSanitizer|"
+      "ERROR: [A-Za-z]+Sanitizer|: runtime error: ");
+  return std::regex_search(log, report_re);
+}
+
+}  // namespace
+
 ServerProcess::~ServerProcess() {
   if (!exited_) {
     kill(pid_, SIGKILL);
     waitpid(pid_, nullptr, 0);
+  }
+  // Most tests end the server here with SIGKILL, so its exit status says nothing; a report it
+  // wrote while the test ran is in its log. Fail the test that started it, whatever the test
+  // checked (reports are fatal in sanitizer builds, so the report is the last thing logged).
+  const std::string log = Log();
+  if (HasSanitizerReport(log)) {
+    ADD_FAILURE() << "sanitizer report in sluice-server (pid " << pid_ << "):\n" << log;
   }
   unlink(log_path_.c_str());
 }

@@ -23,7 +23,8 @@ class ServerProcess {
   // or never gets ready; the message carries its log.
   static absl::StatusOr<std::unique_ptr<ServerProcess>> Start(
       std::vector<std::string> args, std::chrono::seconds timeout = std::chrono::seconds(30));
-  // Kills the process if it still runs.
+  // Kills the process if it still runs. Adds a gtest failure, with the log, if the server's log
+  // holds a sanitizer report (sanitizer builds, scripts/sanitize.sh).
   ~ServerProcess();
 
   int port() const { return port_; }
