@@ -58,7 +58,7 @@ RunResult Result(bool open_loop) {
     if (i > 0) {
       level.errors_by_code[absl::StatusCode::kUnavailable] = i;
       level.first_error_by_code[absl::StatusCode::kUnavailable] = "server, \"down\"";
-      level.failed_latency = LatencySummary{300, 100, 250, 400, 450, 480 * i, 495, 500 * i};
+      level.failed_latency = LatencySummary{300, 100, 250, 400, 450, 480.0 * i, 495, 500.0 * i};
     }
     level.server.available = i != 1;
     level.server.requests = 300;
