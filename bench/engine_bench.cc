@@ -43,6 +43,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "bench/bench_support.h"
 #include "common/status_macros.h"
 #include "engine/device.h"
 #include "engine/engine.h"
@@ -66,23 +67,6 @@ struct Flags {
   std::string buckets;        // empty: 1, 2, 4, ..., max_batch_size
   std::string json_path;
 };
-
-absl::StatusOr<std::string> ReadText(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot read ", path));
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
-std::string CpuModel() {
-  std::ifstream cpuinfo("/proc/cpuinfo");
-  std::string line;
-  while (std::getline(cpuinfo, line)) {
-    if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
-  }
-  return "unknown";
-}
 
 // The model's spec from <repository>/<name>/config.pbtxt (version 1), with dynamic batching off
 // (one request = one batch = one bucket) and optimization.cuda.graphs as asked.

@@ -36,6 +36,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "bench/bench_support.h"
 #include "common/status_macros.h"
 #include "engine/backend.h"
 #include "engine/cpu/dense.h"
@@ -80,14 +81,6 @@ double SecondsPerCall(const std::function<void()>& run, std::chrono::millisecond
   return best;
 }
 
-absl::StatusOr<std::string> ReadText(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot read ", path));
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
 // The layer shapes, from the weights file ("<index>.weight" tensors in numeric order).
 absl::StatusOr<std::vector<LayerShape>> LayerShapes(const std::string& weights_path) {
   ASSIGN_OR_RETURN(engine::models::SafetensorsFile file,
@@ -104,15 +97,6 @@ absl::StatusOr<std::vector<LayerShape>> LayerShapes(const std::string& weights_p
   std::vector<LayerShape> shapes;
   for (const auto& [index, shape] : layers) shapes.push_back(shape);
   return shapes;
-}
-
-std::string CpuModel() {
-  std::ifstream cpuinfo("/proc/cpuinfo");
-  std::string line;
-  while (std::getline(cpuinfo, line)) {
-    if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
-  }
-  return "unknown";
 }
 
 std::vector<float> RandomFloats(size_t count, uint32_t seed) {

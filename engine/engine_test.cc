@@ -21,6 +21,7 @@
 #include "common/clock.h"
 #include "engine/fault_injection.h"
 #include "engine/model_scheduler.h"
+#include "engine/testing/answer.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -69,39 +70,7 @@ std::vector<std::byte> EncodeStrings(const std::vector<std::string>& strings) {
 
 // --- Requests -----------------------------------------------------------------------------------
 
-// Collects the answers one request gets. Shared with the completion callback, so that a late
-// answer (after a failed wait) never touches a dead object.
-class Answer {
- public:
-  static InferenceRequest::Completion Into(std::shared_ptr<Answer> answer) {
-    return [answer](absl::StatusOr<InferenceResponse> result) {
-      std::lock_guard<std::mutex> lock(answer->mu_);
-      if (answer->count_++ == 0) answer->result_ = std::move(result);
-      answer->cv_.notify_all();
-    };
-  }
-
-  bool Wait() {
-    std::unique_lock<std::mutex> lock(mu_);
-    return cv_.wait_for(lock, kAsyncTimeout, [&] { return count_ > 0; });
-  }
-
-  int count() const {
-    std::lock_guard<std::mutex> lock(mu_);
-    return count_;
-  }
-
-  absl::StatusOr<InferenceResponse> result() const {
-    std::lock_guard<std::mutex> lock(mu_);
-    return result_;
-  }
-
- private:
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
-  int count_ = 0;
-  absl::StatusOr<InferenceResponse> result_ = absl::UnknownError("no answer");
-};
+using testing::Answer;
 
 // A request whose views point into buffers it keeps alive itself (as the server's request message
 // does).
@@ -127,7 +96,7 @@ absl::StatusOr<InferenceResponse> Infer(Engine& engine, const std::string& model
   auto answer = std::make_shared<Answer>();
   engine.Submit(
       MakeRequest(model, version, std::move(inputs), Answer::Into(answer), std::move(outputs)));
-  if (!answer->Wait()) return absl::UnknownError("test: no answer within 10 s");
+  if (!answer->Wait(kAsyncTimeout)) return absl::UnknownError("test: no answer within 10 s");
   EXPECT_EQ(answer->count(), 1);
   return answer->result();
 }
@@ -251,7 +220,7 @@ TEST_F(EngineTest, SimpleComputesSumAndDifference) {
   auto request = MakeRequest("simple", -1, std::move(inputs), Answer::Into(answer));
   request->id = "req-17";
   engine_->Submit(std::move(request));
-  ASSERT_TRUE(answer->Wait());
+  ASSERT_TRUE(answer->Wait(kAsyncTimeout));
   EXPECT_EQ(answer->count(), 1);
   absl::StatusOr<InferenceResponse> response = answer->result();
   ASSERT_TRUE(response.ok()) << response.status();
@@ -342,7 +311,7 @@ TEST_F(EngineTest, RequestedOutputsHonouredInsideABatch) {
   }
   for (size_t r = 0; r < wanted.size(); ++r) {
     SCOPED_TRACE(r);
-    ASSERT_TRUE(answers[r]->Wait());
+    ASSERT_TRUE(answers[r]->Wait(kAsyncTimeout));
     absl::StatusOr<InferenceResponse> response = answers[r]->result();
     ASSERT_TRUE(response.ok()) << response.status();
     const std::vector<std::string> names =
@@ -708,7 +677,7 @@ TEST_F(EngineTest, IdentityBatchesStringsWithoutMixingThem) {
   for (std::thread& thread : threads) thread.join();
   for (size_t r = 0; r < answers.size(); ++r) {
     SCOPED_TRACE(r);
-    ASSERT_TRUE(answers[r]->Wait());
+    ASSERT_TRUE(answers[r]->Wait(kAsyncTimeout));
     EXPECT_EQ(answers[r]->count(), 1);
     absl::StatusOr<InferenceResponse> response = answers[r]->result();
     ASSERT_TRUE(response.ok()) << response.status();
@@ -755,7 +724,7 @@ TEST_F(EngineTest, IdentityBatchesConcurrentRequestsAndAnswersEachWithItsOwnData
 
   for (int r = 0; r < kRequests; ++r) {
     SCOPED_TRACE(r);
-    ASSERT_TRUE(answers[r]->Wait());
+    ASSERT_TRUE(answers[r]->Wait(kAsyncTimeout));
     ASSERT_EQ(answers[r]->count(), 1);
     absl::StatusOr<InferenceResponse> response = answers[r]->result();
     ASSERT_TRUE(response.ok()) << response.status();
@@ -856,8 +825,8 @@ TEST_F(EngineTest, FullQueueIsResourceExhausted) {
   EXPECT_EQ((*stats)[0].stats.queue_depth, 2u);
 
   clock_.Advance(microseconds(100));  // the batching delay expires
-  ASSERT_TRUE(answers[0]->Wait());
-  ASSERT_TRUE(answers[1]->Wait());
+  ASSERT_TRUE(answers[0]->Wait(kAsyncTimeout));
+  ASSERT_TRUE(answers[1]->Wait(kAsyncTimeout));
   EXPECT_TRUE(answers[0]->result().ok());
   EXPECT_TRUE(answers[1]->result().ok());
 }
@@ -872,7 +841,7 @@ TEST_F(EngineTest, RequestDeadlinePassedInQueueIsDeadlineExceeded) {
   request->deadline = clock_.Now() + microseconds(50);
   engine_->Submit(std::move(request));
   clock_.Advance(microseconds(50));
-  ASSERT_TRUE(answer->Wait());
+  ASSERT_TRUE(answer->Wait(kAsyncTimeout));
   EXPECT_EQ(answer->result().status().code(), absl::StatusCode::kDeadlineExceeded);
   absl::StatusOr<std::vector<Engine::VersionStats>> stats = engine_->GetStats("id", -1);
   ASSERT_TRUE(stats.ok()) << stats.status();
@@ -896,7 +865,7 @@ TEST_F(EngineTest, CancelledQueuedRequestLeavesTheQueueWithoutRunning) {
       Answer::Into(kept)));
   cancelled_flag->store(true);
   clock_.Advance(ModelScheduler::kCancelSweepPeriod);
-  ASSERT_TRUE(cancelled->Wait());
+  ASSERT_TRUE(cancelled->Wait(kAsyncTimeout));
   EXPECT_EQ(cancelled->result().status().code(), absl::StatusCode::kCancelled);
   EXPECT_EQ(kept->count(), 0);  // still waiting for its batch: only the cancelled one left
 
@@ -907,7 +876,7 @@ TEST_F(EngineTest, CancelledQueuedRequestLeavesTheQueueWithoutRunning) {
             1u);
 
   clock_.Advance(microseconds(1'000'000));
-  ASSERT_TRUE(kept->Wait());
+  ASSERT_TRUE(kept->Wait(kAsyncTimeout));
   ASSERT_TRUE(kept->result().ok()) << kept->result().status();
   EXPECT_EQ(FromBytes<float>(kept->result()->outputs[0].data), (std::vector<float>{3, 4}));
   stats = engine_->GetStats("id", -1);
@@ -1130,7 +1099,7 @@ TEST_F(EngineTest, QueuedRequestsAreAnsweredWhenTheModelFaults) {
   }
   for (size_t i = 0; i < answers.size(); ++i) {
     SCOPED_TRACE(i);
-    ASSERT_TRUE(answers[i]->Wait());
+    ASSERT_TRUE(answers[i]->Wait(kAsyncTimeout));
     EXPECT_EQ(answers[i]->count(), 1);
     const absl::StatusCode expected =
         i == 0 ? absl::StatusCode::kInternal : absl::StatusCode::kUnavailable;
@@ -1182,7 +1151,7 @@ TEST_F(EngineTest, InstanceGroupRunsBatchesConcurrentlyOnEveryInstance) {
     engine_->Submit(MakeRequest("simple", -1, SimpleInputs(1), Answer::Into(answers.back())));
   }
   for (auto& answer : answers) {
-    ASSERT_TRUE(answer->Wait());
+    ASSERT_TRUE(answer->Wait(kAsyncTimeout));
     EXPECT_TRUE(answer->result().ok()) << answer->result().status();
   }
   std::lock_guard<std::mutex> lock(meeting->mu);

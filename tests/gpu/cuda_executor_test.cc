@@ -21,6 +21,7 @@
 #include "engine/engine.h"
 #include "engine/models/float16.h"
 #include "engine/models/safetensors.h"
+#include "engine/testing/answer.h"
 #include "gtest/gtest.h"
 
 namespace sluice::engine::cuda {
@@ -30,30 +31,7 @@ constexpr auto kWait = std::chrono::seconds(30);
 
 // --- Helpers ------------------------------------------------------------------------------------
 
-// Collects one request's answer.
-class Answer {
- public:
-  static InferenceRequest::Completion Into(std::shared_ptr<Answer> answer) {
-    return [answer](absl::StatusOr<InferenceResponse> result) {
-      std::lock_guard<std::mutex> lock(answer->mu_);
-      if (answer->count_++ == 0) answer->result_ = std::move(result);
-      answer->cv_.notify_all();
-    };
-  }
-  absl::StatusOr<InferenceResponse> Wait() {
-    std::unique_lock<std::mutex> lock(mu_);
-    if (!cv_.wait_for(lock, kWait, [&] { return count_ > 0; })) {
-      return absl::DeadlineExceededError("test: no answer");
-    }
-    return result_;
-  }
-
- private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  int count_ = 0;
-  absl::StatusOr<InferenceResponse> result_ = absl::UnknownError("no answer");
-};
+using testing::Answer;
 
 // A request owning its input bytes.
 std::unique_ptr<InferenceRequest> MakeRequest(const std::string& model, const ModelConfig& config,
@@ -164,7 +142,7 @@ absl::StatusOr<std::vector<float>> InferFloats(Engine& engine, const std::string
   auto answer = std::make_shared<Answer>();
   engine.Submit(MakeRequest(name, config, rows, {Bytes(input.data(), input.size() * 4)},
                             Answer::Into(answer)));
-  absl::StatusOr<InferenceResponse> response = answer->Wait();
+  absl::StatusOr<InferenceResponse> response = answer->WaitForResult(kWait);
   if (!response.ok()) return response.status();
   return Floats(response->outputs.at(0).data);
 }
@@ -391,7 +369,7 @@ TEST_F(ExecutorFaultTest, ACudaErrorFailsTheBatchInternalAndMarksTheExecutorUnhe
     batch.dispatch_time = std::chrono::steady_clock::now();
     EXPECT_TRUE((*executor)->HasFreeSlot());
     (*executor)->Execute(std::move(batch));
-    return answer->Wait();
+    return answer->WaitForResult(kWait);
   };
   auto healthy = run_one();
   ASSERT_TRUE(healthy.ok()) << healthy.status();
