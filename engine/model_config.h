@@ -86,6 +86,10 @@ struct ModelConfig {
   const TensorSpec* FindOutput(absl::string_view output_name) const;
 };
 
+// Longest queue timeout, from a config or a request's "timeout" parameter: a year. Beyond it a
+// queue timeout means nothing, and its microseconds would overflow time-point arithmetic.
+inline constexpr uint64_t kMaxQueueTimeoutUs = 365ull * 24 * 3600 * 1000 * 1000;
+
 // Most priority levels a model may declare (each level is a queue of its own).
 inline constexpr int kMaxPriorityLevels = 1000;
 

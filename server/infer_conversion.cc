@@ -11,6 +11,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "engine/model_config.h"
 
 namespace sluice::server {
 namespace {
@@ -237,9 +238,7 @@ absl::StatusOr<std::unique_ptr<engine::InferenceRequest>> ToEngineRequest(
   }
   if (auto it = message.parameters().find("timeout"); it != message.parameters().end()) {
     ASSIGN_OR_RETURN(timeout_us, NonNegativeInteger(it->second, "timeout"));
-    // A year bounds it: beyond, the microseconds would overflow time-point arithmetic.
-    constexpr uint64_t kMaxTimeoutUs = 365ull * 24 * 3600 * 1000 * 1000;
-    if (*timeout_us > kMaxTimeoutUs) {
+    if (*timeout_us > engine::kMaxQueueTimeoutUs) {
       return absl::InvalidArgumentError(
           absl::StrCat("parameter 'timeout' (", *timeout_us, " microseconds) is over a year"));
     }

@@ -109,10 +109,7 @@ absl::StatusOr<engine::QueuePolicyConfig> ToQueuePolicy(const inference::ModelQu
     return absl::InvalidArgumentError(
         absl::StrCat(where, ".timeout_action: only REJECT is supported"));
   }
-  // A year: beyond it a queue timeout means nothing, and the microseconds would overflow
-  // time-point arithmetic.
-  constexpr uint64_t kMaxTimeoutUs = 365ull * 24 * 3600 * 1000 * 1000;
-  if (policy.default_timeout_microseconds() > kMaxTimeoutUs) {
+  if (policy.default_timeout_microseconds() > engine::kMaxQueueTimeoutUs) {
     return absl::InvalidArgumentError(absl::StrCat(where, ".default_timeout_microseconds ",
                                                    policy.default_timeout_microseconds(),
                                                    " is over a year"));
