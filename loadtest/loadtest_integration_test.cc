@@ -202,14 +202,14 @@ TEST_F(LoadTestAgainstSluice, SyncAndStreamModesAgreeWithTheServer) {
 
 TEST_F(LoadTestAgainstSluice, UnknownModelIsAClearError) {
   ToolRun run = RunLoadTest({"-m", "no_such_model", "-u", server_->address()});
-  EXPECT_EQ(run.exit_code, 1);
+  EXPECT_EQ(run.exit_code, 1) << run.err;
   EXPECT_THAT(run.err, HasSubstr("model 'no_such_model' is not known to the server"));
   EXPECT_THAT(run.err, HasSubstr("identity"));  // the ready models are listed
 }
 
 TEST(LoadTestErrors, ServerDownIsAClearError) {
   ToolRun run = RunLoadTest({"-m", "identity", "-u", "127.0.0.1:1", "--timeout-ms", "2000"});
-  EXPECT_EQ(run.exit_code, 1);
+  EXPECT_EQ(run.exit_code, 1) << run.err;
   EXPECT_THAT(run.err, HasSubstr("cannot reach a KServe v2 server at 127.0.0.1:1"));
 }
 
