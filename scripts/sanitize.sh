@@ -34,7 +34,8 @@
 # std::string/grpc::Status code with instrumented libraries in one binary, so the boundary leaks
 # there. Checking gRPC's own side needs gRPC, Protobuf and Abseil built with -fsanitize=thread.
 #
-# Suppressions, if any are ever needed: tools/sanitizers/*.supp, each entry with its reason.
+# Suppressions: tools/sanitizers/*.supp, each entry with its reason (one: a thread gRPC leaves
+# unjoined at exit; no race report is suppressed).
 # SLUICE_JOBS (default nproc) builds, SLUICE_TEST_JOBS (default 2) runs tests in parallel.
 set -euo pipefail
 cd "$(dirname "$0")/.."

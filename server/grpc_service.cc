@@ -234,8 +234,8 @@ class InferenceService::StreamReactor final
 // ---------------------------------------------------------------------------------------------
 
 InferenceService::InferenceService(engine::Engine* engine, ModelRepository* repository,
-                                   common::Logger* logger, ServiceOptions options)
-    : engine_(engine), repository_(repository), logger_(logger), options_(std::move(options)) {
+                                   ServiceOptions options)
+    : engine_(engine), repository_(repository), options_(std::move(options)) {
   control_thread_ = std::thread([this] { ControlLoop(); });
 }
 

@@ -12,7 +12,6 @@
 #include <string>
 #include <thread>
 
-#include "common/log.h"
 #include "engine/engine.h"
 #include "proto/grpc_service.grpc.pb.h"
 #include "server/model_repository.h"
@@ -37,10 +36,8 @@ struct ServiceOptions {
 // Thread-safe; gRPC calls the handlers from its callback threads.
 class InferenceService final : public inference::GRPCInferenceService::CallbackService {
  public:
-  // `engine`, `repository` and `logger` are borrowed and must outlive the service; `logger` may
-  // be null.
-  InferenceService(engine::Engine* engine, ModelRepository* repository, common::Logger* logger,
-                   ServiceOptions options);
+  // `engine` and `repository` are borrowed and must outlive the service.
+  InferenceService(engine::Engine* engine, ModelRepository* repository, ServiceOptions options);
   // Runs the pending load/unload tasks to completion, then joins the control thread.
   ~InferenceService() override;
 
@@ -123,7 +120,6 @@ class InferenceService final : public inference::GRPCInferenceService::CallbackS
 
   engine::Engine* const engine_;
   ModelRepository* const repository_;
-  common::Logger* const logger_;
   const ServiceOptions options_;
   std::atomic<bool> ready_{false};
 

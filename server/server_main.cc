@@ -336,7 +336,7 @@ int Run(const Flags& flags) {
   service_options.explicit_model_control = explicit_mode;
   service_options.server_version = SLUICE_VERSION;
   service_options.active_infer_calls = &active_infer_calls;
-  InferenceService service(engine->get(), repository->get(), log, service_options);
+  InferenceService service(engine->get(), repository->get(), service_options);
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
