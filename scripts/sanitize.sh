@@ -58,6 +58,7 @@ if ! command -v clang++ >/dev/null ||
 fi
 
 supp=$PWD/tools/sanitizers
+test_python=$(scripts/python-env.sh)
 jobs=${SLUICE_JOBS:-$(nproc)}
 status=0
 for kind in "${kinds[@]}"; do
@@ -68,7 +69,7 @@ for kind in "${kinds[@]}"; do
   esac
   echo "[sanitize] $(date -u +%T) $kind: configure and build $build"
   CC=clang CXX=clang++ cmake -S . -B "$build" -DSLUICE_SANITIZE="$sanitize" \
-    -DSLUICE_ENABLE_CUDA=OFF -DCMAKE_BUILD_TYPE=Debug \
+    -DSLUICE_ENABLE_CUDA=OFF -DCMAKE_BUILD_TYPE=Debug -DSLUICE_TEST_PYTHON="$test_python" \
     -DCMAKE_CXX_FLAGS_DEBUG="-O0 -gline-tables-only" \
     -DCMAKE_C_FLAGS_DEBUG="-O0 -gline-tables-only" >/dev/null
   cmake --build "$build" -j "$jobs" --target "${targets[@]}"

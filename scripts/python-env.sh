@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# python-env.sh - create (once) the virtual environment that holds the tests' Python references
+# (tests/python-requirements.txt, exact pins from PyPI) and print the path of its python.
+#
+# The environment lives outside the build folder, keyed by a hash of the requirements file, so a
+# rebuild or a clean clone on the same machine reuses it and a changed pin makes a new one.
+# $SLUICE_VENV overrides the location. Only the test command needs it; building does not.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+REQUIREMENTS=tests/python-requirements.txt
+hash=$(sha256sum "$REQUIREMENTS" | cut -c1-12)
+VENV=${SLUICE_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/sluice/venv-$hash}
+
+if [[ ! -f "$VENV/.complete" ]]; then
+  echo "[python-env] creating $VENV from $REQUIREMENTS" >&2
+  rm -rf "$VENV"
+  python3 -m venv "$VENV" >&2
+  "$VENV/bin/pip" install --quiet --disable-pip-version-check --upgrade pip >&2
+  "$VENV/bin/pip" install --quiet --disable-pip-version-check -r "$REQUIREMENTS" >&2
+  touch "$VENV/.complete"
+fi
+echo "$VENV/bin/python"
