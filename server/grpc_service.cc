@@ -235,40 +235,7 @@ class InferenceService::StreamReactor final
 
 InferenceService::InferenceService(engine::Engine* engine, ModelRepository* repository,
                                    ServiceOptions options)
-    : engine_(engine), repository_(repository), options_(std::move(options)) {
-  control_thread_ = std::thread([this] { ControlLoop(); });
-}
-
-InferenceService::~InferenceService() {
-  {
-    std::lock_guard<std::mutex> lock(control_mu_);
-    control_stop_ = true;
-  }
-  control_cv_.notify_one();
-  control_thread_.join();
-}
-
-void InferenceService::RunOnControlThread(std::function<void()> task) {
-  {
-    std::lock_guard<std::mutex> lock(control_mu_);
-    control_tasks_.push_back(std::move(task));
-  }
-  control_cv_.notify_one();
-}
-
-void InferenceService::ControlLoop() {
-  for (;;) {
-    std::function<void()> task;
-    {
-      std::unique_lock<std::mutex> lock(control_mu_);
-      control_cv_.wait(lock, [&] { return control_stop_ || !control_tasks_.empty(); });
-      if (control_tasks_.empty()) return;  // stopping, nothing left
-      task = std::move(control_tasks_.front());
-      control_tasks_.pop_front();
-    }
-    task();
-  }
-}
+    : engine_(engine), repository_(repository), options_(std::move(options)) {}
 
 grpc::ServerUnaryReactor* InferenceService::ServerLive(grpc::CallbackServerContext* context,
                                                        const inference::ServerLiveRequest*,
@@ -445,7 +412,7 @@ grpc::ServerUnaryReactor* InferenceService::RepositoryModelLoad(
     return FinishNow(context, ToGrpcStatus(status));
   }
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  RunOnControlThread([this, reactor, name = request->model_name()] {
+  control_.Run([this, reactor, name = request->model_name()] {
     reactor->Finish(ToGrpcStatus(repository_->Load(name)));
   });
   return reactor;
@@ -464,7 +431,7 @@ grpc::ServerUnaryReactor* InferenceService::RepositoryModelUnload(
     return FinishNow(context, ToGrpcStatus(status));
   }
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  RunOnControlThread([this, reactor, name = request->model_name()] {
+  control_.Run([this, reactor, name = request->model_name()] {
     reactor->Finish(ToGrpcStatus(repository_->Unload(name)));
   });
   return reactor;

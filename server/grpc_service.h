@@ -5,15 +5,11 @@
 // thread finishes the call later; repository load/unload run on the service's control thread.
 
 #include <atomic>
-#include <condition_variable>
-#include <deque>
-#include <functional>
-#include <mutex>
 #include <string>
-#include <thread>
 
 #include "engine/engine.h"
 #include "proto/grpc_service.grpc.pb.h"
+#include "server/model_control.h"
 #include "server/model_repository.h"
 
 namespace sluice::server {
@@ -39,7 +35,7 @@ class InferenceService final : public inference::GRPCInferenceService::CallbackS
   // `engine` and `repository` are borrowed and must outlive the service.
   InferenceService(engine::Engine* engine, ModelRepository* repository, ServiceOptions options);
   // Runs the pending load/unload tasks to completion, then joins the control thread.
-  ~InferenceService() override;
+  ~InferenceService() override = default;
 
   // ServerReady answers this (false until start-up loading is done, and again while draining).
   void SetReady(bool ready) { ready_.store(ready); }
@@ -114,20 +110,12 @@ class InferenceService final : public inference::GRPCInferenceService::CallbackS
  private:
   class StreamReactor;
 
-  // Runs `task` on the control thread (model load/unload block for as long as loading takes).
-  void RunOnControlThread(std::function<void()> task);
-  void ControlLoop();
-
   engine::Engine* const engine_;
   ModelRepository* const repository_;
   const ServiceOptions options_;
   std::atomic<bool> ready_{false};
-
-  std::mutex control_mu_;
-  std::condition_variable control_cv_;
-  std::deque<std::function<void()>> control_tasks_;  // guarded by control_mu_
-  bool control_stop_ = false;                        // guarded by control_mu_
-  std::thread control_thread_;
+  // Runs load/unload off the RPC threads; declared last so that it stops first.
+  ModelControl control_;
 };
 
 }  // namespace sluice::server
