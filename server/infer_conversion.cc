@@ -10,6 +10,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/echo.h"
 #include "common/status_macros.h"
 #include "engine/model_config.h"
 
@@ -177,9 +178,41 @@ absl::StatusOr<int64_t> ParseModelVersion(const std::string& version) {
   int64_t parsed = 0;
   if (!absl::SimpleAtoi(version, &parsed) || parsed < 1) {
     return absl::InvalidArgumentError(
-        absl::StrCat("model version '", version, "' is not a positive integer"));
+        absl::StrCat("model version '", common::EchoInput(version), "' is not a positive integer"));
   }
   return parsed;
+}
+
+absl::Status CheckRequestNames(const inference::ModelInferRequest& message) {
+  auto too_long = [](absl::string_view what, const std::string& name, size_t limit) {
+    return absl::InvalidArgumentError(absl::StrCat(what, " '", common::EchoInput(name), "' is ",
+                                                   name.size(), " bytes, longer than ", limit));
+  };
+  if (message.model_name().size() > kMaxRequestNameBytes) {
+    return too_long("model name", message.model_name(), kMaxRequestNameBytes);
+  }
+  if (message.id().size() > kMaxRequestIdBytes) {
+    return too_long("request id", message.id(), kMaxRequestIdBytes);
+  }
+  for (const auto& input : message.inputs()) {
+    if (input.name().size() > kMaxRequestNameBytes) {
+      return too_long("input name", input.name(), kMaxRequestNameBytes);
+    }
+    if (input.datatype().size() > kMaxRequestNameBytes) {
+      return too_long("datatype", input.datatype(), kMaxRequestNameBytes);
+    }
+  }
+  for (const auto& output : message.outputs()) {
+    if (output.name().size() > kMaxRequestNameBytes) {
+      return too_long("requested output name", output.name(), kMaxRequestNameBytes);
+    }
+  }
+  for (const auto& [key, value] : message.parameters()) {
+    if (key.size() > kMaxRequestNameBytes) {
+      return too_long("parameter key", key, kMaxRequestNameBytes);
+    }
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::unique_ptr<engine::InferenceRequest>> ToEngineRequest(
@@ -188,6 +221,7 @@ absl::StatusOr<std::unique_ptr<engine::InferenceRequest>> ToEngineRequest(
   if (message.model_name().empty()) {
     return absl::InvalidArgumentError("model_name is empty");
   }
+  RETURN_IF_ERROR(CheckRequestNames(message));
   ASSIGN_OR_RETURN(int64_t version, ParseModelVersion(message.model_version()));
   const bool raw = message.raw_input_contents_size() > 0;
   if (raw && message.raw_input_contents_size() != message.inputs_size()) {

@@ -15,8 +15,18 @@
 
 namespace sluice::server {
 
-// Parses a KServe version string: "" -> -1 (newest), else a positive integer.
+// Longest name a request may carry: model, input, requested output, parameter key. Longer names
+// are refused (InvalidArgument, the name echoed cut) before anything else echoes them.
+inline constexpr size_t kMaxRequestNameBytes = 255;
+// Longest request id (it is echoed in the answer and the access log).
+inline constexpr size_t kMaxRequestIdBytes = 1024;
+
+// Parses a KServe version string: "" -> -1 (newest), else a positive integer (at most 19 digits).
 absl::StatusOr<int64_t> ParseModelVersion(const std::string& version);
+
+// InvalidArgument if a name in `message` is longer than the bounds above (ToEngineRequest checks
+// this first).
+absl::Status CheckRequestNames(const inference::ModelInferRequest& message);
 
 // Builds the engine request for `message`. `message_owner` keeps the message alive while the
 // engine holds views into it (may be null when the caller guarantees that, as a unary gRPC call

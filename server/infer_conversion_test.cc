@@ -6,7 +6,9 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/echo.h"
 #include "gtest/gtest.h"
+#include "server/status_convert.h"
 
 namespace sluice::server {
 namespace {
@@ -25,6 +27,47 @@ ModelInferRequest::InferInputTensor* AddInput(ModelInferRequest& request, const 
 
 absl::StatusOr<std::unique_ptr<engine::InferenceRequest>> Convert(const ModelInferRequest& r) {
   return ToEngineRequest(r, nullptr, [](absl::StatusOr<engine::InferenceResponse>) {});
+}
+
+// Issue 17 item 7: a 16 KB model name came back in a NOT_FOUND message that no longer fit the
+// client's header limit (RESOURCE_EXHAUSTED at the client). Names are bounded on the request
+// path, and every echo and every message leaving through ToGrpcStatus is cut.
+TEST(InferConversionTest, LongNamesAreRefusedWithTheirEchoCut) {
+  const std::string huge(16 << 10, 'm');
+  auto expect_refused = [&](const ModelInferRequest& message, absl::string_view what) {
+    auto request = Convert(message);
+    ASSERT_FALSE(request.ok()) << what;
+    EXPECT_EQ(request.status().code(), absl::StatusCode::kInvalidArgument) << what;
+    EXPECT_NE(request.status().message().find(what), absl::string_view::npos) << request.status();
+    EXPECT_NE(request.status().message().find("truncated"), absl::string_view::npos);
+    EXPECT_LT(request.status().message().size(), 512u);
+  };
+  ModelInferRequest message;
+  message.set_model_name(huge);
+  expect_refused(message, "model name");
+  message.set_model_name("simple");
+  message.set_id(huge);
+  expect_refused(message, "request id");
+  message.clear_id();
+  AddInput(message, huge, "INT32", {1});
+  expect_refused(message, "input name");
+  message.clear_inputs();
+  (*message.mutable_parameters())[huge].set_int64_param(1);
+  expect_refused(message, "parameter key");
+  message.clear_parameters();
+  message.set_model_version(huge);
+  expect_refused(message, "model version");
+  message.clear_model_version();
+  message.add_outputs()->set_name(huge);
+  expect_refused(message, "requested output name");
+}
+
+TEST(InferConversionTest, GrpcStatusMessagesAreBounded) {
+  const grpc::Status status = ToGrpcStatus(absl::NotFoundError(std::string(1 << 20, 'x')));
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_LT(status.error_message().size(), common::kMaxMessageBytes + 64);
+  EXPECT_EQ(ToGrpcStatus(absl::NotFoundError("unknown model 'm'")).error_message(),
+            "unknown model 'm'");
 }
 
 TEST(InferConversionTest, RawInputsAreBorrowedWithoutCopy) {

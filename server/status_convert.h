@@ -7,7 +7,7 @@
 
 namespace sluice::server {
 
-// Same canonical code, same message.
+// Same canonical code, same message cut to common::kMaxMessageBytes (common::EchoInput).
 grpc::Status ToGrpcStatus(const absl::Status& status);
 
 }  // namespace sluice::server
