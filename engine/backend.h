@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "engine/load_limits.h"
 #include "engine/model_config.h"
 #include "engine/tensor.h"
 
@@ -45,6 +46,9 @@ struct ModelSpec {
   int64_t version = 1;
   // The version folder (`<repository>/<model>/<version>`), where backends find their files.
   std::string version_path;
+  // What the load may allocate and start (checked by the engine before it builds anything, and by
+  // backends that size buffers from their files). The defaults hold for embedders that set none.
+  LoadLimits limits;
 };
 
 // Creates the model for `spec.config.backend`, after checking the config against what that

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "engine/cpu/cpu_executor.h"
+#include "engine/load_limits.h"
 #include "engine/model_scheduler.h"
 
 namespace sluice::engine {
@@ -119,6 +120,7 @@ Engine::~Engine() { Shutdown(); }
 
 absl::StatusOr<std::shared_ptr<Engine::LoadedModel>> Engine::Build(const ModelSpec& spec) {
   RETURN_IF_ERROR(ValidateModelConfig(spec.config));
+  RETURN_IF_ERROR(CheckLoadLimits(spec.config, spec.limits));  // before anything is allocated
   auto loaded = std::make_shared<LoadedModel>(
       ModelStatsOptions{.model_name = spec.config.name,
                         .model_version = spec.version,
@@ -214,7 +216,14 @@ absl::Status Engine::LoadModel(ModelSpec spec) {
   const int64_t version = spec.version;
   LOG_INFO(options_.logger, "loading model '", name, "' version ", version, " (backend ",
            spec.config.backend, ")");
-  absl::StatusOr<std::shared_ptr<LoadedModel>> built = Build(spec);
+  absl::StatusOr<std::shared_ptr<LoadedModel>> built = absl::UnknownError("not built");
+  // Our code throws nothing, but the standard library does (std::bad_alloc, std::system_error
+  // when a thread cannot start): one model's load must fail alone, never end the process.
+  try {
+    built = Build(spec);
+  } catch (const std::exception& e) {
+    built = LoadExceptionStatus(name, version, e);
+  }
   std::shared_ptr<LoadedModel> replaced;
   {
     std::lock_guard<std::mutex> lock(mu_);

@@ -1,6 +1,7 @@
 #include "engine/cpu/cpu_executor.h"
 
 #include <cstring>
+#include <system_error>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -66,8 +67,24 @@ absl::StatusOr<std::unique_ptr<CpuExecutor>> CpuExecutor::Create(
         absl::StrCat("executor slot count ", options.slot_count, " is < 1"));
   }
   if (options.stats == nullptr) return absl::InvalidArgumentError("CpuExecutor needs stats");
-  return std::unique_ptr<CpuExecutor>(
+  auto executor = std::unique_ptr<CpuExecutor>(
       new CpuExecutor(model_config, std::move(instance), std::move(options)));
+  RETURN_IF_ERROR(executor->StartThreads());
+  return executor;
+}
+
+absl::Status CpuExecutor::StartThreads() {
+  // std::thread throws std::system_error when the process cannot start another thread; from a
+  // constructor, a second thread failing with the first one running would std::terminate (a
+  // joinable std::thread destroyed). Here the caller's destructor joins whatever did start.
+  try {
+    exec_thread_ = std::thread([this] { ExecutorLoop(); });
+    completion_thread_ = std::thread([this] { CompletionLoop(); });
+  } catch (const std::system_error& e) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("model '", config_.name, "': cannot start an executor thread: ", e.what()));
+  }
+  return absl::OkStatus();
 }
 
 CpuExecutor::CpuExecutor(const ModelConfig& model_config, std::unique_ptr<ModelInstance> instance,
@@ -78,8 +95,6 @@ CpuExecutor::CpuExecutor(const ModelConfig& model_config, std::unique_ptr<ModelI
       slots_(options_.slot_count) {
   for (int i = options_.slot_count - 1; i >= 0; --i) free_slots_.push_back(i);
   for (Slot& slot : slots_) slot.input_staging.resize(config_.inputs.size());
-  exec_thread_ = std::thread([this] { ExecutorLoop(); });
-  completion_thread_ = std::thread([this] { CompletionLoop(); });
 }
 
 CpuExecutor::~CpuExecutor() { Stop(); }

@@ -44,6 +44,10 @@ class CpuExecutor final : public Executor {
   uint64_t ReadItemCounter() override;
 
  private:
+  // Starts the executor and completion threads; ResourceExhausted if one cannot start (the
+  // destructor then joins the one that did).
+  absl::Status StartThreads();
+
   struct Slot {
     // One staging buffer per model input, reused batch after batch (the pinned buffers of the
     // CUDA executor play this part).

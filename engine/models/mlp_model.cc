@@ -327,6 +327,35 @@ absl::Status CheckChain(const ModelConfig& config, const std::vector<DenseLayer>
   return absl::OkStatus();
 }
 
+// What the load will allocate, from the file's shapes, before any of it is: the FP32 weights
+// (shared) and each instance's scratch (MlpInstance: an input copy and two ping-pong buffers of
+// max_batch_size rows of the widest layer). A max_batch_size of 2^31-1 asked for terabytes here.
+absl::Status CheckMemory(const ModelConfig& config, const LoadLimits& limits,
+                         const std::map<int, LayerTensors>& layers) {
+  int64_t widest = 0;
+  int64_t weights = 0;
+  for (const auto& [index, tensors] : layers) {
+    for (const TensorView* tensor : {tensors.weight, tensors.bias}) {
+      if (tensor == nullptr) continue;
+      int64_t elements = 1;
+      for (int64_t dim : tensor->shape)
+        elements = SaturatingMul(elements, std::max<int64_t>(dim, 0));
+      weights = SaturatingAdd(weights, SaturatingMul(elements, sizeof(float)));
+    }
+    if (tensors.weight != nullptr && !tensors.weight->shape.empty()) {
+      widest = std::max(widest, tensors.weight->shape[0]);
+    }
+  }
+  const int64_t rows = config.max_batch_size;
+  const int64_t in_features = config.inputs[0].dims[0];
+  const int64_t scratch = SaturatingMul(
+      SaturatingAdd(SaturatingMul(rows, in_features), SaturatingMul(2 * rows, widest)),
+      sizeof(float));
+  return CheckLoadBytes(config, limits, scratch, weights,
+                        absl::StrCat("FP32 weights and per instance scratch for ", rows,
+                                     " rows of the widest layer, ", widest, " features"));
+}
+
 absl::StatusOr<std::shared_ptr<const MlpNetwork>> LoadNetworkUnprefixed(const ModelSpec& spec) {
   const ModelConfig& config = spec.config;
   RETURN_IF_ERROR(CheckConfig(config));
@@ -334,6 +363,7 @@ absl::StatusOr<std::shared_ptr<const MlpNetwork>> LoadNetworkUnprefixed(const Mo
       spec.version_path, "/", ParameterValue(config, kWeightsFileParam, kDefaultWeightsFile));
   ASSIGN_OR_RETURN(SafetensorsFile file, SafetensorsFile::Open(path));
   ASSIGN_OR_RETURN(auto grouped, GroupLayers(file));
+  RETURN_IF_ERROR(CheckMemory(config, spec.limits, grouped));
 
   auto network = std::make_shared<MlpNetwork>();
   network->input_name = config.inputs[0].name;
