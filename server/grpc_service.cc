@@ -235,7 +235,10 @@ class InferenceService::StreamReactor final
 
 InferenceService::InferenceService(engine::Engine* engine, ModelRepository* repository,
                                    ServiceOptions options)
-    : engine_(engine), repository_(repository), options_(std::move(options)) {}
+    : engine_(engine),
+      repository_(repository),
+      options_(std::move(options)),
+      control_(ModelControlOptions{.max_pending = options_.model_control_queue_size}) {}
 
 grpc::ServerUnaryReactor* InferenceService::ServerLive(grpc::CallbackServerContext* context,
                                                        const inference::ServerLiveRequest*,
@@ -412,9 +415,12 @@ grpc::ServerUnaryReactor* InferenceService::RepositoryModelLoad(
     return FinishNow(context, ToGrpcStatus(status));
   }
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  control_.Run([this, reactor, name = request->model_name()] {
-    reactor->Finish(ToGrpcStatus(repository_->Load(name)));
-  });
+  absl::Status queued = control_.Submit(
+      {.work = [this, name = request->model_name()] { return repository_->Load(name); },
+       .answer = [reactor](const absl::Status& status) { reactor->Finish(ToGrpcStatus(status)); },
+       .abandoned = [context] { return context->IsCancelled(); },
+       .what = absl::StrCat("load of model '", request->model_name(), "'")});
+  if (!queued.ok()) reactor->Finish(ToGrpcStatus(queued));
   return reactor;
 }
 
@@ -431,9 +437,12 @@ grpc::ServerUnaryReactor* InferenceService::RepositoryModelUnload(
     return FinishNow(context, ToGrpcStatus(status));
   }
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  control_.Run([this, reactor, name = request->model_name()] {
-    reactor->Finish(ToGrpcStatus(repository_->Unload(name)));
-  });
+  absl::Status queued = control_.Submit(
+      {.work = [this, name = request->model_name()] { return repository_->Unload(name); },
+       .answer = [reactor](const absl::Status& status) { reactor->Finish(ToGrpcStatus(status)); },
+       .abandoned = [context] { return context->IsCancelled(); },
+       .what = absl::StrCat("unload of model '", request->model_name(), "'")});
+  if (!queued.ok()) reactor->Finish(ToGrpcStatus(queued));
   return reactor;
 }
 

@@ -5,6 +5,7 @@
 // thread finishes the call later; repository load/unload run on the service's control thread.
 
 #include <atomic>
+#include <chrono>
 #include <string>
 
 #include "engine/engine.h"
@@ -27,6 +28,9 @@ struct ServiceOptions {
   // gRPC is done with the call); borrowed, nullable, must outlive the service. The metrics
   // exporter reads it (sluice_grpc_infer_calls_active).
   std::atomic<int64_t>* active_infer_calls = nullptr;
+  // Load/unload calls that may wait behind the running one (--model-control-queue-size); beyond
+  // it they are answered RESOURCE_EXHAUSTED at once.
+  int model_control_queue_size = 16;
 };
 
 // Thread-safe; gRPC calls the handlers from its callback threads.
@@ -34,8 +38,15 @@ class InferenceService final : public inference::GRPCInferenceService::CallbackS
  public:
   // `engine` and `repository` are borrowed and must outlive the service.
   InferenceService(engine::Engine* engine, ModelRepository* repository, ServiceOptions options);
-  // Runs the pending load/unload tasks to completion, then joins the control thread.
+  // StopModelControl() without a deadline.
   ~InferenceService() override = default;
+
+  // Answers queued load/unload calls UNAVAILABLE and waits for the running one until
+  // `deadline`; false if it still runs then (answered UNAVAILABLE; the caller must then end the
+  // process with _exit(), see ModelControl::Stop).
+  bool StopModelControl(std::chrono::steady_clock::time_point deadline) {
+    return control_.Stop(deadline);
+  }
 
   // ServerReady answers this (false until start-up loading is done, and again while draining).
   void SetReady(bool ready) { ready_.store(ready); }
