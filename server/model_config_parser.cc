@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/echo.h"
 #include "common/status_macros.h"
 #include "google/protobuf/io/tokenizer.h"
 #include "google/protobuf/text_format.h"
@@ -92,6 +93,11 @@ absl::StatusOr<engine::TensorSpec> ToTensorSpec(
     const std::string& name, inference::DataType type,
     const google::protobuf::RepeatedField<int64_t>& dims, absl::string_view kind) {
   engine::TensorSpec spec;
+  if (name.size() > kMaxConfigNameBytes) {
+    return absl::InvalidArgumentError(absl::StrCat(kind, " name '", common::EchoInput(name),
+                                                   "' is longer than ", kMaxConfigNameBytes,
+                                                   " bytes"));
+  }
   spec.name = name;
   spec.dtype = FromProtoDataType(type);
   if (spec.dtype == engine::DataType::kInvalid) {
@@ -203,27 +209,37 @@ absl::StatusOr<inference::ModelConfig> ParseModelConfigText(const std::string& t
   CollectingErrors errors;
   parser.RecordErrorsTo(&errors);
   if (!parser.ParseFromString(text, &config)) {
-    return absl::InvalidArgumentError(absl::StrCat(source, ": ",
-                                                   errors.errors().empty()
-                                                       ? std::string("not a valid ModelConfig text")
-                                                       : absl::StrJoin(errors.errors(), "; ")));
+    // The parser's messages quote the text they stopped at, which can be any size.
+    return absl::InvalidArgumentError(absl::StrCat(
+        source, ": ",
+        errors.errors().empty()
+            ? std::string("not a valid ModelConfig text")
+            : common::EchoInput(absl::StrJoin(errors.errors(), "; "), common::kMaxMessageBytes)));
   }
   return config;
 }
 
 absl::StatusOr<engine::ModelConfig> ToEngineModelConfig(const inference::ModelConfig& proto,
-                                                        const std::string& model_dir_name) {
+                                                        const std::string& model_dir_name,
+                                                        const engine::LoadLimits& limits) {
   auto fail = [&](const absl::Status& status) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("model '", model_dir_name, "' config.pbtxt: ", status.message()));
+    return absl::InvalidArgumentError(absl::StrCat("model '", common::EchoInput(model_dir_name),
+                                                   "' config.pbtxt: ", status.message()));
   };
   if (absl::Status status = CheckSupported(proto, ""); !status.ok()) return fail(status);
 
   engine::ModelConfig config;
   config.name = proto.name().empty() ? model_dir_name : proto.name();
   if (config.name != model_dir_name) {
+    return fail(absl::InvalidArgumentError(absl::StrCat("name '", common::EchoInput(proto.name()),
+                                                        "' differs from its folder name '",
+                                                        common::EchoInput(model_dir_name), "'")));
+  }
+  if (proto.backend().size() > kMaxConfigNameBytes ||
+      proto.platform().size() > kMaxConfigNameBytes) {
     return fail(absl::InvalidArgumentError(absl::StrCat(
-        "name '", proto.name(), "' differs from its folder name '", model_dir_name, "'")));
+        "backend '", common::EchoInput(proto.backend()), "' / platform '",
+        common::EchoInput(proto.platform()), "' is longer than ", kMaxConfigNameBytes, " bytes")));
   }
   config.backend = proto.backend();
   if (config.backend.empty()) {
@@ -270,7 +286,7 @@ absl::StatusOr<engine::ModelConfig> ToEngineModelConfig(const inference::ModelCo
       config.priority_queue_policy[level(key)] = *policy;
     }
   }
-  int instances = 0;
+  int64_t instances = 0;
   config.instance_kind = engine::InstanceKind::kAuto;
   for (const auto& group : proto.instance_group()) {
     if (group.count() < 0) {
@@ -278,9 +294,17 @@ absl::StatusOr<engine::ModelConfig> ToEngineModelConfig(const inference::ModelCo
           absl::StrCat("instance_group count ", group.count(), " is negative")));
     }
     const int count = group.count() == 0 ? 1 : group.count();  // Triton: count defaults to 1
-    if (group.gpus_size() == 0) {
-      instances += count;
-    } else {
+    // Bounded before the per-GPU list below is built (count x gpus entries) and before the sum
+    // can overflow: a count of 2^31-1 asked for gigabytes here, 1500 for 3,000 threads later.
+    const int64_t group_instances = engine::SaturatingMul(count, std::max(group.gpus_size(), 1));
+    instances = engine::SaturatingAdd(instances, group_instances);
+    if (instances > limits.max_instances) {
+      return fail(absl::InvalidArgumentError(
+          absl::StrCat("instance_group count asks for ", instances,
+                       " instances, over the limit max_instances = ", limits.max_instances,
+                       " (raise it with --max-model-instances)")));
+    }
+    if (group.gpus_size() > 0) {
       // Triton places `count` instances on each listed GPU.
       for (int gpu : group.gpus()) {
         if (gpu < 0) {
@@ -289,7 +313,6 @@ absl::StatusOr<engine::ModelConfig> ToEngineModelConfig(const inference::ModelCo
         }
         for (int i = 0; i < count; ++i) config.instance_gpus.push_back(gpu);
       }
-      instances += count * group.gpus_size();
     }
     switch (group.kind()) {
       case inference::ModelInstanceGroup::KIND_CPU:
@@ -306,7 +329,7 @@ absl::StatusOr<engine::ModelConfig> ToEngineModelConfig(const inference::ModelCo
             " is not supported (KIND_AUTO, KIND_CPU or KIND_GPU)")));
     }
   }
-  config.instance_count = instances > 0 ? instances : 1;
+  config.instance_count = instances > 0 ? static_cast<int>(instances) : 1;
   // A group without `gpus` among groups with them: its instances go on the engine's device, which
   // the per-instance list cannot say; refuse rather than guess.
   if (!config.instance_gpus.empty() &&
@@ -318,6 +341,11 @@ absl::StatusOr<engine::ModelConfig> ToEngineModelConfig(const inference::ModelCo
     config.cuda_graphs = proto.optimization().cuda().graphs();
   }
   for (const auto& [key, value] : proto.parameters()) {
+    if (key.size() > kMaxConfigNameBytes || value.string_value().size() > kMaxConfigValueBytes) {
+      return fail(absl::InvalidArgumentError(
+          absl::StrCat("parameter '", common::EchoInput(key), "' is longer than ",
+                       kMaxConfigNameBytes, " bytes, or its value than ", kMaxConfigValueBytes)));
+    }
     config.parameters[key] = value.string_value();
   }
   return config;

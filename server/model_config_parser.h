@@ -7,6 +7,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "engine/load_limits.h"
 #include "engine/model_config.h"
 #include "proto/model_config.pb.h"
 
@@ -18,9 +19,19 @@ absl::StatusOr<inference::ModelConfig> ParseModelConfigText(const std::string& t
                                                             const std::string& source);
 
 // Checks that only supported fields are set, and converts. `model_dir_name` is the folder name:
-// an empty config name takes it; a different one is an error. InvalidArgument names the field.
+// an empty config name takes it; a different one is an error. Names (model, tensors, parameter
+// keys) are at most kMaxConfigNameBytes, parameter values at most kMaxConfigValueBytes, and the
+// instance count at most `limits.max_instances` (checked before the per-GPU list is built; the
+// engine checks the other limits at load). InvalidArgument names the field, and echoes config
+// text only through common::EchoInput.
 absl::StatusOr<engine::ModelConfig> ToEngineModelConfig(const inference::ModelConfig& proto,
-                                                        const std::string& model_dir_name);
+                                                        const std::string& model_dir_name,
+                                                        const engine::LoadLimits& limits = {});
+
+// Longest name in a config: the model's, a tensor's, a parameter key.
+inline constexpr size_t kMaxConfigNameBytes = 255;
+// Longest parameter value in a config (mlp's activations list, a weights file name).
+inline constexpr size_t kMaxConfigValueBytes = 4096;
 
 // engine data type <-> Triton's TYPE_* (TYPE_STRING is BYTES).
 engine::DataType FromProtoDataType(inference::DataType type);

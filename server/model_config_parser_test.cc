@@ -130,6 +130,45 @@ TEST(ModelConfigParserTest, EmptyNameTakesTheFolderName) {
   EXPECT_EQ(config->name, "folder");
 }
 
+// Issue 17 items 3 and 7: names are bounded at load with their echo cut, parser messages (which
+// quote the text) are cut, and the instance count is bounded before the per-GPU list is built.
+TEST(ModelConfigParserTest, NamesAndInstanceCountsAreBounded) {
+  const std::string huge(100000, 'n');
+  auto convert = [](const std::string& text) {
+    auto proto = ParseModelConfigText(text, "cfg");
+    EXPECT_TRUE(proto.ok()) << proto.status();
+    return ToEngineModelConfig(*proto, "m");
+  };
+  for (const std::string& text : {absl::StrCat("backend: \"identity\" name: \"", huge, "\""),
+                                  absl::StrCat("backend: \"identity\" input [{ name: \"", huge,
+                                               "\" data_type: TYPE_FP32 dims: [1] }]"),
+                                  absl::StrCat("backend: \"", huge, "\""),
+                                  absl::StrCat("backend: \"identity\" parameters { key: \"", huge,
+                                               "\" value { string_value: \"v\" } }")}) {
+    auto config = convert(text);
+    ASSERT_FALSE(config.ok());
+    EXPECT_EQ(config.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(config.status().message().find("truncated: 100000 bytes"), absl::string_view::npos)
+        << config.status().message().substr(0, 300);
+    EXPECT_LT(config.status().message().size(), 1024u);
+  }
+  auto bad_syntax = ParseModelConfigText(absl::StrCat("name: ", huge, " x"), "cfg");
+  ASSERT_FALSE(bad_syntax.ok());
+  EXPECT_LT(bad_syntax.status().message().size(), 4200u);
+
+  auto many = convert("backend: \"identity\" instance_group [{ count: 2147483647 gpus: [0, 1] }]");
+  EXPECT_EQ(many.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(many.status().message().find("--max-model-instances"), absl::string_view::npos)
+      << many.status();
+  engine::LoadLimits roomy;
+  roomy.max_instances = 4;
+  auto proto = ParseModelConfigText(
+      "backend: \"identity\" instance_group [{ count: 2 gpus: [0, 1] }]", "cfg");
+  EXPECT_EQ(ToEngineModelConfig(*proto, "m", roomy)->instance_count, 4);
+  roomy.max_instances = 3;
+  EXPECT_FALSE(ToEngineModelConfig(*proto, "m", roomy).ok());
+}
+
 TEST(ModelConfigParserTest, SyntaxErrorNamesFileLineAndField) {
   auto proto = ParseModelConfigText("name: \"x\"\nno_such_field: 3\n", "models/x/config.pbtxt");
   ASSERT_FALSE(proto.ok());
