@@ -1,14 +1,20 @@
 #include "server/model_repository.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <exception>
 #include <filesystem>
-#include <fstream>
 #include <set>
-#include <sstream>
 #include <system_error>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/echo.h"
 #include "common/status_macros.h"
 #include "server/model_config_parser.h"
 
@@ -17,26 +23,79 @@ namespace fs = std::filesystem;
 
 namespace {
 
-absl::StatusOr<std::string> ReadFile(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    return absl::NotFoundError(absl::StrCat("cannot read ", path.string()));
+// Reads a config file without trusting what the path names: a FIFO (or a device) must not
+// block the control thread or be read up to gigabytes (/dev/zero as config.pbtxt was read up to
+// 2 GB). O_NONBLOCK makes open() of a FIFO return at once, fstat() refuses anything but a
+// regular file, and at most `max_bytes` + 1 bytes are read even if the file grows meanwhile.
+// (A hung network mount can still block open() or read() in the kernel; the exit timeout holds
+// regardless: see server_main.cc.)
+absl::StatusOr<std::string> ReadConfigFile(const fs::path& path, int64_t max_bytes) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) {
+    return absl::NotFoundError(
+        absl::StrCat("cannot read ", path.string(), ": ", std::strerror(errno)));
   }
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } closer{fd};
+  struct stat info {};
+  if (::fstat(fd, &info) != 0) {
+    return absl::InternalError(
+        absl::StrCat("cannot stat ", path.string(), ": ", std::strerror(errno)));
+  }
+  if (!S_ISREG(info.st_mode)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path.string(), " is not a regular file (a FIFO, device or directory)"));
+  }
+  if (info.st_size > max_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat(path.string(), " has ", info.st_size,
+                                                   " bytes, over the limit of ", max_bytes,
+                                                   " (--max-config-bytes)"));
+  }
+  std::string text(static_cast<size_t>(info.st_size) + 1, '\0');
+  size_t used = 0;
+  while (used < text.size()) {
+    const ssize_t got = ::read(fd, text.data() + used, text.size() - used);
+    if (got < 0 && errno == EINTR) continue;
+    if (got < 0) {
+      return absl::InternalError(
+          absl::StrCat("cannot read ", path.string(), ": ", std::strerror(errno)));
+    }
+    if (got == 0) break;
+    used += static_cast<size_t>(got);
+    if (used > static_cast<size_t>(max_bytes)) {
+      return absl::InvalidArgumentError(absl::StrCat(path.string(), " grew past the limit of ",
+                                                     max_bytes, " bytes (--max-config-bytes)"));
+    }
+  }
+  text.resize(used);
+  return text;
 }
 
-// Numeric version folders of a model, ascending.
-std::vector<int64_t> ListVersions(const fs::path& model_dir) {
+// Numeric version folders of a model, ascending. A folder whose name reads as a number but is
+// not its canonical decimal form (" 1", "01", "+1") is refused: "1" and "01" would both be
+// version 1, and " 1" was loaded from "1/".
+absl::StatusOr<std::vector<int64_t>> ListVersions(const fs::path& model_dir,
+                                                  const std::string& name) {
   std::vector<int64_t> versions;
   std::error_code ec;
   for (const auto& entry : fs::directory_iterator(model_dir, ec)) {
+    if (!entry.is_directory(ec)) continue;
+    const std::string folder = entry.path().filename().string();
     int64_t version = 0;
-    if (entry.is_directory(ec) && absl::SimpleAtoi(entry.path().filename().string(), &version) &&
-        version > 0) {
-      versions.push_back(version);
+    const bool all_digits =
+        !folder.empty() &&
+        std::all_of(folder.begin(), folder.end(), [](char c) { return c >= '0' && c <= '9'; });
+    const bool parses = absl::SimpleAtoi(folder, &version);
+    if (!parses && !all_digits) continue;  // not a version folder (assets, ...)
+    if (!parses || absl::StrCat(version) != folder) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "model '", name, "': version folder '", common::EchoInput(folder),
+          "' is ambiguous: a version folder is named by a canonical positive decimal number "
+          "(1, 2, ...; not 01, +1, ' 1' or beyond 64 bits)"));
     }
+    if (version > 0) versions.push_back(version);
   }
   std::sort(versions.begin(), versions.end());
   return versions;
@@ -81,33 +140,62 @@ absl::StatusOr<std::vector<int64_t>> SelectVersions(const inference::ModelConfig
 }  // namespace
 
 absl::Status ModelRepository::ValidateModelName(const std::string& name) {
-  if (name.empty() || name.size() > 255 || name == "." || name == "..") {
+  if (name.size() > kMaxModelNameBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("invalid model name '", common::EchoInput(name),
+                                                   "': longer than ", kMaxModelNameBytes,
+                                                   " bytes"));
+  }
+  if (name.empty() || name == "." || name == "..") {
     return absl::InvalidArgumentError(absl::StrCat("invalid model name '", name, "'"));
   }
   for (char c : name) {
     const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
                     c == '_' || c == '-' || c == '.';
     if (!ok) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "invalid model name '", name, "': only letters, digits, '_', '-' and '.' are allowed"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("invalid model name '", common::EchoInput(name),
+                       "': only letters, digits, '_', '-' and '.' are allowed"));
     }
   }
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::unique_ptr<ModelRepository>> ModelRepository::Create(const std::string& root,
-                                                                         engine::Engine* engine,
-                                                                         common::Logger* logger) {
+absl::StatusOr<std::unique_ptr<ModelRepository>> ModelRepository::Create(
+    const std::string& root, engine::Engine* engine, common::Logger* logger,
+    RepositoryOptions options) {
   std::error_code ec;
   if (!fs::is_directory(root, ec)) {
     return absl::NotFoundError(absl::StrCat("model repository '", root, "' is not a directory"));
   }
   return std::unique_ptr<ModelRepository>(
-      new ModelRepository(fs::canonical(root, ec).string(), engine, logger));
+      new ModelRepository(fs::canonical(root, ec).string(), engine, logger, std::move(options)));
 }
 
-ModelRepository::ModelRepository(std::string root, engine::Engine* engine, common::Logger* logger)
-    : root_(std::move(root)), engine_(engine), logger_(logger) {}
+ModelRepository::ModelRepository(std::string root, engine::Engine* engine, common::Logger* logger,
+                                 RepositoryOptions options)
+    : root_(std::move(root)), options_(std::move(options)), engine_(engine), logger_(logger) {}
+
+absl::Status ModelRepository::CheckInside(const std::string& name, const fs::path& path,
+                                          absl::string_view what) const {
+  if (options_.allow_symlinks_out_of_repository) return absl::OkStatus();
+  // The resolved path must lie under the (canonical) root: a symlink anywhere on the way that
+  // leaves the repository is refused, one that stays inside is fine. (A symlink swapped after
+  // this check is followed: whoever can write the repository can also write its models.)
+  std::error_code ec;
+  const fs::path resolved = fs::canonical(path, ec);
+  // Nothing there (or a dangling link): nothing is followed, and the open that comes next says
+  // what is missing.
+  if (ec) return absl::OkStatus();
+  const std::string text = resolved.string();
+  if (text.size() <= root_.size() || text.compare(0, root_.size(), root_) != 0 ||
+      text[root_.size()] != '/') {
+    return absl::InvalidArgumentError(
+        absl::StrCat("model '", name, "': ", what, " ", path.string(), " is a symlink to ",
+                     common::EchoInput(text), ", outside the repository ", root_,
+                     " (allow with --allow-symlinks-out-of-repository)"));
+  }
+  return absl::OkStatus();
+}
 
 std::vector<std::string> ModelRepository::ListModelNames() const {
   std::vector<std::string> names;
@@ -133,16 +221,29 @@ int ModelRepository::LoadAll() {
 absl::StatusOr<std::vector<engine::ModelSpec>> ModelRepository::Prepare(
     const std::string& name, inference::ModelConfig& proto) const {
   const fs::path model_dir = fs::path(root_) / name;
-  ASSIGN_OR_RETURN(std::string text, ReadFile(model_dir / "config.pbtxt"));
-  ASSIGN_OR_RETURN(proto, ParseModelConfigText(text, (model_dir / "config.pbtxt").string()));
-  ASSIGN_OR_RETURN(engine::ModelConfig config, ToEngineModelConfig(proto, name));
+  const fs::path config_path = model_dir / "config.pbtxt";
+  RETURN_IF_ERROR(CheckInside(name, model_dir, "folder"));
+  RETURN_IF_ERROR(CheckInside(name, config_path, "config"));
+  ASSIGN_OR_RETURN(std::string text, ReadConfigFile(config_path, options_.max_config_bytes));
+  ASSIGN_OR_RETURN(proto, ParseModelConfigText(text, config_path.string()));
+  ASSIGN_OR_RETURN(engine::ModelConfig config,
+                   ToEngineModelConfig(proto, name, options_.load_limits));
   proto.set_name(config.name);
-  ASSIGN_OR_RETURN(std::vector<int64_t> versions,
-                   SelectVersions(proto, ListVersions(model_dir), name));
+  ASSIGN_OR_RETURN(std::vector<int64_t> available, ListVersions(model_dir, name));
+  ASSIGN_OR_RETURN(std::vector<int64_t> versions, SelectVersions(proto, available, name));
   std::vector<engine::ModelSpec> specs;
   for (int64_t version : versions) {
-    specs.push_back(
-        engine::ModelSpec{config, version, (model_dir / std::to_string(version)).string()});
+    const fs::path version_dir = model_dir / std::to_string(version);
+    RETURN_IF_ERROR(CheckInside(name, version_dir, "version folder"));
+    // The files a backend opens (weights) are named by the config and live directly in the
+    // version folder (mlp's weights_file refuses '/' and '..'); a symlink there is checked too.
+    std::error_code ec;
+    for (const auto& entry : fs::directory_iterator(version_dir, ec)) {
+      if (entry.is_symlink(ec)) RETURN_IF_ERROR(CheckInside(name, entry.path(), "file"));
+    }
+    engine::ModelSpec spec{config, version, version_dir.string()};
+    spec.limits = options_.load_limits;
+    specs.push_back(std::move(spec));
   }
   return specs;
 }
@@ -160,7 +261,15 @@ absl::Status ModelRepository::Load(const std::string& name) {
     records_[name].loading = true;
   }
   inference::ModelConfig proto;
-  absl::StatusOr<std::vector<engine::ModelSpec>> specs = Prepare(name, proto);
+  absl::StatusOr<std::vector<engine::ModelSpec>> specs = absl::UnknownError("not prepared");
+  // Our code throws nothing, but parsing allocates: an allocation failure is this model's load
+  // error, never the end of the process (the engine catches the same around its build).
+  try {
+    specs = Prepare(name, proto);
+  } catch (const std::exception& e) {
+    specs = absl::ResourceExhaustedError(
+        absl::StrCat("model '", name, "' failed to load: ", common::EchoInput(e.what())));
+  }
   std::vector<int64_t> previous;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -168,7 +277,7 @@ absl::Status ModelRepository::Load(const std::string& name) {
     previous = record.versions;
     if (!specs.ok()) {
       record = Record{};
-      record.error = std::string(specs.status().message());
+      record.error = common::EchoInput(specs.status().message(), common::kMaxMessageBytes);
     }
   }
   if (!specs.ok()) {
@@ -225,9 +334,10 @@ std::vector<ModelRepository::IndexEntry> ModelRepository::Index(bool ready_only)
   std::map<std::string, std::vector<IndexEntry>> by_name;
   for (const std::string& name : ListModelNames()) by_name[name];
   for (const engine::ModelVersionStatus& status : engine_->ListModels()) {
+    // Bounded: a reason echoes config input, and RepositoryIndex repeats it on every call.
     by_name[status.name].push_back({status.name, std::to_string(status.version),
                                     std::string(engine::ModelStateName(status.state)),
-                                    status.reason});
+                                    common::EchoInput(status.reason, common::kMaxMessageBytes)});
   }
   std::vector<IndexEntry> out;
   std::lock_guard<std::mutex> lock(mu_);

@@ -5,6 +5,7 @@
 // models in it: which versions to load (version_policy), loading them into the engine, unloading,
 // and the index with each model's state and the reason for a failure.
 
+#include <filesystem>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -13,11 +14,27 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "common/log.h"
 #include "engine/engine.h"
 #include "proto/model_config.pb.h"
 
 namespace sluice::server {
+
+struct RepositoryOptions {
+  // What each load may allocate and start, passed to the engine with every version
+  // (--max-model-batch-size, --max-tensor-bytes, --max-batch-bytes, --max-model-instances,
+  // --max-model-threads, --max-model-load-bytes). Default: engine::LoadLimits' defaults.
+  engine::LoadLimits load_limits;
+  // Largest config.pbtxt read, in bytes; a larger one (or one that is not a regular file: a FIFO,
+  // a device such as /dev/zero) is that model's load error (--max-config-bytes). 1 MiB.
+  int64_t max_config_bytes = int64_t{1} << 20;
+  // Whether a model folder, its config.pbtxt, a version folder or a file directly in a version
+  // folder (the weights) may be a symlink that resolves outside the repository
+  // (--allow-symlinks-out-of-repository). Default false: such a version is refused. Symlinks
+  // that stay inside the repository are always followed.
+  bool allow_symlinks_out_of_repository = false;
+};
 
 // Thread-safe. Load/Unload block until done (call them off RPC threads).
 class ModelRepository {
@@ -26,7 +43,8 @@ class ModelRepository {
   // and must outlive the repository; `logger` may be null.
   static absl::StatusOr<std::unique_ptr<ModelRepository>> Create(const std::string& root,
                                                                  engine::Engine* engine,
-                                                                 common::Logger* logger);
+                                                                 common::Logger* logger,
+                                                                 RepositoryOptions options = {});
 
   // Names of the model folders in the repository (sorted): every sub-directory with a valid name.
   std::vector<std::string> ListModelNames() const;
@@ -53,11 +71,14 @@ class ModelRepository {
   // Every model in the repository folder and every model loaded, with its versions' states.
   std::vector<IndexEntry> Index(bool ready_only) const;
 
+  // Longest model name (a file name on every file system sluice runs on).
+  static constexpr size_t kMaxModelNameBytes = 255;
+
   // The config as it was last loaded (name filled in). NotFound if the model was never loaded.
   absl::StatusOr<inference::ModelConfig> GetConfig(const std::string& name) const;
 
-  // Model names are single path components of [A-Za-z0-9_.-] (not "." or ".."), at most 255
-  // bytes: no request can name a file outside the repository.
+  // Model names are single path components of [A-Za-z0-9_.-] (not "." or ".."), at most
+  // kMaxModelNameBytes: no request can name a file outside the repository.
   static absl::Status ValidateModelName(const std::string& name);
 
   const std::string& root() const { return root_; }
@@ -71,12 +92,18 @@ class ModelRepository {
     bool loading = false;
   };
 
-  ModelRepository(std::string root, engine::Engine* engine, common::Logger* logger);
+  ModelRepository(std::string root, engine::Engine* engine, common::Logger* logger,
+                  RepositoryOptions options);
+  // OK if `path` resolves inside the repository (or symlinks out are allowed); InvalidArgument
+  // naming the model and `what` otherwise.
+  absl::Status CheckInside(const std::string& name, const std::filesystem::path& path,
+                           absl::string_view what) const;
   // Reads and converts the config, and picks the versions. Fills `proto`.
   absl::StatusOr<std::vector<engine::ModelSpec>> Prepare(const std::string& name,
                                                          inference::ModelConfig& proto) const;
 
   const std::string root_;
+  const RepositoryOptions options_;
   engine::Engine* const engine_;
   common::Logger* const logger_;
   mutable std::mutex mu_;

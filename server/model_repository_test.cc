@@ -1,8 +1,14 @@
 #include "server/model_repository.h"
 
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 
+#include "common/echo.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
 namespace sluice::server {
@@ -145,6 +151,128 @@ TEST_F(ModelRepositoryTest, ModelNamesCannotLeaveTheRepository) {
   EXPECT_TRUE(ModelRepository::ValidateModelName("mlp_large-2.v1").ok());
   auto repository = Open();
   EXPECT_EQ(repository->Load("../x").code(), absl::StatusCode::kInvalidArgument);
+}
+
+// Issue 17 item 8: a config.pbtxt that is a FIFO blocked the control thread for good (open()
+// waits for a writer); a device such as /dev/zero was read up to 2 GB. Only regular files of
+// bounded size are read now, and a FIFO answers at once.
+TEST_F(ModelRepositoryTest, ConfigMustBeARegularFileOfBoundedSize) {
+  fs::create_directories(root_ / "fifo" / "1");
+  ASSERT_EQ(mkfifo((root_ / "fifo" / "config.pbtxt").c_str(), 0600), 0);
+  fs::create_directories(root_ / "device" / "1");
+  fs::create_symlink("/dev/zero", root_ / "device" / "config.pbtxt");
+  WriteModel("large", std::string(kIdentityConfig) + std::string(2 << 20, ' '));
+  WriteModel("good", kIdentityConfig);
+  RepositoryOptions options;
+  options.allow_symlinks_out_of_repository = true;  // /dev/zero must fail as a device
+  auto repository = *ModelRepository::Create(root_.string(), engine_.get(), nullptr, options);
+  const auto start = std::chrono::steady_clock::now();
+  absl::Status fifo = repository->Load("fifo");
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(2));
+  EXPECT_TRUE(absl::IsInvalidArgument(fifo)) << fifo;
+  EXPECT_THAT(fifo.message(), ::testing::HasSubstr("not a regular file"));
+  absl::Status device = repository->Load("device");
+  EXPECT_THAT(device.message(), ::testing::HasSubstr("not a regular file")) << device;
+  absl::Status large = repository->Load("large");
+  EXPECT_THAT(large.message(), ::testing::HasSubstr("--max-config-bytes")) << large;
+  EXPECT_TRUE(repository->Load("good").ok());
+}
+
+// Issue 17 item 3: a config that asks for terabytes or thousands of threads is its own load
+// error, found before anything is allocated; the others load, and LoadAll() returns.
+TEST_F(ModelRepositoryTest, OversizedConfigsAreRefusedAndOthersLoad) {
+  std::string huge = kIdentityConfig;
+  for (size_t at; (at = huge.find("dims: [ 2 ]")) != std::string::npos;) {
+    huge.replace(at, 11, "dims: [ 1099511627776 ]");
+  }
+  WriteModel("huge", huge);
+  WriteModel("many", std::string(kIdentityConfig) + "instance_group [{ count: 1500 }]");
+  WriteModel("gpus", std::string(kIdentityConfig) +
+                         "instance_group [{ count: 2147483647 gpus: [0, 1] kind: KIND_GPU }]");
+  WriteModel("good", kIdentityConfig);
+  auto repository = Open();
+  EXPECT_EQ(repository->LoadAll(), 3);
+  EXPECT_TRUE(engine_->IsModelReady("good", -1));
+  std::map<std::string, ModelRepository::IndexEntry> index;
+  for (const auto& entry : repository->Index(false)) index[entry.name] = entry;
+  EXPECT_THAT(index["huge"].reason, ::testing::AllOf(::testing::HasSubstr("input 'IN'"),
+                                                     ::testing::HasSubstr("--max-tensor-bytes")));
+  EXPECT_THAT(index["many"].reason, ::testing::HasSubstr("--max-model-instances"));
+  EXPECT_THAT(index["gpus"].reason, ::testing::HasSubstr("--max-model-instances"));
+}
+
+// Issue 17 item 7: a 50 MB `name` made the load error 50 MB, repeated in every RepositoryIndex
+// answer. Names are bounded at load and every echo is cut (here under the config size limit).
+TEST_F(ModelRepositoryTest, HugeConfigNamesAreEchoedCut) {
+  WriteModel("named", std::string(kIdentityConfig) + "name: \"" + std::string(900000, 'n') + "\"");
+  WriteModel("tensor", std::string(kIdentityConfig) + "input [{ name: \"" +
+                           std::string(900000, 't') + "\" data_type: TYPE_FP32 dims: [1] }]");
+  auto repository = Open();
+  EXPECT_EQ(repository->LoadAll(), 2);
+  size_t total = 0;
+  for (const auto& entry : repository->Index(false)) {
+    total += entry.reason.size();
+    EXPECT_THAT(entry.reason, ::testing::HasSubstr("truncated: 900000 bytes")) << entry.name;
+  }
+  EXPECT_LT(total, 2 * common::kMaxMessageBytes);
+  EXPECT_LT(repository->Load("named").message().size(), common::kMaxMessageBytes + 100);
+}
+
+// Issue 17 item 10: symlinks that leave the repository (model folder, version folder, a file in
+// it such as the weights) are refused unless allowed; ones that stay inside are followed.
+TEST_F(ModelRepositoryTest, SymlinksOutOfTheRepositoryAreRefused) {
+  const fs::path outside = root_.string() + "_outside";
+  fs::remove_all(outside);
+  fs::create_directories(outside / "model" / "1");
+  std::ofstream(outside / "model" / "config.pbtxt") << kIdentityConfig;
+  fs::create_directories(outside / "v");
+  std::ofstream(outside / "secret") << "weights";
+  fs::create_directory_symlink(outside / "model", root_ / "linked_model");
+  WriteModel("linked_version", kIdentityConfig, {});
+  fs::create_directory_symlink(outside / "v", root_ / "linked_version" / "1");
+  WriteModel("linked_file", kIdentityConfig);
+  fs::create_symlink(outside / "secret", root_ / "linked_file" / "1" / "model.safetensors");
+  WriteModel("inside", kIdentityConfig, {});
+  fs::create_directory_symlink(root_ / "linked_file" / "1", root_ / "inside" / "1");
+
+  auto repository = Open();
+  for (const std::string name : {"linked_model", "linked_version", "linked_file"}) {
+    absl::Status status = repository->Load(name);
+    EXPECT_TRUE(absl::IsInvalidArgument(status)) << name << ": " << status;
+    EXPECT_THAT(status.message(),
+                ::testing::AllOf(::testing::HasSubstr("outside the repository"),
+                                 ::testing::HasSubstr("--allow-symlinks-out-of-repository")));
+  }
+  // `inside/1` links to another model's folder in the repository, whose file links out.
+  EXPECT_THAT(repository->Load("inside").message(), ::testing::HasSubstr("outside"));
+  std::filesystem::remove(root_ / "linked_file" / "1" / "model.safetensors");
+  EXPECT_TRUE(repository->Load("inside").ok());
+
+  RepositoryOptions allow;
+  allow.allow_symlinks_out_of_repository = true;
+  auto allowing = *ModelRepository::Create(root_.string(), engine_.get(), nullptr, allow);
+  EXPECT_TRUE(allowing->Load("linked_model").ok());
+  EXPECT_TRUE(allowing->Load("linked_version").ok());
+  fs::remove_all(outside);
+}
+
+// Issue 17 item 10: "1" and "01" were both version 1 (one silently lost), and " 1" was loaded
+// from "1/". A numeric-looking folder that is not canonical is refused by name.
+TEST_F(ModelRepositoryTest, AmbiguousVersionFoldersAreRefused) {
+  auto repository = Open();
+  for (const std::string folder : {"01", " 1", "+1", "99999999999999999999"}) {
+    fs::remove_all(root_ / "m");
+    WriteModel("m", kIdentityConfig, {1});
+    fs::create_directories(root_ / "m" / folder);
+    absl::Status status = repository->Load("m");
+    EXPECT_TRUE(absl::IsInvalidArgument(status)) << "'" << folder << "': " << status;
+    EXPECT_THAT(status.message(), ::testing::AllOf(::testing::HasSubstr("'" + folder + "'"),
+                                                   ::testing::HasSubstr("ambiguous")));
+  }
+  fs::remove_all(root_ / "m");
+  WriteModel("m", kIdentityConfig, {1, 2});
+  fs::create_directories(root_ / "m" / "assets");
+  EXPECT_TRUE(repository->Load("m").ok());
 }
 
 TEST_F(ModelRepositoryTest, MissingRootIsNotFound) {

@@ -2,8 +2,12 @@
 // SIGTERM/SIGINT drain: readiness goes false, new requests get UNAVAILABLE, queued and in-flight
 // requests are answered (up to --exit-timeout-secs), then the process exits 0.
 
+#include <unistd.h>
+
 #include <atomic>
+#include <chrono>
 #include <csignal>
+#include <cstdio>
 #include <cstdlib>
 #include <memory>
 #include <string>
@@ -49,6 +53,12 @@ struct Flags {
   std::string device = "auto";
   std::string model_control_mode = "none";
   std::vector<std::string> load_models;
+  // What a model config may ask for (issue 17 items 3, 8, 10): engine::LoadLimits,
+  // RepositoryOptions, ServiceOptions.
+  engine::LoadLimits load_limits;
+  int64_t max_config_bytes = RepositoryOptions{}.max_config_bytes;
+  bool allow_symlinks_out_of_repository = false;
+  int model_control_queue_size = ServiceOptions{}.model_control_queue_size;
   std::string log_format = "text";
   std::string log_level = "info";
   int64_t log_queue_capacity = 8192;
@@ -154,6 +164,58 @@ void AddFlags(CLI::App& app, Flags& flags) {
   app.add_option("--load-model", flags.load_models,
                  "With --model-control-mode=explicit: a model to load at start-up (repeatable)")
       ->envname("SLUICE_LOAD_MODEL");
+  app.add_option("--max-model-batch-size", flags.load_limits.max_batch_size,
+                 "Largest max_batch_size a model config may declare; a larger one is that "
+                 "model's load error")
+      ->envname("SLUICE_MAX_MODEL_BATCH_SIZE")
+      ->check(CLI::Range(1, 2147483647))
+      ->capture_default_str();
+  app.add_option("--max-tensor-bytes", flags.load_limits.max_tensor_bytes,
+                 "Largest input or output a model config may declare, in bytes at its "
+                 "max_batch_size (fixed dims)")
+      ->envname("SLUICE_MAX_TENSOR_BYTES")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 50))
+      ->capture_default_str();
+  app.add_option("--max-batch-bytes", flags.load_limits.max_batch_bytes,
+                 "Largest batch a model config may declare: every input and output at its "
+                 "max_batch_size, in bytes")
+      ->envname("SLUICE_MAX_BATCH_BYTES")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 50))
+      ->capture_default_str();
+  app.add_option("--max-model-instances", flags.load_limits.max_instances,
+                 "Most instances (instance_group count) one model version may have")
+      ->envname("SLUICE_MAX_MODEL_INSTANCES")
+      ->check(CLI::Range(1, 1 << 16))
+      ->capture_default_str();
+  app.add_option("--max-model-threads", flags.load_limits.max_threads,
+                 "Most threads one model version's load may start (2 per instance and its "
+                 "batcher)")
+      ->envname("SLUICE_MAX_MODEL_THREADS")
+      ->check(CLI::Range(3, 1 << 17))
+      ->capture_default_str();
+  app.add_option("--max-model-load-bytes", flags.load_limits.max_load_bytes,
+                 "Most memory one model version's load may allocate up front (warm-up batches, "
+                 "backend scratch, weights), in bytes")
+      ->envname("SLUICE_MAX_MODEL_LOAD_BYTES")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 50))
+      ->capture_default_str();
+  app.add_option("--max-config-bytes", flags.max_config_bytes,
+                 "Largest config.pbtxt read; a larger one, or one that is not a regular file, is "
+                 "that model's load error")
+      ->envname("SLUICE_MAX_CONFIG_BYTES")
+      ->check(CLI::Range(int64_t{1024}, int64_t{1} << 30))
+      ->capture_default_str();
+  app.add_option("--allow-symlinks-out-of-repository", flags.allow_symlinks_out_of_repository,
+                 "Follow a model folder, config.pbtxt, version folder or version file that is a "
+                 "symlink leading outside the model repository (refused by default)")
+      ->envname("SLUICE_ALLOW_SYMLINKS_OUT_OF_REPOSITORY")
+      ->capture_default_str();
+  app.add_option("--model-control-queue-size", flags.model_control_queue_size,
+                 "Load/unload calls that may wait behind the running one; beyond it they get "
+                 "RESOURCE_EXHAUSTED at once")
+      ->envname("SLUICE_MODEL_CONTROL_QUEUE_SIZE")
+      ->check(CLI::Range(1, 4096))
+      ->capture_default_str();
   app.add_option("--log-format", flags.log_format, "Log lines as text or json")
       ->envname("SLUICE_LOG_FORMAT")
       ->check(CLI::IsMember({"text", "json"}))
@@ -319,8 +381,12 @@ int Run(const Flags& flags) {
   } else {
     LOG_INFO_WAITING(log, "metrics disabled (--allow-metrics=false)");
   }
-  absl::StatusOr<std::unique_ptr<ModelRepository>> repository =
-      ModelRepository::Create(flags.model_repository, engine->get(), log);
+  RepositoryOptions repository_options;
+  repository_options.load_limits = flags.load_limits;
+  repository_options.max_config_bytes = flags.max_config_bytes;
+  repository_options.allow_symlinks_out_of_repository = flags.allow_symlinks_out_of_repository;
+  absl::StatusOr<std::unique_ptr<ModelRepository>> repository = ModelRepository::Create(
+      flags.model_repository, engine->get(), log, std::move(repository_options));
   if (!repository.ok()) {
     LOG_ERROR(log, repository.status().message());
     return 1;
@@ -336,6 +402,7 @@ int Run(const Flags& flags) {
   service_options.explicit_model_control = explicit_mode;
   service_options.server_version = SLUICE_VERSION;
   service_options.active_infer_calls = &active_infer_calls;
+  service_options.model_control_queue_size = flags.model_control_queue_size;
   InferenceService service(engine->get(), repository->get(), service_options);
 
   grpc::EnableDefaultHealthCheckService(true);
@@ -402,9 +469,21 @@ int Run(const Flags& flags) {
   service.SetReady(false);
   health->SetServingStatus(false);
   (*engine)->BeginDrain();
+  const auto exit_deadline =
+      std::chrono::steady_clock::now() + std::chrono::seconds(flags.exit_timeout_secs);
   const bool idle = (*engine)->WaitIdle(std::chrono::seconds(flags.exit_timeout_secs));
   if (!idle) {
     LOG_WARNING(log, "exit timeout reached with requests still running; they are cancelled");
+  }
+  // Queued load/unload calls are answered UNAVAILABLE; a running one may finish until the exit
+  // timeout. If it is still running then (a read blocked in a hung mount cannot be interrupted),
+  // its caller has been answered and the process ends below with _exit() instead of joining the
+  // thread (ModelControl::Stop says why; no thread is detached).
+  const bool control_stopped = service.StopModelControl(exit_deadline);
+  if (!control_stopped) {
+    LOG_WARNING(log,
+                "exit timeout reached with a model load/unload still running on the control "
+                "thread; exiting without waiting for it");
   }
   // Every accepted request has been answered (Finish() called); give gRPC a moment to flush the
   // last answers and let streams end, then cancel what remains. (gRPC's Shutdown waits for the
@@ -420,6 +499,15 @@ int Run(const Flags& flags) {
   // Answers whatever the exit timeout cut short, so every reactor finishes and Wait() returns.
   (*engine)->Shutdown();
   server->Wait();
+  if (!control_stopped) {
+    // Every call is answered and flushed, the stats are logged; what is left is a thread stuck in
+    // a system call, which no destructor may run under. Flush the log and end here.
+    metrics.reset();
+    LOG_INFO_WAITING(log, "sluice-server stopped (control thread abandoned at the exit timeout)");
+    logger.Flush();
+    std::fflush(nullptr);
+    _exit(0);
+  }
   metrics.reset();  // Prometheus could watch the drain; now its HTTP server stops
   LOG_INFO_WAITING(log, "sluice-server stopped");
   // The logger's destructor writes every queued record before the process exits.
