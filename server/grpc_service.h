@@ -112,8 +112,6 @@ class InferenceService final : public inference::GRPCInferenceService::CallbackS
                                         inference::LogSettingsResponse* response) override;
 
  private:
-  class StreamReactor;
-
   // Runs `task` on the control thread (model load/unload block for as long as loading takes).
   void RunOnControlThread(std::function<void()> task);
   void ControlLoop();

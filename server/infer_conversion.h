@@ -18,6 +18,11 @@ namespace sluice::server {
 // Parses a KServe version string: "" -> -1 (newest), else a positive integer.
 absl::StatusOr<int64_t> ParseModelVersion(const std::string& version);
 
+// A gRPC deadline (system clock; time_point::max() for none) on the steady clock the engine
+// schedules with; nullopt for none.
+std::optional<std::chrono::steady_clock::time_point> SteadyDeadline(
+    std::chrono::system_clock::time_point grpc_deadline);
+
 // Builds the engine request for `message`. `message_owner` keeps the message alive while the
 // engine holds views into it (may be null when the caller guarantees that, as a unary gRPC call
 // does until it finishes). InvalidArgument names the tensor and what is wrong.
