@@ -97,7 +97,7 @@ void InferenceService::ControlLoop() {
 grpc::ServerUnaryReactor* InferenceService::ServerLive(grpc::CallbackServerContext* context,
                                                        const inference::ServerLiveRequest*,
                                                        inference::ServerLiveResponse* response) {
-  response->set_live(true);
+  response->set_live(live_.load());
   return FinishNow(context, grpc::Status::OK);
 }
 
@@ -183,6 +183,9 @@ InferenceService::ModelStreamInfer(grpc::CallbackServerContext* context) {
   StreamInferOptions stream_options;
   stream_options.max_in_flight = options_.max_stream_in_flight;
   stream_options.active_calls = options_.active_infer_calls;
+  stream_options.max_pending_bytes = options_.max_stream_pending_bytes;
+  stream_options.max_total_pending_bytes = options_.max_pending_stream_bytes_total;
+  stream_options.total_pending_bytes = &stream_pending_bytes_;
   return NewStreamInferReactor(engine_, context, stream_options);
 }
 

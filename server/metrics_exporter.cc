@@ -328,6 +328,9 @@ absl::StatusOr<std::unique_ptr<MetricsExporter>> MetricsExporter::Start(
     return absl::InvalidArgumentError(
         absl::StrCat("metrics port ", options.port, " is outside 0..65535"));
   }
+  if (options.request_timeout_ms < 1) {
+    return absl::InvalidArgumentError("metrics request timeout must be at least 1 ms");
+  }
   if (options.http_threads < 1) {
     return absl::InvalidArgumentError("metrics exporter needs at least one HTTP thread");
   }
@@ -343,7 +346,8 @@ absl::StatusOr<std::unique_ptr<MetricsExporter>> MetricsExporter::Start(
   // one place our code meets it, and it becomes a Status.
   try {
     exposer = std::make_unique<prometheus::Exposer>(std::vector<std::string>{
-        "listening_ports", listen, "num_threads", absl::StrCat(options.http_threads)});
+        "listening_ports", listen, "num_threads", absl::StrCat(options.http_threads),
+        "request_timeout_ms", absl::StrCat(options.request_timeout_ms)});
   } catch (const std::exception& e) {
     return absl::UnavailableError(absl::StrCat("cannot serve metrics on ", listen, ": ", e.what(),
                                                " (port in use, or a bad --metrics-address?)"));

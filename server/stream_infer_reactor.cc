@@ -17,8 +17,11 @@ using std::chrono::steady_clock;
 
 // ModelStreamInfer: requests are read one after another and submitted at once; answers are
 // written in completion order (each carries its request id), one write in flight at a time as
-// gRPC requires. Reading pauses while max_stream_in_flight answers are outstanding, so a client
-// that never reads cannot make the server buffer without bound. The reactor deletes itself in
+// gRPC requires. Reading pauses while max_in_flight answers are outstanding, or while the stream
+// holds max_pending_bytes (requests being served plus answers not yet written; a count alone let
+// 512 answers of any size pile up), or while all streams together hold max_total_pending_bytes
+// and this one holds anything, so a client that never reads cannot make the server buffer
+// without bound. The reactor deletes itself in
 // OnDone, which gRPC calls only after Finish(); Finish() waits for every submitted request.
 class StreamInferReactor final
     : public grpc::ServerBidiReactor<inference::ModelInferRequest,
@@ -33,6 +36,7 @@ class StreamInferReactor final
     StartNextRead();
   }
   ~StreamInferReactor() override {
+    AddPendingBytes(-pending_bytes_);
     if (options_.active_calls != nullptr) {
       options_.active_calls->fetch_sub(1, std::memory_order_relaxed);
     }
@@ -48,12 +52,15 @@ class StreamInferReactor final
     std::shared_ptr<inference::ModelInferRequest> message = std::move(read_message_);
     const std::string id = message->id();
     const std::string model_name = message->model_name();
+    const int64_t request_bytes = static_cast<int64_t>(message->ByteSizeLong());
     {
       std::lock_guard<std::mutex> lock(mu_);
       ++outstanding_;
+      AddPendingBytes(request_bytes);
     }
     const auto received = steady_clock::now();
-    auto on_complete = [this, id, model_name](absl::StatusOr<engine::InferenceResponse> result) {
+    auto on_complete = [this, id, model_name,
+                        request_bytes](absl::StatusOr<engine::InferenceResponse> result) {
       inference::ModelStreamInferResponse response;
       if (result.ok()) {
         ToProtoResponse(*std::move(result), response.mutable_infer_response());
@@ -63,7 +70,7 @@ class StreamInferReactor final
         response.mutable_infer_response()->set_id(id);
         response.mutable_infer_response()->set_model_name(model_name);
       }
-      OnAnswer(std::move(response));
+      OnAnswer(std::move(response), request_bytes);
     };
     const inference::ModelInferRequest& message_ref = *message;
     absl::StatusOr<std::unique_ptr<engine::InferenceRequest>> request =
@@ -79,7 +86,7 @@ class StreamInferReactor final
     bool read_more = false;
     {
       std::lock_guard<std::mutex> lock(mu_);
-      if (InFlightLocked() < options_.max_in_flight) {
+      if (MayReadLocked()) {
         read_more = true;
       } else {
         read_paused_ = true;
@@ -94,11 +101,15 @@ class StreamInferReactor final
     {
       std::unique_lock<std::mutex> lock(mu_);
       writes_.pop_front();
+      AddPendingBytes(-write_bytes_.front());
+      write_bytes_.pop_front();
       if (!ok) {
         // The client is gone: drop what is queued, read no more, and keep counting answers
         // until every submitted request has been answered (only then may the call finish).
         write_failed_ = true;
         writes_.clear();
+        for (int64_t bytes : write_bytes_) AddPendingBytes(-bytes);
+        write_bytes_.clear();
         if (read_paused_) {
           read_paused_ = false;
           reads_done_ = true;
@@ -109,8 +120,7 @@ class StreamInferReactor final
       } else {
         writing_ = false;
       }
-      if (read_paused_ && !write_failed_ &&
-          InFlightLocked() < options_.max_in_flight) {
+      if (read_paused_ && !write_failed_ && MayReadLocked()) {
         read_paused_ = false;
         resume_read = true;
       }
@@ -135,16 +145,21 @@ class StreamInferReactor final
   }
 
   // Called from engine threads (or inline when a request is rejected at once).
-  void OnAnswer(inference::ModelStreamInferResponse response) {
+  // `request_bytes` is what OnReadDone counted for the request this answers.
+  void OnAnswer(inference::ModelStreamInferResponse response, int64_t request_bytes) {
     const inference::ModelStreamInferResponse* to_write = nullptr;
+    const int64_t response_bytes = static_cast<int64_t>(response.ByteSizeLong());
     {
       std::unique_lock<std::mutex> lock(mu_);
       --outstanding_;
+      AddPendingBytes(-request_bytes);
       if (write_failed_ || finished_) {
         MaybeFinishLocked(lock);
         return;
       }
       writes_.push_back(std::move(response));
+      write_bytes_.push_back(response_bytes);
+      AddPendingBytes(response_bytes);
       if (!writing_) {
         writing_ = true;
         to_write = &writes_.front();  // deque references survive push_back/pop_front of others
@@ -154,6 +169,27 @@ class StreamInferReactor final
   }
 
   int InFlightLocked() const { return outstanding_ + static_cast<int>(writes_.size()); }
+
+  // Whether to read the next request. A stream that holds nothing may always read one, so that
+  // every paused stream has an answer of its own whose write resumes it.
+  bool MayReadLocked() const {
+    if (InFlightLocked() >= options_.max_in_flight) return false;
+    if (pending_bytes_ >= options_.max_pending_bytes) return false;
+    if (options_.total_pending_bytes != nullptr && InFlightLocked() > 0 &&
+        options_.total_pending_bytes->load(std::memory_order_relaxed) >=
+            options_.max_total_pending_bytes) {
+      return false;
+    }
+    return true;
+  }
+
+  // REQUIRES: mu_ held (or the reactor being destroyed).
+  void AddPendingBytes(int64_t delta) {
+    pending_bytes_ += delta;
+    if (options_.total_pending_bytes != nullptr) {
+      options_.total_pending_bytes->fetch_add(delta, std::memory_order_relaxed);
+    }
+  }
 
   // Finishes once reading ended and every submitted request has been answered and written.
   // Releases `lock` before calling Finish().
@@ -174,7 +210,9 @@ class StreamInferReactor final
 
   std::mutex mu_;
   std::deque<inference::ModelStreamInferResponse> writes_;  // guarded by mu_; front is in flight
-  int outstanding_ = 0;                                     // submitted, not answered
+  std::deque<int64_t> write_bytes_;  // guarded by mu_; ByteSizeLong of each of writes_
+  int outstanding_ = 0;              // guarded by mu_; submitted, not answered
+  int64_t pending_bytes_ = 0;        // guarded by mu_; outstanding requests + writes_
   bool writing_ = false;
   bool reads_done_ = false;
   bool read_paused_ = false;

@@ -16,6 +16,14 @@ struct StreamInferOptions {
   // Responses a stream may hold (submitted but not yet written) before the server stops reading
   // from it; HTTP/2 flow control then pushes back on the client.
   int max_in_flight = 512;
+  // Bytes the stream may hold (serialized size of its requests being served plus its answers
+  // not yet written) before it stops reading.
+  int64_t max_pending_bytes = int64_t{64} << 20;
+  // Bytes all streams together may hold (summed in *total_pending_bytes) before every stream
+  // that holds anything stops reading.
+  int64_t max_total_pending_bytes = int64_t{1} << 30;
+  // The server-wide sum; borrowed, nullable (no server-wide bound), must outlive every stream.
+  std::atomic<int64_t>* total_pending_bytes = nullptr;
   // Counts the stream while its reactor lives (sluice_grpc_infer_calls_active); borrowed,
   // nullable, must outlive every stream.
   std::atomic<int64_t>* active_calls = nullptr;
