@@ -8,12 +8,12 @@
 #include "absl/strings/str_cat.h"
 #include "server/infer_conversion.h"
 #include "server/status_convert.h"
+#include "server/stream_infer_reactor.h"
 
 namespace sluice::server {
 namespace {
 
 using std::chrono::steady_clock;
-using std::chrono::system_clock;
 
 grpc::ServerUnaryReactor* FinishNow(grpc::CallbackServerContext* context,
                                     const grpc::Status& status) {
@@ -26,14 +26,6 @@ grpc::ServerUnaryReactor* Unimplemented(grpc::CallbackServerContext* context,
                                         absl::string_view what) {
   return FinishNow(context, grpc::Status(grpc::StatusCode::UNIMPLEMENTED,
                                          absl::StrCat("sluice does not implement ", what)));
-}
-
-// The client's gRPC deadline, on the steady clock the engine schedules with.
-std::optional<steady_clock::time_point> SteadyDeadline(const grpc::CallbackServerContext& context) {
-  const system_clock::time_point deadline = context.deadline();
-  if (deadline == system_clock::time_point::max()) return std::nullopt;
-  const auto remaining = deadline - system_clock::now();
-  return steady_clock::now() + std::chrono::duration_cast<steady_clock::duration>(remaining);
 }
 
 // ModelInfer's reactor: the default one plus OnCancel, so that a request whose client cancelled
@@ -65,174 +57,6 @@ void FillDuration(const engine::DurationStat& from, inference::StatisticDuration
 
 }  // namespace
 
-// ---------------------------------------------------------------------------------------------
-// ModelStreamInfer: requests are read one after another and submitted at once; answers are
-// written in completion order (each carries its request id), one write in flight at a time as
-// gRPC requires. Reading pauses while max_stream_in_flight answers are outstanding, so a client
-// that never reads cannot make the server buffer without bound. The reactor deletes itself in
-// OnDone, which gRPC calls only after Finish(); Finish() waits for every submitted request.
-class InferenceService::StreamReactor final
-    : public grpc::ServerBidiReactor<inference::ModelInferRequest,
-                                     inference::ModelStreamInferResponse> {
- public:
-  StreamReactor(InferenceService* service, grpc::CallbackServerContext* context)
-      : service_(service), context_(context) {
-    if (auto* active = service_->options_.active_infer_calls; active != nullptr) {
-      active->fetch_add(1, std::memory_order_relaxed);
-    }
-    StartNextRead();
-  }
-  ~StreamReactor() override {
-    if (auto* active = service_->options_.active_infer_calls; active != nullptr) {
-      active->fetch_sub(1, std::memory_order_relaxed);
-    }
-  }
-
-  void OnReadDone(bool ok) override {
-    if (!ok) {  // the client half-closed (or the call ended)
-      std::unique_lock<std::mutex> lock(mu_);
-      reads_done_ = true;
-      MaybeFinishLocked(lock);
-      return;
-    }
-    std::shared_ptr<inference::ModelInferRequest> message = std::move(read_message_);
-    const std::string id = message->id();
-    const std::string model_name = message->model_name();
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      ++outstanding_;
-    }
-    const auto received = steady_clock::now();
-    auto on_complete = [this, id, model_name](absl::StatusOr<engine::InferenceResponse> result) {
-      inference::ModelStreamInferResponse response;
-      if (result.ok()) {
-        ToProtoResponse(*std::move(result), response.mutable_infer_response());
-      } else {
-        // Triton's convention: an error travels in error_message and the stream goes on.
-        response.set_error_message(std::string(result.status().message()));
-        response.mutable_infer_response()->set_id(id);
-        response.mutable_infer_response()->set_model_name(model_name);
-      }
-      OnAnswer(std::move(response));
-    };
-    const inference::ModelInferRequest& message_ref = *message;
-    absl::StatusOr<std::unique_ptr<engine::InferenceRequest>> request =
-        ToEngineRequest(message_ref, std::move(message), on_complete);
-    if (!request.ok()) {
-      on_complete(request.status());
-    } else {
-      (*request)->received_time = received;
-      (*request)->deadline = SteadyDeadline(*context_);
-      (*request)->cancelled = cancelled_;
-      service_->engine_->Submit(*std::move(request));
-    }
-    bool read_more = false;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (InFlightLocked() < service_->options_.max_stream_in_flight) {
-        read_more = true;
-      } else {
-        read_paused_ = true;
-      }
-    }
-    if (read_more) StartNextRead();
-  }
-
-  void OnWriteDone(bool ok) override {
-    const inference::ModelStreamInferResponse* next = nullptr;
-    bool resume_read = false;
-    {
-      std::unique_lock<std::mutex> lock(mu_);
-      writes_.pop_front();
-      if (!ok) {
-        // The client is gone: drop what is queued, read no more, and keep counting answers
-        // until every submitted request has been answered (only then may the call finish).
-        write_failed_ = true;
-        writes_.clear();
-        if (read_paused_) {
-          read_paused_ = false;
-          reads_done_ = true;
-        }
-      }
-      if (!writes_.empty()) {
-        next = &writes_.front();
-      } else {
-        writing_ = false;
-      }
-      if (read_paused_ && !write_failed_ &&
-          InFlightLocked() < service_->options_.max_stream_in_flight) {
-        read_paused_ = false;
-        resume_read = true;
-      }
-      if (next == nullptr && !resume_read) {
-        MaybeFinishLocked(lock);
-        return;
-      }
-    }
-    if (next != nullptr) StartWrite(next);
-    if (resume_read) StartNextRead();
-  }
-
-  // The client cancelled the stream or went away: what it still has queued will not run.
-  void OnCancel() override { cancelled_->store(true, std::memory_order_relaxed); }
-
-  void OnDone() override { delete this; }
-
- private:
-  void StartNextRead() {
-    read_message_ = std::make_shared<inference::ModelInferRequest>();
-    StartRead(read_message_.get());
-  }
-
-  // Called from engine threads (or inline when a request is rejected at once).
-  void OnAnswer(inference::ModelStreamInferResponse response) {
-    const inference::ModelStreamInferResponse* to_write = nullptr;
-    {
-      std::unique_lock<std::mutex> lock(mu_);
-      --outstanding_;
-      if (write_failed_ || finished_) {
-        MaybeFinishLocked(lock);
-        return;
-      }
-      writes_.push_back(std::move(response));
-      if (!writing_) {
-        writing_ = true;
-        to_write = &writes_.front();  // deque references survive push_back/pop_front of others
-      }
-    }
-    if (to_write != nullptr) StartWrite(to_write);
-  }
-
-  int InFlightLocked() const { return outstanding_ + static_cast<int>(writes_.size()); }
-
-  // Finishes once reading ended and every submitted request has been answered and written.
-  // Releases `lock` before calling Finish().
-  void MaybeFinishLocked(std::unique_lock<std::mutex>& lock) {
-    if (finished_ || !reads_done_ || outstanding_ > 0 || writing_) return;
-    finished_ = true;
-    lock.unlock();
-    Finish(grpc::Status::OK);
-  }
-
-  InferenceService* const service_;
-  grpc::CallbackServerContext* const context_;
-  // The message being read; shared with the engine request that borrows its bytes.
-  std::shared_ptr<inference::ModelInferRequest> read_message_;
-  // Set by OnCancel; shared with every request this stream submitted.
-  const std::shared_ptr<std::atomic<bool>> cancelled_ = std::make_shared<std::atomic<bool>>(false);
-
-  std::mutex mu_;
-  std::deque<inference::ModelStreamInferResponse> writes_;  // guarded by mu_; front is in flight
-  int outstanding_ = 0;                                     // submitted, not answered
-  bool writing_ = false;
-  bool reads_done_ = false;
-  bool read_paused_ = false;
-  bool write_failed_ = false;
-  bool finished_ = false;
-};
-
-// ---------------------------------------------------------------------------------------------
-
 InferenceService::InferenceService(engine::Engine* engine, ModelRepository* repository,
                                    ServiceOptions options)
     : engine_(engine),
@@ -243,7 +67,7 @@ InferenceService::InferenceService(engine::Engine* engine, ModelRepository* repo
 grpc::ServerUnaryReactor* InferenceService::ServerLive(grpc::CallbackServerContext* context,
                                                        const inference::ServerLiveRequest*,
                                                        inference::ServerLiveResponse* response) {
-  response->set_live(true);
+  response->set_live(live_.load());
   return FinishNow(context, grpc::Status::OK);
 }
 
@@ -318,7 +142,7 @@ grpc::ServerUnaryReactor* InferenceService::ModelInfer(grpc::CallbackServerConte
     return reactor;
   }
   (*converted)->received_time = received;
-  (*converted)->deadline = SteadyDeadline(*context);
+  (*converted)->deadline = SteadyDeadline(context->deadline());
   (*converted)->cancelled = reactor->cancelled();
   engine_->Submit(*std::move(converted));
   return reactor;
@@ -326,7 +150,13 @@ grpc::ServerUnaryReactor* InferenceService::ModelInfer(grpc::CallbackServerConte
 
 grpc::ServerBidiReactor<inference::ModelInferRequest, inference::ModelStreamInferResponse>*
 InferenceService::ModelStreamInfer(grpc::CallbackServerContext* context) {
-  return new StreamReactor(this, context);
+  StreamInferOptions stream_options;
+  stream_options.max_in_flight = options_.max_stream_in_flight;
+  stream_options.active_calls = options_.active_infer_calls;
+  stream_options.max_pending_bytes = options_.max_stream_pending_bytes;
+  stream_options.max_total_pending_bytes = options_.max_pending_stream_bytes_total;
+  stream_options.total_pending_bytes = &stream_pending_bytes_;
+  return NewStreamInferReactor(engine_, context, stream_options);
 }
 
 grpc::ServerUnaryReactor* InferenceService::ModelConfig(

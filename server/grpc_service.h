@@ -24,6 +24,11 @@ struct ServiceOptions {
   // Responses a stream may hold (submitted but not yet written) before the server stops reading
   // from it; HTTP/2 flow control then pushes back on the client.
   int max_stream_in_flight = 512;
+  // Bytes a stream may hold (requests being served plus answers not yet written) before the
+  // server stops reading from it (--grpc-max-stream-pending-bytes).
+  int64_t max_stream_pending_bytes = int64_t{64} << 20;
+  // The same over all streams together; past it a stream holding anything stops reading.
+  int64_t max_pending_stream_bytes_total = int64_t{1} << 30;
   // Where the service counts its open ModelInfer / ModelStreamInfer calls (from the handler until
   // gRPC is done with the call); borrowed, nullable, must outlive the service. The metrics
   // exporter reads it (sluice_grpc_infer_calls_active).
@@ -50,6 +55,8 @@ class InferenceService final : public inference::GRPCInferenceService::CallbackS
 
   // ServerReady answers this (false until start-up loading is done, and again while draining).
   void SetReady(bool ready) { ready_.store(ready); }
+  // ServerLive answers this (true until the listener watchdog finds the port dead).
+  void SetLive(bool live) { live_.store(live); }
 
   grpc::ServerUnaryReactor* ServerLive(grpc::CallbackServerContext* context,
                                        const inference::ServerLiveRequest* request,
@@ -119,12 +126,13 @@ class InferenceService final : public inference::GRPCInferenceService::CallbackS
                                         inference::LogSettingsResponse* response) override;
 
  private:
-  class StreamReactor;
-
   engine::Engine* const engine_;
   ModelRepository* const repository_;
   const ServiceOptions options_;
   std::atomic<bool> ready_{false};
+  std::atomic<bool> live_{true};
+  // Bytes held by all streams together (StreamInferOptions::total_pending_bytes).
+  std::atomic<int64_t> stream_pending_bytes_{0};
   // Runs load/unload off the RPC threads; declared last so that it stops first.
   ModelControl control_;
 };

@@ -173,6 +173,15 @@ absl::StatusOr<uint64_t> NonNegativeInteger(const inference::InferParameter& par
 
 }  // namespace
 
+std::optional<std::chrono::steady_clock::time_point> SteadyDeadline(
+    std::chrono::system_clock::time_point grpc_deadline, std::chrono::milliseconds lead) {
+  using std::chrono::steady_clock;
+  using std::chrono::system_clock;
+  if (grpc_deadline == system_clock::time_point::max()) return std::nullopt;
+  const auto remaining = grpc_deadline - system_clock::now();
+  return steady_clock::now() + std::chrono::duration_cast<steady_clock::duration>(remaining) - lead;
+}
+
 absl::StatusOr<int64_t> ParseModelVersion(const std::string& version) {
   if (version.empty()) return -1;
   int64_t parsed = 0;

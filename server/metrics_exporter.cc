@@ -2,9 +2,7 @@
 
 #include <arpa/inet.h>
 #include <dirent.h>
-#include <dlfcn.h>
 #include <netinet/in.h>
-#include <pthread.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -26,20 +24,6 @@
 #include "prometheus/collectable.h"
 #include "prometheus/exposer.h"
 #include "prometheus/text_serializer.h"
-
-// civetweb (prometheus-cpp's HTTP server, Debian's libcivetweb) gives its threads 100 KiB stacks,
-// and glibc carves every thread's share of the process's static TLS out of the stack it is given.
-// Linked with CUDA (cudart_static's TLS), the scrape threads overflow their stacks inside
-// vsnprintf. This definition interposes libc's (the executable exports it, see
-// server/CMakeLists.txt) and raises any requested stack below 1 MiB to 1 MiB, for civetweb's
-// threads and any other library's. It forwards everything else unchanged.
-extern "C" int pthread_attr_setstacksize(pthread_attr_t* attr, size_t stack_size) {
-  using SetStackSize = int (*)(pthread_attr_t*, size_t);
-  static const auto libc_setstacksize =
-      reinterpret_cast<SetStackSize>(dlsym(RTLD_NEXT, "pthread_attr_setstacksize"));
-  constexpr size_t kMinThreadStackBytes = size_t{1} << 20;
-  return libc_setstacksize(attr, std::max(stack_size, kMinThreadStackBytes));
-}
 
 namespace sluice::server {
 namespace {
@@ -344,6 +328,9 @@ absl::StatusOr<std::unique_ptr<MetricsExporter>> MetricsExporter::Start(
     return absl::InvalidArgumentError(
         absl::StrCat("metrics port ", options.port, " is outside 0..65535"));
   }
+  if (options.request_timeout_ms < 1) {
+    return absl::InvalidArgumentError("metrics request timeout must be at least 1 ms");
+  }
   if (options.http_threads < 1) {
     return absl::InvalidArgumentError("metrics exporter needs at least one HTTP thread");
   }
@@ -359,7 +346,8 @@ absl::StatusOr<std::unique_ptr<MetricsExporter>> MetricsExporter::Start(
   // one place our code meets it, and it becomes a Status.
   try {
     exposer = std::make_unique<prometheus::Exposer>(std::vector<std::string>{
-        "listening_ports", listen, "num_threads", absl::StrCat(options.http_threads)});
+        "listening_ports", listen, "num_threads", absl::StrCat(options.http_threads),
+        "request_timeout_ms", absl::StrCat(options.request_timeout_ms)});
   } catch (const std::exception& e) {
     return absl::UnavailableError(absl::StrCat("cannot serve metrics on ", listen, ": ", e.what(),
                                                " (port in use, or a bad --metrics-address?)"));

@@ -89,8 +89,14 @@ struct MetricsExporterOptions {
   std::string address = "0.0.0.0";
   // TCP port; 0 picks a free one (see port()).
   int port = 8002;
-  // Worker threads that answer scrapes (besides civetweb's listener thread).
-  size_t http_threads = 2;
+  // Worker threads that answer scrapes (besides civetweb's listener thread). civetweb gives each
+  // worker one connection at a time, so this many clients that send their request slowly hold
+  // every worker; with 2 two half-sent requests stalled every scrape for 30 s.
+  size_t http_threads = 8;
+  // civetweb's request_timeout_ms: a connection that has not sent its whole request (headers
+  // included) within this time is dropped, and so is one idle this long, freeing its worker.
+  // civetweb's own default is 30 s.
+  int request_timeout_ms = 2000;
   // GPU readings; borrowed, nullable (none: no GPU families). Must outlive the exporter.
   GpuMetricsSource* gpu_source = nullptr;
   // The gRPC service's count of open inference calls (ServiceOptions::active_infer_calls);

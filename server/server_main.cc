@@ -2,13 +2,18 @@
 // SIGTERM/SIGINT drain: readiness goes false, new requests get UNAVAILABLE, queued and in-flight
 // requests are answered (up to --exit-timeout-secs), then the process exits 0.
 
+#include <fcntl.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
@@ -23,10 +28,13 @@
 #include "engine/fault_injection.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/health_check_service_interface.h"
+#include "grpcpp/resource_quota.h"
 #include "server/grpc_service.h"
+#include "server/listener_watchdog.h"
 #include "server/metrics_exporter.h"
 #include "server/model_repository.h"
 #include "server/nvml_gpu_source.h"
+#include "server/process_wide_accept_guard.h"
 
 #ifndef SLUICE_DEFAULT_MODEL_REPOSITORY
 #define SLUICE_DEFAULT_MODEL_REPOSITORY "models"
@@ -47,6 +55,15 @@ struct Flags {
   int grpc_keepalive_time_ms = 60000;
   int grpc_keepalive_timeout_ms = 20000;
   int grpc_min_client_ping_interval_ms = 10000;
+  int grpc_max_connections = 16384;
+  int grpc_watchdog_interval_ms = 5000;
+  int grpc_watchdog_timeout_ms = 2000;
+  int grpc_watchdog_failures = 3;
+  bool grpc_allow_compressed_requests = false;
+  int64_t grpc_max_inflated_message_bytes = int64_t{64} << 20;
+  int64_t grpc_memory_quota_bytes = int64_t{4} << 30;
+  int64_t grpc_max_stream_pending_bytes = int64_t{64} << 20;
+  int64_t grpc_max_pending_stream_bytes_total = int64_t{1} << 30;
   std::string tls_cert;
   std::string tls_key;
   std::string tls_ca;
@@ -70,6 +87,8 @@ struct Flags {
   std::string metrics_address = "0.0.0.0";
   int metrics_port = 8002;
   int64_t metrics_interval_ms = 1000;
+  int metrics_http_threads = 8;
+  int metrics_request_timeout_ms = 2000;
   double access_log_sample_rate = 0;
 };
 
@@ -150,6 +169,63 @@ void AddFlags(CLI::App& app, Flags& flags) {
                  "disconnected (GOAWAY too_many_pings)")
       ->envname("SLUICE_GRPC_MIN_CLIENT_PING_INTERVAL_MS")
       ->check(CLI::Range(1000, 86400000))
+      ->capture_default_str();
+  app.add_option("--grpc-max-connections", flags.grpc_max_connections,
+                 "Connections beyond this (counted as the process's open descriptors above those "
+                 "it had at start, and never closer than 64 to the fd limit) are closed as soon "
+                 "as they are accepted, so that a connection burst cannot exhaust descriptors; "
+                 "0 turns the cap off (the fd-limit reserve still applies)")
+      ->envname("SLUICE_GRPC_MAX_CONNECTIONS")
+      ->check(CLI::Range(0, 1 << 24))
+      ->capture_default_str();
+  app.add_option("--grpc-watchdog-interval-ms", flags.grpc_watchdog_interval_ms,
+                 "How often the server calls itself (ServerLive on a new loopback connection) to "
+                 "check that the gRPC port still accepts; 0 turns the watchdog off")
+      ->envname("SLUICE_GRPC_WATCHDOG_INTERVAL_MS")
+      ->check(CLI::Range(0, 3600000))
+      ->capture_default_str();
+  app.add_option("--grpc-watchdog-timeout-ms", flags.grpc_watchdog_timeout_ms,
+                 "Deadline of one watchdog call")
+      ->envname("SLUICE_GRPC_WATCHDOG_TIMEOUT_MS")
+      ->check(CLI::Range(10, 600000))
+      ->capture_default_str();
+  app.add_option("--grpc-watchdog-failures", flags.grpc_watchdog_failures,
+                 "Consecutive unanswered watchdog calls after which liveness turns NOT_SERVING")
+      ->envname("SLUICE_GRPC_WATCHDOG_FAILURES")
+      ->check(CLI::Range(1, 1000))
+      ->capture_default_str();
+  app.add_option("--grpc-allow-compressed-requests", flags.grpc_allow_compressed_requests,
+                 "Accept gzip/deflate-compressed requests; off, they are refused (UNIMPLEMENTED) "
+                 "before their message is inflated. On, every request's size limit becomes "
+                 "min(--grpc-max-message-bytes, --grpc-max-inflated-message-bytes / 1032): gRPC "
+                 "1.51 inflates a whole message before it checks the size, and deflate inflates "
+                 "at most 1032-fold")
+      ->envname("SLUICE_GRPC_ALLOW_COMPRESSED_REQUESTS")
+      ->capture_default_str();
+  app.add_option("--grpc-max-inflated-message-bytes", flags.grpc_max_inflated_message_bytes,
+                 "With --grpc-allow-compressed-requests: the most memory one compressed request "
+                 "may inflate to")
+      ->envname("SLUICE_GRPC_MAX_INFLATED_MESSAGE_BYTES")
+      ->check(CLI::Range(int64_t{1} << 20, int64_t{1} << 40))
+      ->capture_default_str();
+  app.add_option("--grpc-memory-quota-bytes", flags.grpc_memory_quota_bytes,
+                 "gRPC resource quota: the memory gRPC's transport may hold (read and write "
+                 "buffers, call arenas) for all connections together; near it gRPC drops new "
+                 "connections and cancels the streams holding the most")
+      ->envname("SLUICE_GRPC_MEMORY_QUOTA_BYTES")
+      ->check(CLI::Range(int64_t{16} << 20, int64_t{1} << 44))
+      ->capture_default_str();
+  app.add_option("--grpc-max-stream-pending-bytes", flags.grpc_max_stream_pending_bytes,
+                 "Bytes one ModelStreamInfer stream may hold in requests being served and answers "
+                 "not yet written before the server stops reading from it")
+      ->envname("SLUICE_GRPC_MAX_STREAM_PENDING_BYTES")
+      ->check(CLI::Range(int64_t{1} << 16, int64_t{1} << 40))
+      ->capture_default_str();
+  app.add_option("--grpc-max-pending-stream-bytes-total", flags.grpc_max_pending_stream_bytes_total,
+                 "The same over all streams together: past it, every stream that holds anything "
+                 "stops reading until its answers are written")
+      ->envname("SLUICE_GRPC_MAX_PENDING_STREAM_BYTES_TOTAL")
+      ->check(CLI::Range(int64_t{1} << 16, int64_t{1} << 44))
       ->capture_default_str();
   app.add_option("--device", flags.device,
                  "Where models run: auto (a GPU if one is usable, else the CPU), cpu, or cuda:N")
@@ -268,6 +344,18 @@ void AddFlags(CLI::App& app, Flags& flags) {
       ->envname("SLUICE_METRICS_INTERVAL_MS")
       ->check(CLI::Range(int64_t{0}, int64_t{3600000}))
       ->capture_default_str();
+  app.add_option("--metrics-http-threads", flags.metrics_http_threads,
+                 "Worker threads of the metrics HTTP server; each serves one connection at a "
+                 "time, so this many slow clients at once can delay a scrape")
+      ->envname("SLUICE_METRICS_HTTP_THREADS")
+      ->check(CLI::Range(1, 256))
+      ->capture_default_str();
+  app.add_option("--metrics-request-timeout-ms", flags.metrics_request_timeout_ms,
+                 "The metrics HTTP server drops a connection that has not sent its request "
+                 "(headers included) within this time, or keeps it idle this long")
+      ->envname("SLUICE_METRICS_REQUEST_TIMEOUT_MS")
+      ->check(CLI::Range(100, 600000))
+      ->capture_default_str();
   app.add_option("--access-log-sample-rate", flags.access_log_sample_rate,
                  "Fraction of requests (0..1) that get an access-log record at info level (model, "
                  "version, id, batch, queue and compute time, status)")
@@ -279,6 +367,37 @@ void AddFlags(CLI::App& app, Flags& flags) {
       ->envname("SLUICE_EXIT_TIMEOUT_SECS")
       ->check(CLI::Range(0, 3600))
       ->capture_default_str();
+}
+
+// Raises the soft RLIMIT_NOFILE to the hard limit (a connection burst needs descriptors; the
+// default soft limit, 1024, was exhausted by ~1,015 idle connections) and logs both. Returns the
+// soft limit in force.
+rlim_t RaiseFdLimit(common::Logger* log) {
+  rlimit limit{};
+  if (getrlimit(RLIMIT_NOFILE, &limit) != 0) {
+    LOG_WARNING(log, "cannot read the fd limit (RLIMIT_NOFILE): ", std::strerror(errno));
+    return 1024;
+  }
+  const rlim_t before = limit.rlim_cur;
+  if (limit.rlim_cur != limit.rlim_max) {
+    limit.rlim_cur = limit.rlim_max;
+    if (setrlimit(RLIMIT_NOFILE, &limit) != 0) {
+      LOG_WARNING(log, "cannot raise the soft fd limit to ", limit.rlim_max, ": ",
+                  std::strerror(errno));
+      limit.rlim_cur = before;
+    }
+  }
+  LOG_INFO_WAITING(log, "fd limit (RLIMIT_NOFILE): soft ", before, " -> ", limit.rlim_cur,
+                   ", hard ", limit.rlim_max);
+  return limit.rlim_cur;
+}
+
+// Descriptors open now (lowest-first numbering: the first free number).
+int OpenDescriptorCount() {
+  const int probe = open("/dev/null", O_RDONLY | O_CLOEXEC);
+  if (probe < 0) return 0;
+  close(probe);
+  return probe;
 }
 
 // How long gRPC may take, once the engine is idle, to flush answers before calls are cancelled.
@@ -311,6 +430,7 @@ int Run(const Flags& flags) {
   // the log queue rather than being dropped: LOG_INFO_WAITING. Scripts and tests rely on them.
 
   LOG_INFO_WAITING(log, "sluice-server ", SLUICE_VERSION, " starting");
+  const rlim_t fd_limit = RaiseFdLimit(log);
   absl::StatusOr<engine::DeviceSelection> device = engine::SelectDevice(flags.device);
   if (!device.ok()) {
     LOG_ERROR(log, device.status().message(), " (use --device=auto or --device=cpu)");
@@ -357,6 +477,8 @@ int Run(const Flags& flags) {
     MetricsExporterOptions metrics_options;
     metrics_options.address = flags.metrics_address;
     metrics_options.port = flags.metrics_port;
+    metrics_options.http_threads = static_cast<size_t>(flags.metrics_http_threads);
+    metrics_options.request_timeout_ms = flags.metrics_request_timeout_ms;
     // GPU memory and utilization (sluice_gpu_*) where the NVIDIA driver's NVML is present.
     if (absl::StatusOr<std::unique_ptr<NvmlGpuSource>> nvml = NvmlGpuSource::Open(); nvml.ok()) {
       gpu_source = *std::move(nvml);
@@ -403,6 +525,8 @@ int Run(const Flags& flags) {
   service_options.server_version = SLUICE_VERSION;
   service_options.active_infer_calls = &active_infer_calls;
   service_options.model_control_queue_size = flags.model_control_queue_size;
+  service_options.max_stream_pending_bytes = flags.grpc_max_stream_pending_bytes;
+  service_options.max_pending_stream_bytes_total = flags.grpc_max_pending_stream_bytes_total;
   InferenceService service(engine->get(), repository->get(), service_options);
 
   grpc::EnableDefaultHealthCheckService(true);
@@ -415,7 +539,28 @@ int Run(const Flags& flags) {
     return 2;
   }
   builder.AddListeningPort(address, *credentials, &bound_port);
-  builder.SetMaxReceiveMessageSize(static_cast<int>(flags.grpc_max_message_bytes));
+  // Compressed requests: gRPC 1.51 inflates a whole message before it applies the size limit
+  // (a 1 MiB gzip message inflated to 1.7 GB), so by default only uncompressed ones are accepted:
+  // with gzip and deflate disabled, a call that names either is refused UNIMPLEMENTED when its
+  // headers arrive, before its message is read. Identity cannot be disabled.
+  int64_t max_receive_bytes = flags.grpc_max_message_bytes;
+  if (flags.grpc_allow_compressed_requests) {
+    // Deflate's largest ratio is 1032:1, so this bounds what any accepted message inflates to.
+    max_receive_bytes = std::min(max_receive_bytes, flags.grpc_max_inflated_message_bytes / 1032);
+    LOG_INFO_WAITING(log, "compressed requests allowed: requests limited to ", max_receive_bytes,
+                     " bytes (--grpc-max-inflated-message-bytes=",
+                     flags.grpc_max_inflated_message_bytes, " / 1032)");
+  } else {
+    builder.SetCompressionAlgorithmSupportStatus(GRPC_COMPRESS_DEFLATE, false);
+    builder.SetCompressionAlgorithmSupportStatus(GRPC_COMPRESS_GZIP, false);
+  }
+  builder.SetMaxReceiveMessageSize(static_cast<int>(max_receive_bytes));
+  // Everything gRPC's transport holds (read/write buffers, call arenas) counts against one quota:
+  // near it gRPC refuses new connections and cancels the streams holding the most, instead of
+  // growing until the kernel kills the process (slow readers, rapid reset floods).
+  grpc::ResourceQuota quota("sluice-grpc");
+  quota.Resize(static_cast<size_t>(flags.grpc_memory_quota_bytes));
+  builder.SetResourceQuota(quota);
   builder.SetMaxSendMessageSize(static_cast<int>(flags.grpc_max_message_bytes));
   // Connection policy, set explicitly rather than left to gRPC's defaults (unlimited streams per
   // connection; no server pings): a bound on what one connection can hold open, dead peers
@@ -427,6 +572,29 @@ int Run(const Flags& flags) {
                              flags.grpc_min_client_ping_interval_ms);
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 2);
   builder.RegisterService(&service);
+  // The connection cap (process_wide_accept_guard.h): a descriptor ceiling below the fd limit,
+  // and accept errors that no longer stop gRPC's listener.
+  AcceptGuardOptions guard;
+  {
+    const int64_t reserve_ceiling = static_cast<int64_t>(fd_limit) - 64;
+    const int64_t cap_ceiling = flags.grpc_max_connections > 0
+                                    ? int64_t{OpenDescriptorCount()} + flags.grpc_max_connections
+                                    : reserve_ceiling;
+    guard.fd_ceiling = static_cast<int>(
+        std::clamp<int64_t>(std::min(reserve_ceiling, cap_ceiling), 16, int64_t{1} << 30));
+  }
+  if (const char* value = std::getenv("SLUICE_TEST_BREAK_GRPC_LISTENER_AFTER");
+      value != nullptr && *value != '\0') {
+    guard.break_listener_after_accepts_for_test = std::atoll(value);
+    LOG_WARNING(log, "TEST-ONLY: the gRPC listener will be broken after ",
+                guard.break_listener_after_accepts_for_test,
+                " connections (SLUICE_TEST_BREAK_GRPC_LISTENER_AFTER); never set this in "
+                "production");
+  }
+  ConfigureAcceptGuard(guard);
+  LOG_INFO_WAITING(log, "gRPC connections: refused past ", guard.fd_ceiling,
+                   " open descriptors (--grpc-max-connections=", flags.grpc_max_connections,
+                   ", fd limit ", fd_limit, ")");
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || bound_port == 0) {
     LOG_ERROR(log, "cannot listen on ", address, " (port in use, or a bad address?)");
@@ -444,6 +612,26 @@ int Run(const Flags& flags) {
                                                  : "mutual TLS";
   LOG_INFO_WAITING(log, "gRPC listening on ", flags.grpc_address, ":", bound_port, " (", transport,
                    ") grpc_port=", bound_port);
+  // The watchdog calls the port over loopback whatever address it is bound to (a wildcard or a
+  // loopback address; a specific other address is called as given).
+  std::unique_ptr<ListenerWatchdog> watchdog;
+  if (flags.grpc_watchdog_interval_ms > 0) {
+    ListenerWatchdogOptions watchdog_options;
+    std::string host = flags.grpc_address;
+    if (host == "0.0.0.0" || host.empty()) host = "127.0.0.1";
+    if (host == "::" || host == "[::]") host = "[::1]";
+    if (host.find(':') != std::string::npos && host.front() != '[') host = "[" + host + "]";
+    watchdog_options.target = absl::StrCat(host, ":", bound_port);
+    watchdog_options.interval = std::chrono::milliseconds(flags.grpc_watchdog_interval_ms);
+    watchdog_options.probe_timeout = std::chrono::milliseconds(flags.grpc_watchdog_timeout_ms);
+    watchdog_options.failures_to_trip = flags.grpc_watchdog_failures;
+    watchdog_options.logger = log;
+    watchdog_options.on_change = [health, &service](bool accepting) {
+      service.SetLive(accepting);
+      health->SetServingStatus("liveness", accepting);
+    };
+    watchdog = ListenerWatchdog::Start(std::move(watchdog_options));
+  }
 
   // Models load after the port is open: liveness answers during a long load, readiness waits.
   int failed = 0;
@@ -468,6 +656,7 @@ int Run(const Flags& flags) {
                    ": draining (exit timeout ", flags.exit_timeout_secs, " s)");
   service.SetReady(false);
   health->SetServingStatus(false);
+  if (watchdog != nullptr) watchdog->Stop();  // the drain closes the port; not a dead listener
   (*engine)->BeginDrain();
   const auto exit_deadline =
       std::chrono::steady_clock::now() + std::chrono::seconds(flags.exit_timeout_secs);

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -20,7 +21,8 @@ std::string ServerBinary() { return SLUICE_SERVER_BINARY; }
 std::string BundledModelRepository() { return SLUICE_SOURCE_DIR "/models"; }
 
 absl::StatusOr<std::unique_ptr<ServerProcess>> ServerProcess::Start(std::vector<std::string> args,
-                                                                    std::chrono::seconds timeout) {
+                                                                    std::chrono::seconds timeout,
+                                                                    int fd_limit) {
   static std::atomic<int> counter{0};
   const std::string log_path =
       absl::StrCat(::testing::TempDir(), "sluice_server_", getpid(), "_", counter++, ".log");
@@ -41,6 +43,10 @@ absl::StatusOr<std::unique_ptr<ServerProcess>> ServerProcess::Start(std::vector<
       dup2(fd, STDOUT_FILENO);
       dup2(fd, STDERR_FILENO);
       close(fd);
+    }
+    if (fd_limit > 0) {
+      const rlimit limit{static_cast<rlim_t>(fd_limit), static_cast<rlim_t>(fd_limit)};
+      setrlimit(RLIMIT_NOFILE, &limit);
     }
     std::vector<char*> c_argv;
     for (std::string& a : argv) c_argv.push_back(a.data());

@@ -21,8 +21,11 @@ class ServerProcess {
   // Starts the server with `args` added to --grpc-address=127.0.0.1 --grpc-port=0, and waits
   // (up to `timeout`) until it has logged "server ready" (models loaded). Error if it exits first
   // or never gets ready; the message carries its log.
+  // `fd_limit` > 0 sets the child's RLIMIT_NOFILE, soft and hard, before it runs (the server
+  // raises its soft limit to the hard one).
   static absl::StatusOr<std::unique_ptr<ServerProcess>> Start(
-      std::vector<std::string> args, std::chrono::seconds timeout = std::chrono::seconds(30));
+      std::vector<std::string> args, std::chrono::seconds timeout = std::chrono::seconds(30),
+      int fd_limit = 0);
   // Kills the process if it still runs. Adds a gtest failure, with the log, if the server's log
   // holds a sanitizer report (sanitizer builds, scripts/sanitize.sh).
   ~ServerProcess();

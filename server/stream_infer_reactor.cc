@@ -1,0 +1,231 @@
+#include "server/stream_infer_reactor.h"
+
+#include <atomic>
+#include <chrono>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <utility>
+
+#include "server/infer_conversion.h"
+
+namespace sluice::server {
+namespace {
+
+using std::chrono::steady_clock;
+
+// ModelStreamInfer: requests are read one after another and submitted at once; answers are
+// written in completion order (each carries its request id), one write in flight at a time as
+// gRPC requires. Reading pauses while max_in_flight answers are outstanding, or while the stream
+// holds max_pending_bytes (requests being served plus answers not yet written; a count alone let
+// 512 answers of any size pile up), or while all streams together hold max_total_pending_bytes
+// and this one holds anything, so a client that never reads cannot make the server buffer
+// without bound. The reactor deletes itself in
+// OnDone, which gRPC calls only after Finish(); Finish() waits for every submitted request.
+class StreamInferReactor final
+    : public grpc::ServerBidiReactor<inference::ModelInferRequest,
+                                     inference::ModelStreamInferResponse> {
+ public:
+  StreamInferReactor(engine::Engine* engine, grpc::CallbackServerContext* context,
+                     StreamInferOptions options)
+      : engine_(engine), context_(context), options_(options) {
+    if (options_.active_calls != nullptr) {
+      options_.active_calls->fetch_add(1, std::memory_order_relaxed);
+    }
+    StartNextRead();
+  }
+  ~StreamInferReactor() override {
+    AddPendingBytes(-pending_bytes_);
+    if (options_.active_calls != nullptr) {
+      options_.active_calls->fetch_sub(1, std::memory_order_relaxed);
+    }
+  }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) {  // the client half-closed (or the call ended)
+      std::unique_lock<std::mutex> lock(mu_);
+      reads_done_ = true;
+      MaybeFinishLocked(lock);
+      return;
+    }
+    std::shared_ptr<inference::ModelInferRequest> message = std::move(read_message_);
+    const std::string id = message->id();
+    const std::string model_name = message->model_name();
+    const int64_t request_bytes = static_cast<int64_t>(message->ByteSizeLong());
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      ++outstanding_;
+      AddPendingBytes(request_bytes);
+    }
+    const auto received = steady_clock::now();
+    auto on_complete = [this, id, model_name,
+                        request_bytes](absl::StatusOr<engine::InferenceResponse> result) {
+      inference::ModelStreamInferResponse response;
+      if (result.ok()) {
+        ToProtoResponse(*std::move(result), response.mutable_infer_response());
+      } else {
+        // Triton's convention: an error travels in error_message and the stream goes on.
+        response.set_error_message(std::string(result.status().message()));
+        response.mutable_infer_response()->set_id(id);
+        response.mutable_infer_response()->set_model_name(model_name);
+      }
+      OnAnswer(std::move(response), request_bytes);
+    };
+    const inference::ModelInferRequest& message_ref = *message;
+    absl::StatusOr<std::unique_ptr<engine::InferenceRequest>> request =
+        ToEngineRequest(message_ref, std::move(message), on_complete);
+    if (!request.ok()) {
+      on_complete(request.status());
+    } else {
+      (*request)->received_time = received;
+      (*request)->deadline = SteadyDeadline(context_->deadline());
+      (*request)->cancelled = cancelled_;
+      engine_->Submit(*std::move(request));
+    }
+    bool read_more = false;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (MayReadLocked()) {
+        read_more = true;
+      } else {
+        read_paused_ = true;
+      }
+    }
+    if (read_more) StartNextRead();
+  }
+
+  void OnWriteDone(bool ok) override {
+    const inference::ModelStreamInferResponse* next = nullptr;
+    bool resume_read = false;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      writes_.pop_front();
+      AddPendingBytes(-write_bytes_.front());
+      write_bytes_.pop_front();
+      if (!ok) {
+        // The client is gone: drop what is queued, read no more, and keep counting answers
+        // until every submitted request has been answered (only then may the call finish).
+        write_failed_ = true;
+        writes_.clear();
+        for (int64_t bytes : write_bytes_) AddPendingBytes(-bytes);
+        write_bytes_.clear();
+        if (read_paused_) {
+          read_paused_ = false;
+          reads_done_ = true;
+        }
+      }
+      if (!writes_.empty()) {
+        next = &writes_.front();
+      } else {
+        writing_ = false;
+      }
+      if (read_paused_ && !write_failed_ && MayReadLocked()) {
+        read_paused_ = false;
+        resume_read = true;
+      }
+      if (next == nullptr && !resume_read) {
+        MaybeFinishLocked(lock);
+        return;
+      }
+    }
+    if (next != nullptr) StartWrite(next);
+    if (resume_read) StartNextRead();
+  }
+
+  // The client cancelled the stream or went away: what it still has queued will not run.
+  void OnCancel() override { cancelled_->store(true, std::memory_order_relaxed); }
+
+  void OnDone() override { delete this; }
+
+ private:
+  void StartNextRead() {
+    read_message_ = std::make_shared<inference::ModelInferRequest>();
+    StartRead(read_message_.get());
+  }
+
+  // Called from engine threads (or inline when a request is rejected at once).
+  // `request_bytes` is what OnReadDone counted for the request this answers.
+  void OnAnswer(inference::ModelStreamInferResponse response, int64_t request_bytes) {
+    const inference::ModelStreamInferResponse* to_write = nullptr;
+    const int64_t response_bytes = static_cast<int64_t>(response.ByteSizeLong());
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      --outstanding_;
+      AddPendingBytes(-request_bytes);
+      if (write_failed_ || finished_) {
+        MaybeFinishLocked(lock);
+        return;
+      }
+      writes_.push_back(std::move(response));
+      write_bytes_.push_back(response_bytes);
+      AddPendingBytes(response_bytes);
+      if (!writing_) {
+        writing_ = true;
+        to_write = &writes_.front();  // deque references survive push_back/pop_front of others
+      }
+    }
+    if (to_write != nullptr) StartWrite(to_write);
+  }
+
+  int InFlightLocked() const { return outstanding_ + static_cast<int>(writes_.size()); }
+
+  // Whether to read the next request. A stream that holds nothing may always read one, so that
+  // every paused stream has an answer of its own whose write resumes it.
+  bool MayReadLocked() const {
+    if (InFlightLocked() >= options_.max_in_flight) return false;
+    if (pending_bytes_ >= options_.max_pending_bytes) return false;
+    if (options_.total_pending_bytes != nullptr && InFlightLocked() > 0 &&
+        options_.total_pending_bytes->load(std::memory_order_relaxed) >=
+            options_.max_total_pending_bytes) {
+      return false;
+    }
+    return true;
+  }
+
+  // REQUIRES: mu_ held (or the reactor being destroyed).
+  void AddPendingBytes(int64_t delta) {
+    pending_bytes_ += delta;
+    if (options_.total_pending_bytes != nullptr) {
+      options_.total_pending_bytes->fetch_add(delta, std::memory_order_relaxed);
+    }
+  }
+
+  // Finishes once reading ended and every submitted request has been answered and written.
+  // Releases `lock` before calling Finish().
+  void MaybeFinishLocked(std::unique_lock<std::mutex>& lock) {
+    if (finished_ || !reads_done_ || outstanding_ > 0 || writing_) return;
+    finished_ = true;
+    lock.unlock();
+    Finish(grpc::Status::OK);
+  }
+
+  engine::Engine* const engine_;
+  grpc::CallbackServerContext* const context_;
+  const StreamInferOptions options_;
+  // The message being read; shared with the engine request that borrows its bytes.
+  std::shared_ptr<inference::ModelInferRequest> read_message_;
+  // Set by OnCancel; shared with every request this stream submitted.
+  const std::shared_ptr<std::atomic<bool>> cancelled_ = std::make_shared<std::atomic<bool>>(false);
+
+  std::mutex mu_;
+  std::deque<inference::ModelStreamInferResponse> writes_;  // guarded by mu_; front is in flight
+  std::deque<int64_t> write_bytes_;  // guarded by mu_; ByteSizeLong of each of writes_
+  int outstanding_ = 0;              // guarded by mu_; submitted, not answered
+  int64_t pending_bytes_ = 0;        // guarded by mu_; outstanding requests + writes_
+  bool writing_ = false;
+  bool reads_done_ = false;
+  bool read_paused_ = false;
+  bool write_failed_ = false;
+  bool finished_ = false;
+};
+
+}  // namespace
+
+grpc::ServerBidiReactor<inference::ModelInferRequest, inference::ModelStreamInferResponse>*
+NewStreamInferReactor(engine::Engine* engine, grpc::CallbackServerContext* context,
+                      StreamInferOptions options) {
+  return new StreamInferReactor(engine, context, options);
+}
+
+}  // namespace sluice::server
