@@ -185,7 +185,9 @@ std::optional<std::chrono::steady_clock::time_point> SteadyDeadline(
 absl::StatusOr<int64_t> ParseModelVersion(const std::string& version) {
   if (version.empty()) return -1;
   int64_t parsed = 0;
-  if (!absl::SimpleAtoi(version, &parsed) || parsed < 1) {
+  // At most 19 digits (int64): a longer string is no version, however SimpleAtoi would read it
+  // (it skips whitespace).
+  if (version.size() > 19 || !absl::SimpleAtoi(version, &parsed) || parsed < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("model version '", common::EchoInput(version), "' is not a positive integer"));
   }

@@ -247,6 +247,8 @@ TEST(InferConversionTest, ParsesVersions) {
   EXPECT_FALSE(ParseModelVersion("0").ok());
   EXPECT_FALSE(ParseModelVersion("latest").ok());
   EXPECT_FALSE(ParseModelVersion("-1").ok());
+  // Issue 17 item 7: bounded, whatever SimpleAtoi would skip.
+  EXPECT_FALSE(ParseModelVersion(std::string(100, ' ') + "1").ok());
 }
 
 TEST(InferConversionTest, ResponseUsesRawOutputContentsInOrder) {

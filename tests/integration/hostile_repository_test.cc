@@ -29,11 +29,9 @@ using testing::ServerProcess;
 using Clock = std::chrono::steady_clock;
 
 std::string IdentityConfig(const std::string& dims, const std::string& extra = "") {
-  return absl::StrCat(R"pb(                                                                                 backend: "identity"
-input [{ name: "IN" data_type: TYPE_FP32 dims: [)pb",
-                      dims, R"pb(                                                                                                    ] }]
-output [{ name: "OUT" data_type: TYPE_FP32 dims: [ )pb",
-                      dims, " ] }]\n", extra);
+  return absl::StrCat(
+      "backend: \"identity\"\n", "input [{ name: \"IN\" data_type: TYPE_FP32 dims: [ ", dims,
+      " ] }]\n", "output [{ name: \"OUT\" data_type: TYPE_FP32 dims: [ ", dims, " ] }]\n", extra);
 }
 
 class HostileRepositoryTest : public ::testing::Test {
