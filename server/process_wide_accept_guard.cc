@@ -11,6 +11,11 @@
 #include <atomic>
 #include <mutex>
 
+#include "server/process_wide_reset_guard.h"
+
+// Defined only in sanitizer builds (compiler-rt's interceptors, clang 14 naming).
+extern "C" int __interceptor_accept4(int, sockaddr*, socklen_t*, int) __attribute__((weak));
+
 namespace sluice::server {
 namespace {
 
@@ -30,8 +35,12 @@ int spare_fd = -1;  // guarded by spare_mu
 int OpenSpare() { return open("/dev/null", O_RDONLY | O_CLOEXEC); }
 
 using Accept4 = int (*)(int, sockaddr*, socklen_t*, int);
+// In sanitizer builds the runtime's interceptor comes first (it tracks descriptors); a definition
+// in the executable replaces its weak alias, so this calls it by name.
 Accept4 LibcAccept4() {
-  static const auto libc_accept4 = reinterpret_cast<Accept4>(dlsym(RTLD_NEXT, "accept4"));
+  static const Accept4 libc_accept4 = __interceptor_accept4 != nullptr
+                                          ? &__interceptor_accept4
+                                          : reinterpret_cast<Accept4>(dlsym(RTLD_NEXT, "accept4"));
   return libc_accept4;
 }
 
@@ -100,6 +109,7 @@ extern "C" int accept4(int listener, sockaddr* address, socklen_t* length, int f
         refused_over_ceiling.fetch_add(1, std::memory_order_relaxed);
         continue;  // drain the backlog: each pending connection is refused the same way
       }
+      TrackAcceptedConnection(fd);
       return fd;
     }
     const int error = errno;

@@ -35,6 +35,7 @@
 #include "server/model_repository.h"
 #include "server/nvml_gpu_source.h"
 #include "server/process_wide_accept_guard.h"
+#include "server/process_wide_reset_guard.h"
 
 #ifndef SLUICE_DEFAULT_MODEL_REPOSITORY
 #define SLUICE_DEFAULT_MODEL_REPOSITORY "models"
@@ -56,6 +57,7 @@ struct Flags {
   int grpc_keepalive_timeout_ms = 20000;
   int grpc_min_client_ping_interval_ms = 10000;
   int grpc_max_connections = 16384;
+  int grpc_max_resets_per_second = 1000;
   int grpc_watchdog_interval_ms = 5000;
   int grpc_watchdog_timeout_ms = 2000;
   int grpc_watchdog_failures = 3;
@@ -176,6 +178,13 @@ void AddFlags(CLI::App& app, Flags& flags) {
                  "as they are accepted, so that a connection burst cannot exhaust descriptors; "
                  "0 turns the cap off (the fd-limit reserve still applies)")
       ->envname("SLUICE_GRPC_MAX_CONNECTIONS")
+      ->check(CLI::Range(0, 1 << 24))
+      ->capture_default_str();
+  app.add_option("--grpc-max-resets-per-second", flags.grpc_max_resets_per_second,
+                 "A plaintext connection whose client resets more streams (RST_STREAM) than this "
+                 "in one second is closed: gRPC 1.51 has no limit of its own (rapid reset, "
+                 "CVE-2023-44487); 0 turns the check off. TLS connections are not inspected")
+      ->envname("SLUICE_GRPC_MAX_RESETS_PER_SECOND")
       ->check(CLI::Range(0, 1 << 24))
       ->capture_default_str();
   app.add_option("--grpc-watchdog-interval-ms", flags.grpc_watchdog_interval_ms,
@@ -591,6 +600,9 @@ int Run(const Flags& flags) {
                 " connections (SLUICE_TEST_BREAK_GRPC_LISTENER_AFTER); never set this in "
                 "production");
   }
+  ResetGuardOptions reset_guard;
+  reset_guard.max_resets_per_second = flags.grpc_max_resets_per_second;
+  ConfigureResetGuard(reset_guard);
   ConfigureAcceptGuard(guard);
   LOG_INFO_WAITING(log, "gRPC connections: refused past ", guard.fd_ceiling,
                    " open descriptors (--grpc-max-connections=", flags.grpc_max_connections,

@@ -307,14 +307,19 @@ def case_rapid_reset(args):
     try:
         start_rss = server.rss()
         worst = 0
+        closed_every_time = True
         for round_number in range(args.rounds):
-            worst = max(worst, rapid_reset_round(server, pairs, round_number) - start_rss)
+            largest, closed = rapid_reset_round(server, pairs, round_number)
+            worst = max(worst, largest - start_rss)
+            closed_every_time = closed_every_time and closed
         print("rapid reset: %d rounds of %d pairs: largest RSS growth %.1f MiB" %
               (args.rounds, pairs, worst / 2**20))
         if live(server.port) != 0:
             fail("the server does not answer after the flood")
         if args.max_growth_mib and worst > args.max_growth_mib << 20:
             fail("RSS grew %.1f MiB (bound %d MiB)" % (worst / 2**20, args.max_growth_mib))
+        if args.expect_closed and not closed_every_time:
+            fail("the server kept a connection that reset %d streams" % pairs)
     finally:
         server.stop()
 
@@ -371,8 +376,9 @@ def rapid_reset_round(server, pairs, round_number):
         time.sleep(1.0)
         settled = server.rss()
         print("  round %d: RSS %.1f MiB 1.5 s after" % (round_number, settled / 2**20))
+        closed = connection.closed
         connection.close()
-        return max(peak, after, settled)
+        return max(peak, after, settled), closed
 
 
 # --- item 9 ---------------------------------------------------------------------------------------
@@ -446,6 +452,8 @@ def main():
                         "connection each")
     parser.add_argument("--max-growth-mib", type=int, default=0,
                         help="rapid-reset: fail if the server's RSS grows more")
+    parser.add_argument("--expect-closed", action="store_true",
+                        help="rapid-reset: fail unless the server closes the connection")
     parser.add_argument("--streams", type=int, default=20, help="deadline-frames: calls")
     parser.add_argument("--server-arg", dest="server_args", action="append", default=[])
     args = parser.parse_args()

@@ -1,0 +1,168 @@
+// Process-wide: interposes libc's recvmsg and close (process_wide_reset_guard.h says why).
+
+#include "server/process_wide_reset_guard.h"
+
+#include <dlfcn.h>
+#include <sys/socket.h>
+#include <sys/types.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <mutex>
+#include <unordered_map>
+
+// Defined only in sanitizer builds (compiler-rt's interceptors, clang 14 naming).
+extern "C" ssize_t __interceptor_recvmsg(int, msghdr*, int) __attribute__((weak));
+extern "C" int __interceptor_close(int) __attribute__((weak));
+
+namespace sluice::server {
+namespace {
+
+constexpr char kClientPreface[] = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+constexpr int kClientPrefaceBytes = 24;
+constexpr uint8_t kRstStreamType = 0x3;
+
+// One connection's HTTP/2 frame boundaries, followed across reads.
+struct Connection {
+  int preface_seen = 0;          // bytes of the client preface matched so far
+  uint8_t header[9] = {};        // the frame header being collected
+  int header_bytes = 0;          // of `header`
+  uint64_t payload_left = 0;     // bytes of the current frame's payload still to skip
+  int64_t window_start_ms = -1;  // start of the current one-second window
+  int resets_in_window = 0;
+};
+
+std::atomic<int> max_resets{0};
+std::atomic<int64_t> closed_connections{0};
+std::mutex mu;
+std::unordered_map<int, Connection>* connections = nullptr;  // guarded by mu; never freed
+
+int64_t NowMs() {
+  timespec now{};
+  clock_gettime(CLOCK_MONOTONIC_COARSE, &now);
+  return int64_t{now.tv_sec} * 1000 + now.tv_nsec / 1000000;
+}
+
+enum class Verdict { kKeep, kUntrack, kClose };
+
+// Feeds `size` bytes read from the connection; on kClose, `*cut` is the offset in `data` of the
+// frame that went past the cap (gRPC is shown the bytes before it). REQUIRES: mu held.
+Verdict Feed(Connection& c, const uint8_t* data, size_t size, int cap, size_t* cut) {
+  size_t i = 0;
+  size_t frame_start = 0;  // where the frame header being collected starts in `data`
+  while (i < size) {
+    if (c.preface_seen < kClientPrefaceBytes) {
+      if (data[i] != static_cast<uint8_t>(kClientPreface[c.preface_seen])) {
+        return Verdict::kUntrack;  // not plaintext HTTP/2 (TLS): nothing to see
+      }
+      ++c.preface_seen;
+      ++i;
+      continue;
+    }
+    if (c.payload_left > 0) {
+      const size_t skip = std::min<uint64_t>(c.payload_left, size - i);
+      c.payload_left -= skip;
+      i += skip;
+      continue;
+    }
+    if (c.header_bytes == 0) frame_start = i;
+    c.header[c.header_bytes++] = data[i++];
+    if (c.header_bytes < 9) continue;
+    c.header_bytes = 0;
+    c.payload_left = (uint64_t{c.header[0]} << 16) | (uint64_t{c.header[1]} << 8) | c.header[2];
+    if (c.header[3] != kRstStreamType) continue;
+    const int64_t now = NowMs();
+    if (c.window_start_ms < 0 || now - c.window_start_ms >= 1000) {
+      c.window_start_ms = now;
+      c.resets_in_window = 0;
+    }
+    if (++c.resets_in_window > cap) {
+      *cut = frame_start;  // 0 when the header began in an earlier read
+      return Verdict::kClose;
+    }
+  }
+  return Verdict::kKeep;
+}
+
+using RecvMsg = ssize_t (*)(int, msghdr*, int);
+using Close = int (*)(int);
+// In sanitizer builds the runtime's interceptors come first (they track descriptors); a
+// definition in the executable replaces their weak aliases, so these call them by name.
+RecvMsg LibcRecvMsg() {
+  static const RecvMsg libc_recvmsg = __interceptor_recvmsg != nullptr
+                                          ? &__interceptor_recvmsg
+                                          : reinterpret_cast<RecvMsg>(dlsym(RTLD_NEXT, "recvmsg"));
+  return libc_recvmsg;
+}
+Close LibcClose() {
+  static const Close libc_close = __interceptor_close != nullptr
+                                      ? &__interceptor_close
+                                      : reinterpret_cast<Close>(dlsym(RTLD_NEXT, "close"));
+  return libc_close;
+}
+
+}  // namespace
+
+void ConfigureResetGuard(const ResetGuardOptions& options) {
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    if (connections == nullptr) connections = new std::unordered_map<int, Connection>();
+  }
+  max_resets.store(options.max_resets_per_second);
+}
+
+void TrackAcceptedConnection(int fd) {
+  if (max_resets.load(std::memory_order_relaxed) <= 0) return;
+  std::lock_guard<std::mutex> lock(mu);
+  (*connections)[fd] = Connection{};
+}
+
+int64_t ResetGuardClosedConnections() { return closed_connections.load(); }
+
+}  // namespace sluice::server
+
+// The interposers; the executable exports them (server/CMakeLists.txt) so that libgrpc's calls
+// through its PLT reach them.
+extern "C" ssize_t recvmsg(int fd, msghdr* message, int flags) {
+  using namespace sluice::server;  // NOLINT: the file's own namespace, from extern "C"
+  const ssize_t read = LibcRecvMsg()(fd, message, flags);
+  const int cap = max_resets.load(std::memory_order_relaxed);
+  if (read <= 0 || cap <= 0) return read;
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = connections->find(fd);
+  if (it == connections->end()) return read;
+  size_t left = static_cast<size_t>(read);
+  size_t seen = 0;  // bytes in the iovecs before the current one
+  size_t cut = 0;
+  Verdict verdict = Verdict::kKeep;
+  for (size_t v = 0; v < message->msg_iovlen && left > 0; ++v) {
+    const size_t size = std::min(left, message->msg_iov[v].iov_len);
+    verdict = Feed(it->second, static_cast<const uint8_t*>(message->msg_iov[v].iov_base), size, cap,
+                   &cut);
+    if (verdict != Verdict::kKeep) break;
+    seen += size;
+    left -= size;
+  }
+  if (verdict == Verdict::kUntrack) connections->erase(it);
+  if (verdict == Verdict::kClose) {
+    connections->erase(it);
+    closed_connections.fetch_add(1, std::memory_order_relaxed);
+    // gRPC is shown the frames before the one past the cap, then end-of-stream, and closes the
+    // connection; what the client sent after them is dropped.
+    shutdown(fd, SHUT_RDWR);
+    return static_cast<ssize_t>(seen + cut);
+  }
+  return read;
+}
+
+extern "C" int close(int fd) {
+  using namespace sluice::server;  // NOLINT
+  if (max_resets.load(std::memory_order_relaxed) > 0) {
+    std::lock_guard<std::mutex> lock(mu);
+    connections->erase(fd);
+  }
+  return LibcClose()(fd);
+}
