@@ -23,7 +23,14 @@ namespace {
 
 constexpr char kClientPreface[] = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 constexpr int kClientPrefaceBytes = 24;
+constexpr uint8_t kDataType = 0x0;
+constexpr uint8_t kHeadersType = 0x1;
 constexpr uint8_t kRstStreamType = 0x3;
+constexpr uint8_t kEndStreamFlag = 0x1;
+// Streams the client opened most recently, per connection: a reset counts only when it hits one
+// of them before the client ended its side (the attack's HEADERS + RST_STREAM). A client that
+// cancels calls it has sent in full (a deadline, a user's cancel) is not counted.
+constexpr int kRecentStreams = 256;
 
 // One connection's HTTP/2 frame boundaries, followed across reads.
 struct Connection {
@@ -33,7 +40,43 @@ struct Connection {
   uint64_t payload_left = 0;     // bytes of the current frame's payload still to skip
   int64_t window_start_ms = -1;  // start of the current one-second window
   int resets_in_window = 0;
+  uint32_t recent_ids[kRecentStreams] = {};  // 0: empty (stream 0 is the connection)
+  bool recent_ended[kRecentStreams] = {};    // the client sent END_STREAM on it
+  int recent_next = 0;
 };
+
+uint32_t StreamId(const uint8_t* header) {
+  return ((uint32_t{header[5]} << 24) | (uint32_t{header[6]} << 16) | (uint32_t{header[7]} << 8) |
+          header[8]) &
+         0x7fffffffu;
+}
+
+// Records a client frame; returns whether it is a reset that counts (premature). REQUIRES: mu.
+bool Observe(Connection& c, uint8_t type, uint8_t flags, uint32_t stream) {
+  if (stream == 0) return false;
+  if (type == kHeadersType || type == kDataType) {
+    for (int k = 0; k < kRecentStreams; ++k) {
+      if (c.recent_ids[k] == stream) {
+        if (flags & kEndStreamFlag) c.recent_ended[k] = true;
+        return false;
+      }
+    }
+    if (type == kHeadersType) {  // a new stream
+      c.recent_ids[c.recent_next] = stream;
+      c.recent_ended[c.recent_next] = (flags & kEndStreamFlag) != 0;
+      c.recent_next = (c.recent_next + 1) % kRecentStreams;
+    }
+    return false;
+  }
+  if (type != kRstStreamType) return false;
+  for (int k = 0; k < kRecentStreams; ++k) {
+    if (c.recent_ids[k] == stream) {
+      c.recent_ids[k] = 0;
+      return !c.recent_ended[k];
+    }
+  }
+  return false;
+}
 
 std::atomic<int> max_resets{0};
 std::atomic<int64_t> closed_connections{0};
@@ -73,7 +116,7 @@ Verdict Feed(Connection& c, const uint8_t* data, size_t size, int cap, size_t* c
     if (c.header_bytes < 9) continue;
     c.header_bytes = 0;
     c.payload_left = (uint64_t{c.header[0]} << 16) | (uint64_t{c.header[1]} << 8) | c.header[2];
-    if (c.header[3] != kRstStreamType) continue;
+    if (!Observe(c, c.header[3], c.header[4], StreamId(c.header))) continue;
     const int64_t now = NowMs();
     if (c.window_start_ms < 0 || now - c.window_start_ms >= 1000) {
       c.window_start_ms = now;

@@ -181,8 +181,9 @@ void AddFlags(CLI::App& app, Flags& flags) {
       ->check(CLI::Range(0, 1 << 24))
       ->capture_default_str();
   app.add_option("--grpc-max-resets-per-second", flags.grpc_max_resets_per_second,
-                 "A plaintext connection whose client resets more streams (RST_STREAM) than this "
-                 "in one second is closed: gRPC 1.51 has no limit of its own (rapid reset, "
+                 "A plaintext connection whose client resets more of its new streams before ending "
+                 "them (HEADERS + RST_STREAM) than this in one second is closed: gRPC 1.51 has no "
+                 "limit of its own (rapid reset, "
                  "CVE-2023-44487); 0 turns the check off. TLS connections are not inspected")
       ->envname("SLUICE_GRPC_MAX_RESETS_PER_SECOND")
       ->check(CLI::Range(0, 1 << 24))
