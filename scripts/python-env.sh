@@ -3,7 +3,7 @@
 # (tests/python-requirements.txt and tests/python-requirements-nodeps.txt, exact pins from
 # PyPI) and print the path of its python.
 #
-# The environment lives outside the build folder, keyed by a hash of the requirements file, so a
+# The environment lives outside the build folder, keyed by a hash of the requirements files, so a
 # rebuild or a clean clone on the same machine reuses it and a changed pin makes a new one.
 # $SLUICE_VENV overrides the location. Only the test command needs it; building does not.
 set -euo pipefail

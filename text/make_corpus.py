@@ -23,7 +23,8 @@ What it holds, mixed within and across texts:
   - words longer than max_input_chars_per_word (100), and exactly 100 and 101 characters;
   - empty texts, texts of only whitespace or only control characters;
   - pairs drawn from all of the above, some long enough to need truncation.
-With --codepoints it adds lines that put every code point U+0000..U+10FFFF (but the surrogates)
+With --prose it writes English-like prose only (the benchmark's second corpus: what most
+services see). With --codepoints it adds lines that put every code point U+0000..U+10FFFF (but the surrogates)
 between two letters, "a<c>b", 64 to a line: every character's class (removed, whitespace,
 punctuation, Chinese, mark, decomposition, lowercase) shows in the ids.
 """
@@ -119,8 +120,15 @@ def rand_range(rng, ranges):
     return chr(rng.randint(lo, hi))
 
 
-def word(rng):
+def word(rng, prose=False):
     kind = rng.random()
+    if prose:  # English-like only: words, capitals, numbers, a little punctuation
+        if kind < 0.9:
+            w = rng.choice(COMMON_WORDS)
+            return w.capitalize() if rng.random() < 0.1 else w
+        if kind < 0.95:
+            return str(rng.randint(0, 10 ** rng.randint(1, 5)))
+        return rng.choice(COMMON_WORDS) + rng.choice(",.;:!?)'")
     if kind < 0.55:
         w = rng.choice(COMMON_WORDS)
         r = rng.random()
@@ -177,8 +185,11 @@ def separator(rng):
     return ""
 
 
-def text(rng):
+def text(rng, prose=False):
     r = rng.random()
+    if prose:
+        n = rng.choice([5, 8, 12, 20, 30, 45, 60, 90, 140])
+        return " ".join(word(rng, prose=True) for _ in range(n)) + "."
     if r < 0.02:
         return ""
     if r < 0.03:
@@ -213,14 +224,16 @@ def main():
     parser.add_argument("--pairs", type=int, default=1500)
     parser.add_argument("--codepoints", action="store_true")
     parser.add_argument("--no-hand-picked", action="store_true")
+    parser.add_argument("--prose", action="store_true",
+                        help="English-like prose only (the benchmark's second corpus)")
     args = parser.parse_args()
     rng = random.Random(args.seed)
     out = sys.stdout
-    singles = [] if args.no_hand_picked else list(HAND_PICKED)
-    singles += [text(rng) for _ in range(args.texts)]
+    singles = [] if args.no_hand_picked or args.prose else list(HAND_PICKED)
+    singles += [text(rng, args.prose) for _ in range(args.texts)]
     for t in singles:
         out.write(json.dumps({"text": t}) + "\n")
-    pool = singles + HAND_PICKED
+    pool = singles + ([] if args.prose else HAND_PICKED)
     for _ in range(args.pairs):
         out.write(json.dumps({"text": rng.choice(pool), "pair": rng.choice(pool)}) + "\n")
     if args.codepoints:
