@@ -21,6 +21,8 @@ BUILD_PACKAGES=(
   prometheus-cpp-dev
   # the CPU backend's GEMMs (cblas_sgemm)
   libopenblas-dev
+  # text/'s Unicode (character classes, NFD, lowercase): ICU
+  libicu-dev
 )
 # What the tests need on top.
 TEST_PACKAGES=(

