@@ -24,7 +24,10 @@ absl::StatusOr<std::unique_ptr<ServerProcess>> ServerProcess::Start(std::vector<
   static std::atomic<int> counter{0};
   const std::string log_path =
       absl::StrCat(::testing::TempDir(), "sluice_server_", getpid(), "_", counter++, ".log");
-  std::vector<std::string> argv = {ServerBinary(), "--grpc-address=127.0.0.1", "--grpc-port=0"};
+  // HTTP on a free loopback port too, so that servers started in parallel never collide on 8000
+  // (a --http-port or --allow-http in `args` wins: the later flag does).
+  std::vector<std::string> argv = {ServerBinary(), "--grpc-address=127.0.0.1", "--grpc-port=0",
+                                   "--http-address=127.0.0.1", "--http-port=0"};
   argv.insert(argv.end(), args.begin(), args.end());
   // The child's environment, built before fork(): ours plus SLUICE_METRICS_PORT=0 unless set.
   std::vector<char*> c_env;
@@ -68,6 +71,8 @@ absl::StatusOr<std::unique_ptr<ServerProcess>> ServerProcess::Start(std::vector<
       // The metrics line comes before "server ready" when metrics are on.
       static const std::regex metrics_re("metrics_port=([0-9]+)");
       if (std::regex_search(log, match, metrics_re)) process->metrics_port_ = std::stoi(match[1]);
+      static const std::regex http_re("http_port=([0-9]+)");
+      if (std::regex_search(log, match, http_re)) process->http_port_ = std::stoi(match[1]);
       return process;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
