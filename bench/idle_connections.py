@@ -27,16 +27,21 @@ def main():
     p.add_argument("--path", default="/")
     p.add_argument("--idle", type=int, default=64)
     p.add_argument("--timeout", type=float, default=5.0)
+    p.add_argument("--partial", action="store_true",
+                   help="the idle clients send half a request line and stop (a slow client)")
     a = p.parse_args()
     before = threads(a.pid)
     idle = []
     for _ in range(a.idle):
         s = socket.create_connection(("127.0.0.1", a.port), timeout=a.timeout)
-        s.sendall(f"GET {a.path} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
-        try:
-            s.recv(65536)
-        except socket.timeout:
-            pass
+        if a.partial:
+            s.sendall(f"GET {a.path} HT".encode())
+        else:
+            s.sendall(f"GET {a.path} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+            try:
+                s.recv(65536)
+            except socket.timeout:
+                pass
         idle.append(s)
     time.sleep(0.2)
     during = threads(a.pid)
@@ -48,7 +53,8 @@ def main():
     except Exception as e:  # noqa: BLE001 - the measurement is whether it answers
         status = f"no answer ({type(e).__name__})"
     elapsed_ms = (time.monotonic() - start) * 1000
-    print(f"port {a.port}: threads {before} -> {during} with {a.idle} idle keep-alive connections; "
+    kind = "half-sent requests" if a.partial else "idle keep-alive connections"
+    print(f"port {a.port}: threads {before} -> {during} with {a.idle} {kind}; "
           f"a new client's GET {a.path}: {status} in {elapsed_ms:.1f} ms")
     for s in idle:
         s.close()

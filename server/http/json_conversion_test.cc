@@ -118,6 +118,7 @@ TEST(JsonConversionTest, ResponseJsonAndBinary) {
   std::memcpy(a.data.data(), values, 8);
   engine::Tensor b = a;
   b.name = "b";
+  response.outputs = {a, b};
   OutputEncoding encoding;
   encoding.binary["b"] = true;
   EncodedResponse encoded = FromEngineResponse(std::move(response), encoding);

@@ -24,10 +24,17 @@ absl::StatusOr<std::unique_ptr<ServerProcess>> ServerProcess::Start(std::vector<
   static std::atomic<int> counter{0};
   const std::string log_path =
       absl::StrCat(::testing::TempDir(), "sluice_server_", getpid(), "_", counter++, ".log");
-  // HTTP on a free loopback port too, so that servers started in parallel never collide on 8000
-  // (a --http-port or --allow-http in `args` wins: the later flag does).
-  std::vector<std::string> argv = {ServerBinary(), "--grpc-address=127.0.0.1", "--grpc-port=0",
-                                   "--http-address=127.0.0.1", "--http-port=0"};
+  std::vector<std::string> argv = {ServerBinary(), "--grpc-address=127.0.0.1", "--grpc-port=0"};
+  // HTTP on a free loopback port too, so that servers started in parallel never collide on 8000;
+  // unless `args` names its own (CLI11 refuses a flag given twice).
+  auto given = [&](const std::string& flag) {
+    for (const std::string& a : args) {
+      if (a == flag || a.rfind(flag + "=", 0) == 0) return true;
+    }
+    return false;
+  };
+  if (!given("--http-address")) argv.push_back("--http-address=127.0.0.1");
+  if (!given("--http-port")) argv.push_back("--http-port=0");
   argv.insert(argv.end(), args.begin(), args.end());
   // The child's environment, built before fork(): ours plus SLUICE_METRICS_PORT=0 unless set.
   std::vector<char*> c_env;

@@ -19,7 +19,7 @@ namespace sluice::testing {
 class ServerProcess {
  public:
   // Starts the server with `args` added to --grpc-address=127.0.0.1 --grpc-port=0
-  // --http-address=127.0.0.1 --http-port=0, and waits
+  // --http-address=127.0.0.1 --http-port=0 (those two unless `args` sets them), and waits
   // (up to `timeout`) until it has logged "server ready" (models loaded). Error if it exits first
   // or never gets ready; the message carries its log.
   static absl::StatusOr<std::unique_ptr<ServerProcess>> Start(
