@@ -262,10 +262,11 @@ void HttpRoutes::Handle(HttpRequest&& request, Responder respond) {
   const size_t n = segments.size();
   if (n == 1) {  // GET /v2: server metadata
     if (!get) return wrong_method("GET");
-    respond(Json(200, {{"name", "sluice"},
-                       {"version", options_.server_version},
-                       {"extensions", {"model_repository", "model_configuration", "statistics",
-                                       "binary_tensor_data"}}}));
+    respond(Json(
+        200, {{"name", "sluice"},
+              {"version", options_.server_version},
+              {"extensions",
+               {"model_repository", "model_configuration", "statistics", "binary_tensor_data"}}}));
     return;
   }
   if (segments[1] == "health" && n == 3 && (segments[2] == "live" || segments[2] == "ready")) {
@@ -320,8 +321,8 @@ void HttpRoutes::Handle(HttpRequest&& request, Responder respond) {
   not_found();
 }
 
-void HttpRoutes::Infer(const std::string& model, const std::string& version,
-                       HttpRequest&& request, Responder respond) {
+void HttpRoutes::Infer(const std::string& model, const std::string& version, HttpRequest&& request,
+                       Responder respond) {
   const auto received = std::chrono::steady_clock::now();
   auto encoding = std::make_shared<OutputEncoding>();
   // Runs on the engine's completion thread (or right here if the engine refuses at once): the

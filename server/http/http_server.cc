@@ -41,7 +41,10 @@ std::string ErrorJson(absl::string_view message) {
 
 }  // namespace
 
-struct HttpServer::Impl {
+// Shared by the server and by every Responder not yet called or destroyed, so that the I/O
+// context (and with it every connection's socket) outlives a connection a late Responder still
+// holds, e.g. a load/unload task that finishes after Stop().
+struct HttpServer::Impl : std::enable_shared_from_this<HttpServer::Impl> {
   Impl(const HttpServerOptions& options, const Handler& handler,
        std::shared_ptr<std::atomic<int64_t>> connections)
       : options(options),
@@ -114,12 +117,11 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
     // Idle keep-alive wait: the first byte of the next request, under the idle timeout.
     Tcp().expires_after(milliseconds(impl_.options.idle_timeout_ms));
     auto self = this->shared_from_this();
-    stream_.async_read_some(buffer_.prepare(4096),
-                            [self](beast::error_code ec, std::size_t bytes) {
-                              if (ec) return;  // closed, reset or idle too long
-                              self->buffer_.commit(bytes);
-                              self->ReadHeader();
-                            });
+    stream_.async_read_some(buffer_.prepare(4096), [self](beast::error_code ec, std::size_t bytes) {
+      if (ec) return;  // closed, reset or idle too long
+      self->buffer_.commit(bytes);
+      self->ReadHeader();
+    });
   }
 
   void ReadHeader() {
@@ -136,8 +138,8 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
     }
     auto self = this->shared_from_this();
     if (beast::iequals(parser_->get()[bhttp::field::expect], "100-continue")) {
-      auto proceed = std::make_shared<bhttp::response<bhttp::empty_body>>(bhttp::status::continue_,
-                                                                          11);
+      auto proceed =
+          std::make_shared<bhttp::response<bhttp::empty_body>>(bhttp::status::continue_, 11);
       Tcp().expires_after(milliseconds(impl_.options.write_timeout_ms));
       bhttp::async_write(stream_, *proceed,
                          [self, proceed](beast::error_code write_ec, std::size_t) {
@@ -160,8 +162,8 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
       SendErrorAndClose(413, absl::StrCat("request body over ", impl_.options.max_body_bytes,
                                           " bytes (--max-request-bytes)"));
     } else if (ec == bhttp::error::header_limit) {
-      SendErrorAndClose(431, absl::StrCat("request header over ", impl_.options.max_header_bytes,
-                                          " bytes"));
+      SendErrorAndClose(
+          431, absl::StrCat("request header over ", impl_.options.max_header_bytes, " bytes"));
     } else if (ec.category() == bhttp::make_error_code(bhttp::error::bad_method).category() &&
                ec != bhttp::error::end_of_stream && ec != bhttp::error::partial_message) {
       SendErrorAndClose(400, absl::StrCat("malformed HTTP request: ", ec.message()));
@@ -191,13 +193,20 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
       request.inference_header_content_length = std::string(it->value());
     }
     request.body = std::make_shared<std::string>(std::move(message.body()));
-    auto self = this->shared_from_this();
-    Responder responder = [self, liveness = impl_.liveness](HttpResponse response) {
-      absl::MutexLock lock(&liveness->mu);
-      if (!liveness->alive) return;
-      asio::post(self->stream_.get_executor(),
-                 [self, response = std::move(response)]() mutable {
-                   self->Write(std::move(response));
+    // Members are destroyed in reverse order: the connection before the I/O context it uses.
+    struct Hold {
+      std::shared_ptr<HttpServer::Impl> impl;
+      std::shared_ptr<Session> session;
+    };
+    auto hold =
+        std::make_shared<const Hold>(Hold{impl_.shared_from_this(), this->shared_from_this()});
+    Responder responder = [hold](HttpResponse response) {
+      Liveness& liveness = *hold->impl->liveness;
+      absl::MutexLock lock(&liveness.mu);
+      if (!liveness.alive) return;
+      asio::post(hold->session->stream_.get_executor(),
+                 [session = hold->session, response = std::move(response)]() mutable {
+                   session->Write(std::move(response));
                  });
     };
     impl_.handler(std::move(request), std::move(responder));
@@ -306,7 +315,7 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(HttpServerOptions 
   if (options.threads < 1) return absl::InvalidArgumentError("HTTP threads must be >= 1");
   std::unique_ptr<HttpServer> server(new HttpServer(std::move(options), std::move(handler)));
   const HttpServerOptions& o = server->options_;
-  server->impl_ = std::make_unique<Impl>(o, server->handler_, server->connections_);
+  server->impl_ = std::make_shared<Impl>(o, server->handler_, server->connections_);
   Impl& impl = *server->impl_;
   beast::error_code ec;
   if (!o.tls_cert_pem.empty() || !o.tls_key_pem.empty()) {
@@ -362,7 +371,8 @@ void HttpServer::Stop() {
   threads_.clear();
   beast::error_code ignored;
   impl_->acceptor.close(ignored);
-  // Destroys every pending operation, and with them the connections they own.
+  // Destroys every pending operation, and with them the connections they own (unless a
+  // Responder still holds the I/O context: then when the last one goes).
   impl_.reset();
 }
 

@@ -94,8 +94,8 @@ class HttpServer {
   // Connections open now.
   int64_t connections() const { return connections_->load(std::memory_order_relaxed); }
 
-  // Stops accepting, closes every connection and joins the I/O threads. A Responder called
-  // afterwards does nothing. Idempotent.
+  // Stops accepting, closes every idle connection and joins the I/O threads. A Responder called
+  // afterwards does nothing; one destroyed afterwards closes its connection then. Idempotent.
   void Stop();
 
   // The Asio/Beast machinery (http_server.cc); public only so that file's helpers can name it.
@@ -108,7 +108,7 @@ class HttpServer {
   const Handler handler_;
   std::shared_ptr<std::atomic<int64_t>> connections_ = std::make_shared<std::atomic<int64_t>>(0);
   int port_ = 0;
-  std::unique_ptr<Impl> impl_;
+  std::shared_ptr<Impl> impl_;
   std::vector<std::thread> threads_;
   bool stopped_ = false;
 };
