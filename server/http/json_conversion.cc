@@ -13,8 +13,10 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "common/wire/bytes_elements.h"
+#include "common/wire/float16.h"
+#include "common/wire/raw_value.h"
 #include "engine/model_config.h"
-#include "engine/models/float16.h"
 #include "server/infer_conversion.h"
 #include "simdjson.h"
 
@@ -41,13 +43,6 @@ absl::Status JsonError(absl::string_view where, simdjson::error_code error) {
       absl::StrCat("request JSON: ", where, ": ", simdjson::error_message(error)));
 }
 
-template <typename T>
-void AppendScalar(T value, std::vector<std::byte>& out) {
-  const size_t at = out.size();
-  out.resize(at + sizeof(T));
-  std::memcpy(out.data() + at, &value, sizeof(T));
-}
-
 // Appends one JSON element of `dtype` (nested arrays are flattened row-major) to `out`.
 absl::Status AppendElements(dom::element element, DataType dtype, absl::string_view name,
                             std::vector<std::byte>& out, int64_t& count) {
@@ -69,14 +64,14 @@ absl::Status AppendElements(dom::element element, DataType dtype, absl::string_v
       if (v < std::numeric_limits<T>::min() || v > std::numeric_limits<T>::max()) {
         return bad(absl::StrCat("= ", v, " is out of range"));
       }
-      AppendScalar(static_cast<T>(v), out);
+      wire::AppendRawValue(out, static_cast<T>(v));
     } else {
       uint64_t v = 0;
       if (element.get_uint64().get(v) != simdjson::SUCCESS) {
         return bad("is not a non-negative integer");
       }
       if (v > std::numeric_limits<T>::max()) return bad(absl::StrCat("= ", v, " is out of range"));
-      AppendScalar(static_cast<T>(v), out);
+      wire::AppendRawValue(out, static_cast<T>(v));
     }
     return absl::OkStatus();
   };
@@ -89,7 +84,7 @@ absl::Status AppendElements(dom::element element, DataType dtype, absl::string_v
     case DataType::kBool: {
       bool b = false;
       if (element.get_bool().get(b) != simdjson::SUCCESS) return bad("is not true or false");
-      AppendScalar(static_cast<uint8_t>(b ? 1 : 0), out);
+      wire::AppendRawValue(out, static_cast<uint8_t>(b ? 1 : 0));
       break;
     }
     case DataType::kInt8:
@@ -118,28 +113,25 @@ absl::Status AppendElements(dom::element element, DataType dtype, absl::string_v
       break;
     case DataType::kFp16:
       RETURN_IF_ERROR(number(d));
-      AppendScalar(engine::models::FloatToHalf(static_cast<float>(d)), out);
+      wire::AppendRawValue(out, wire::FloatToHalf(static_cast<float>(d)));
       break;
     case DataType::kBf16:
       RETURN_IF_ERROR(number(d));
-      AppendScalar(engine::models::FloatToBFloat16(static_cast<float>(d)), out);
+      wire::AppendRawValue(out, wire::FloatToBFloat16(static_cast<float>(d)));
       break;
     case DataType::kFp32:
       RETURN_IF_ERROR(number(d));
-      AppendScalar(static_cast<float>(d), out);
+      wire::AppendRawValue(out, static_cast<float>(d));
       break;
     case DataType::kFp64:
       RETURN_IF_ERROR(number(d));
-      AppendScalar(d, out);
+      wire::AppendRawValue(out, d);
       break;
     case DataType::kBytes: {
       std::string_view s;
       if (element.get_string().get(s) != simdjson::SUCCESS) return bad("is not a string");
       if (s.size() > std::numeric_limits<uint32_t>::max()) return bad("exceeds 4 GiB");
-      AppendScalar(static_cast<uint32_t>(s.size()), out);
-      const size_t at = out.size();
-      out.resize(at + s.size());
-      if (!s.empty()) std::memcpy(out.data() + at, s.data(), s.size());
+      wire::AppendBytesElement(out, absl::string_view(s.data(), s.size()));
       break;
     }
     case DataType::kInvalid:
@@ -227,14 +219,12 @@ void AppendData(const engine::Tensor& tensor, std::string& out) {
     first = false;
   };
   if (tensor.dtype == DataType::kBytes) {
-    size_t offset = 0;
-    while (offset + 4 <= size) {
-      const uint32_t length = Load<uint32_t>(p + offset);
-      offset += 4;
-      if (length > size - offset) break;  // the engine's outputs are well formed
+    // The engine checked its outputs' framing; a malformed tail would just end the array.
+    wire::BytesElementReader reader(std::span<const std::byte>(tensor.data));
+    absl::string_view element;
+    while (reader.Next(element)) {
       sep();
-      AppendJsonString(std::string_view(reinterpret_cast<const char*>(p + offset), length), out);
-      offset += length;
+      AppendJsonString(std::string_view(element.data(), element.size()), out);
     }
     out.push_back(']');
     return;
@@ -271,10 +261,10 @@ void AppendData(const engine::Tensor& tensor, std::string& out) {
         AppendNumber(Load<int64_t>(p + offset), out);
         break;
       case DataType::kFp16:
-        AppendNumber(engine::models::HalfToFloat(Load<uint16_t>(p + offset)), out);
+        AppendNumber(wire::HalfToFloat(Load<uint16_t>(p + offset)), out);
         break;
       case DataType::kBf16:
-        AppendNumber(engine::models::BFloat16ToFloat(Load<uint16_t>(p + offset)), out);
+        AppendNumber(wire::BFloat16ToFloat(Load<uint16_t>(p + offset)), out);
         break;
       case DataType::kFp32:
         AppendNumber(Load<float>(p + offset), out);

@@ -8,8 +8,8 @@
 // this layer checks only what the wire form itself can get wrong (malformed JSON, element counts,
 // binary sizes and offsets), with overflow checks before any byte is touched.
 //
-// The tensor wire rules it needs live only in json_conversion.cc (element encodings, BYTES
-// walking), with FP16/BF16 from engine/models/float16.h, until common/wire/ takes them over.
+// The tensor wire rules are common/wire/'s (FP16/BF16, raw values, BYTES framing, element counts
+// through engine/tensor.h); what is HTTP's own is the JSON form of elements, in json_conversion.cc.
 
 #include <map>
 #include <memory>

@@ -6,7 +6,7 @@
 #include <memory>
 #include <string>
 
-#include "engine/models/float16.h"
+#include "common/wire/float16.h"
 #include "gtest/gtest.h"
 
 namespace sluice::server::http {
@@ -63,8 +63,8 @@ TEST(JsonConversionTest, EveryDatatype) {
   EXPECT_EQ(At<uint16_t>(in[2], 0), 65535);
   EXPECT_EQ(At<int64_t>(in[3], 0), -9007199254740993);
   EXPECT_EQ(At<uint64_t>(in[4], 0), std::numeric_limits<uint64_t>::max());
-  EXPECT_EQ(engine::models::HalfToFloat(At<uint16_t>(in[5], 0)), 1.5f);
-  EXPECT_EQ(engine::models::BFloat16ToFloat(At<uint16_t>(in[6], 0)), 2.0f);
+  EXPECT_EQ(wire::HalfToFloat(At<uint16_t>(in[5], 0)), 1.5f);
+  EXPECT_EQ(wire::BFloat16ToFloat(At<uint16_t>(in[6], 0)), 2.0f);
   EXPECT_EQ(At<double>(in[7], 0), 0.1);
   EXPECT_EQ(in[8].data.size(), 4u + 2 + 4);
 }
