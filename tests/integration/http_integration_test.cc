@@ -588,6 +588,31 @@ TEST(HttpLifecycleTest, LogsItsPortAndCanBeTurnedOff) {
   EXPECT_THAT((*disabled)->Log(), HasSubstr("HTTP disabled"));
 }
 
+// sluice-loadtest --protocol http, binary and JSON tensors: every request answered.
+TEST(HttpLoadtestTest, ProtocolHttpSendsBinaryAndJson) {
+  auto server = ServerProcess::Start({"--model-repository=" + testing::BundledModelRepository()});
+  ASSERT_TRUE(server.ok()) << server.status();
+  for (const std::string& extra : {std::string(""), std::string(" --http-json")}) {
+    SCOPED_TRACE(extra);
+    const std::string report_path =
+        absl::StrCat(::testing::TempDir(), "loadtest_http_", getpid(), ".json");
+    const std::string command = absl::StrCat(
+        SLUICE_LOADTEST_BINARY, " -u ", (*server)->address(),
+        " --http-url 127.0.0.1:", (*server)->http_port(),
+        " --protocol http --mode sync -m identity --shape INPUT0:1024 ",
+        "--concurrency 2 --warmup-ms 50 --window-ms 200 --max-windows 1 --stability-percent 1000 ",
+        "--no-progress --json ", report_path, extra, " >/dev/null 2>&1");
+    ASSERT_EQ(std::system(command.c_str()), 0) << command;
+    std::ifstream in(report_path);
+    const json report = json::parse(in, nullptr, false);
+    ASSERT_FALSE(report.is_discarded());
+    const auto& level = report["levels"][0];
+    EXPECT_GT(level["succeeded"].get<int64_t>(), 0);
+    EXPECT_EQ(level["failed"].get<int64_t>(), 0);
+    std::filesystem::remove(report_path);
+  }
+}
+
 // TLS on the HTTP port with the gRPC flags, driven by curl (the same openssl-made certificates
 // as tls_integration_test).
 TEST(HttpTlsTest, ServesTlsOnlyWithTheGrpcFlags) {
