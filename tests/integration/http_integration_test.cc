@@ -625,7 +625,11 @@ TEST(HttpTlsTest, ServesTlsOnlyWithTheGrpcFlags) {
       "openssl req -new -key server.key -subj /CN=localhost -out server.csr && ",
       "printf 'subjectAltName=DNS:localhost,IP:127.0.0.1\\n' > server.ext && ",
       "openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 1 ",
-      "-extfile server.ext -out server.pem) >/dev/null 2>&1");
+      "-extfile server.ext -out server.pem && ",
+      "openssl ecparam -name prime256v1 -genkey -noout -out client.key && ",
+      "openssl req -new -key client.key -subj /CN=sluice-test-client -out client.csr && ",
+      "openssl x509 -req -in client.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 1 ",
+      "-out client.pem) >/dev/null 2>&1");
   ASSERT_EQ(std::system(("(" + make).c_str()), 0) << "openssl could not make certificates";
   auto server = ServerProcess::Start({"--model-repository=" + testing::BundledModelRepository(),
                                       "--tls-cert=" + dir + "/server.pem",
@@ -657,6 +661,18 @@ TEST(HttpTlsTest, ServesTlsOnlyWithTheGrpcFlags) {
   EXPECT_EQ(curl(absl::StrCat("http://127.0.0.1:", port, "/v2/health/ready")), "000");
   // Still serving.
   EXPECT_EQ(curl(absl::StrCat("--cacert ", dir, "/ca.pem https://127.0.0.1:", port, "/v2")), "200");
+  // Mutual TLS with --tls-ca: a client certificate the CA signed is required.
+  auto mutual =
+      ServerProcess::Start({"--model-repository=" + testing::BundledModelRepository(),
+                            "--tls-cert=" + dir + "/server.pem", "--tls-key=" + dir + "/server.key",
+                            "--tls-ca=" + dir + "/ca.pem"});
+  ASSERT_TRUE(mutual.ok()) << mutual.status();
+  const std::string url =
+      absl::StrCat("https://127.0.0.1:", (*mutual)->http_port(), "/v2/health/ready");
+  EXPECT_EQ(curl(absl::StrCat("--cacert ", dir, "/ca.pem ", url)), "000");
+  EXPECT_EQ(curl(absl::StrCat("--cacert ", dir, "/ca.pem --cert ", dir, "/client.pem --key ", dir,
+                              "/client.key ", url)),
+            "200");
   std::filesystem::remove_all(dir);
 }
 
