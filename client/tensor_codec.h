@@ -1,8 +1,10 @@
 #pragma once
 
 // Pure helpers that turn typed values into KServe v2 request tensors and response tensors back into
-// typed values. No I/O, no threads, no gRPC: every function here is a plain function of its
-// arguments and is safe to call from any thread.
+// typed values (the codec). Their JSON form is client/tensor_json.h, random inputs for load and
+// smoke tests client/random_input.h; the tensor rules themselves are common/wire/. No I/O, no
+// threads, no gRPC: every function here is a plain function of its arguments and is safe to call
+// from any thread.
 //
 // Wire conventions (the same as Triton's and the server's):
 //   * Raw tensor bytes are the elements packed little-endian in row-major order. BOOL is one byte
@@ -24,6 +26,8 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
+#include "common/wire/float16.h"
+#include "common/wire/shape.h"
 #include "proto/grpc_service.pb.h"
 
 namespace sluice::client {
@@ -40,7 +44,8 @@ absl::StatusOr<int64_t> DataTypeSize(absl::string_view datatype);
 
 // Number of elements of a tensor of `shape` (1 for rank 0). InvalidArgument if a dimension is
 // negative (a -1 "any size" dimension must be made concrete first) or the count overflows int64.
-absl::StatusOr<int64_t> ElementCount(absl::Span<const int64_t> shape);
+// The wire rule (common/wire/shape.h).
+using wire::ElementCount;
 
 // The KServe v2 datatype name of a C++ element type, e.g. DataTypeName<float>() == "FP32".
 // Defined for int8_t..int64_t, uint8_t..uint64_t, float and double. (BOOL, FP16, BF16 and BYTES
@@ -72,11 +77,12 @@ constexpr absl::string_view DataTypeName() {
   }
 }
 
-// IEEE binary16 and bfloat16 conversions (round to nearest even; NaN stays NaN).
-uint16_t FloatToHalf(float value);
-float HalfToFloat(uint16_t bits);
-uint16_t FloatToBFloat16(float value);
-float BFloat16ToFloat(uint16_t bits);
+// IEEE binary16 and bfloat16 conversions (round to nearest even; NaN stays NaN): the wire
+// rules' one implementation (common/wire/float16.h), under the client's names.
+using wire::BFloat16ToFloat;
+using wire::FloatToBFloat16;
+using wire::FloatToHalf;
+using wire::HalfToFloat;
 
 // ---- Raw bytes --------------------------------------------------------------------------------
 
@@ -141,34 +147,6 @@ absl::Status AddBytesInput(inference::ModelInferRequest& request, absl::string_v
 // Asks the server for output `name` only (a request that names no output gets all of them).
 void AddRequestedOutput(inference::ModelInferRequest& request, absl::string_view name);
 
-// Deterministic pseudo-random raw bytes for a tensor: integers in [0, 64) (signed: [-32, 32)),
-// floats in [-1, 1), BOOL 0/1, BYTES elements the decimal text of integers in [0, 1000). The same
-// (datatype, shape, seed) gives the same bytes on every platform. InvalidArgument for an unknown
-// datatype or a negative dimension.
-absl::StatusOr<std::string> RandomInput(absl::string_view datatype, absl::Span<const int64_t> shape,
-                                        uint64_t seed);
-
-// A request for `metadata.name()` with one random input per metadata input (RandomInput with seed
-// `seed + input index`). Each -1 dimension becomes 1, except a leading -1 (the batch dimension of
-// a model with max_batch_size > 0), which becomes `batch_size`.
-// REQUIRES: batch_size >= 1 (InvalidArgument otherwise).
-absl::StatusOr<inference::ModelInferRequest> MakeRandomRequest(
-    const inference::ModelMetadataResponse& metadata, int64_t batch_size = 1, uint64_t seed = 0);
-
-// Parses request inputs from JSON text:
-//   {"id": "optional", "inputs": [{"name": "INPUT0", "datatype": "INT32", "shape": [1, 16],
-//                                  "data": [1, 2, ...]}],
-//    "outputs": [{"name": "OUTPUT0"}]}                       ("id" and "outputs" optional)
-// "data" is row-major and flat (nested arrays are flattened); numbers for numeric types (integers
-// for integer types, in range), true/false or 0/1 for BOOL, strings for BYTES. FP16/BF16 values
-// are given as numbers and rounded. With `metadata` (borrowed, may be null) an input may leave out
-// "datatype" and "shape" when the metadata fixes them; a metadata shape with a -1 dimension needs
-// an explicit "shape". A given datatype or shape must agree with the metadata, and every input
-// must be one the model declares. Returns the request (model_name = metadata->name() when given)
-// or InvalidArgument naming the offending tensor and field.
-absl::StatusOr<inference::ModelInferRequest> InputsFromJson(
-    absl::string_view json_text, const inference::ModelMetadataResponse* metadata);
-
 // ---- Decoding responses -----------------------------------------------------------------------
 
 // One output of a response, with its bytes in raw (little-endian) form whichever way the server
@@ -199,12 +177,5 @@ absl::StatusOr<OutputTensor> DecodeOutput(const inference::ModelInferResponse& r
 // Every output of `response`, in order; errors as DecodeOutput.
 absl::StatusOr<std::vector<OutputTensor>> DecodeOutputs(
     const inference::ModelInferResponse& response);
-
-// The response as JSON: {"model_name": ..., "model_version": ..., "id": ..., "outputs": [{"name",
-// "datatype", "shape", "data": [...]}]}, data flat; FP16/BF16 as numbers, BYTES as strings
-// (invalid UTF-8 replaced by U+FFFD), NaN/Inf as null. `indent` < 0 gives one line. Errors as
-// DecodeOutputs.
-absl::StatusOr<std::string> ResponseToJson(const inference::ModelInferResponse& response,
-                                           int indent = -1);
 
 }  // namespace sluice::client

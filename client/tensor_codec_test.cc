@@ -5,6 +5,8 @@
 #include <string>
 #include <vector>
 
+#include "client/random_input.h"
+#include "client/tensor_json.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 

@@ -1,41 +1,16 @@
 #pragma once
 
 // DataType: the tensor element types of the KServe v2 protocol, by their protocol names
-// ("BOOL", "UINT8", ..., "FP16", "BF16", "FP32", "FP64", "BYTES").
+// ("BOOL", "UINT8", ..., "FP16", "BF16", "FP32", "FP64", "BYTES"). The table lives with the other
+// wire rules in common/wire/data_type.h; the engine uses these names for it.
 
-#include <cstddef>
-
-#include "absl/strings/string_view.h"
+#include "common/wire/data_type.h"
 
 namespace sluice::engine {
 
-enum class DataType {
-  kInvalid,
-  kBool,
-  kUint8,
-  kUint16,
-  kUint32,
-  kUint64,
-  kInt8,
-  kInt16,
-  kInt32,
-  kInt64,
-  kFp16,
-  kBf16,
-  kFp32,
-  kFp64,
-  // Variable-length byte strings; in raw form each element is a 4-byte little-endian length
-  // followed by that many bytes.
-  kBytes,
-};
-
-// The KServe v2 name ("FP32"); "INVALID" for kInvalid.
-absl::string_view DataTypeName(DataType type);
-
-// Parses a KServe v2 name; returns kInvalid for anything else (case-sensitive, as the protocol).
-DataType DataTypeFromName(absl::string_view name);
-
-// Bytes per element; 0 for kBytes (variable) and kInvalid.
-size_t DataTypeByteSize(DataType type);
+using wire::DataType;
+using wire::DataTypeByteSize;
+using wire::DataTypeFromName;
+using wire::DataTypeName;
 
 }  // namespace sluice::engine

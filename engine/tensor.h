@@ -13,27 +13,24 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "common/wire/shape.h"
 #include "engine/data_type.h"
 
 namespace sluice::engine {
 
 using Shape = std::vector<int64_t>;
 
-// Number of elements of `shape`. InvalidArgument if a dimension is negative or the product
-// overflows int64.
-absl::StatusOr<int64_t> ElementCount(std::span<const int64_t> shape);
-
-// `elements` x the byte size of `type`, overflow-checked. InvalidArgument for BYTES (variable) and
-// on overflow.
-absl::StatusOr<size_t> FixedByteSize(DataType type, int64_t elements);
+// Element counts and byte sizes are wire rules (common/wire/shape.h): ElementCount(shape) is
+// InvalidArgument if a dimension is negative or the product overflows int64; FixedByteSize(type,
+// elements) is InvalidArgument for BYTES (variable) and on overflow; ShapeToString gives "[1,16]".
+using wire::ElementCount;
+using wire::FixedByteSize;
+using wire::ShapeToString;
 
 // Checks that `data` holds exactly `elements` BYTES elements (4-byte little-endian length, then
 // the bytes), every length within bounds. The message names `tensor_name`.
 absl::Status ValidateBytesElements(absl::string_view tensor_name, std::span<const std::byte> data,
                                    int64_t elements);
-
-// "[1,16]"
-std::string ShapeToString(std::span<const int64_t> shape);
 
 // A borrowed tensor.
 struct TensorView {

@@ -107,6 +107,8 @@ struct GeneratorContext {
   std::shared_ptr<const inference::ModelInferRequest> request;
   WindowCollector* collector;
   RequestBudget* budget;
+  // RunOptions::make_sync_sender; null or empty: gRPC.
+  const std::function<absl::StatusOr<std::function<absl::Status()>>()>* make_sync_sender = nullptr;
 };
 
 // Closed loop, LoadMode::kSync: `concurrency` threads, each sending with the blocking Infer().
@@ -129,11 +131,26 @@ class SyncClosedLoop final : public LoadGenerator {
 
  private:
   void Loop() {
+    std::function<absl::Status()> send;  // HTTP; empty: gRPC
+    if (context_.make_sync_sender != nullptr && *context_.make_sync_sender) {
+      absl::StatusOr<std::function<absl::Status()>> made = (*context_.make_sync_sender)();
+      if (!made.ok()) {
+        context_.collector->RecordSent();
+        context_.collector->RecordResult(made.status(), 0);
+        return;
+      }
+      send = *std::move(made);
+    }
     while (!stop_.load(std::memory_order_relaxed) && context_.budget->TryTake()) {
       context_.collector->RecordSent();
       const int64_t start_ns = NowNs();
-      client::InferResult result = context_.client->Infer(*context_.request);
-      context_.collector->RecordResult(result.status(), NowNs() - start_ns);
+      if (send) {
+        const absl::Status status = send();
+        context_.collector->RecordResult(status, NowNs() - start_ns);
+      } else {
+        client::InferResult result = context_.client->Infer(*context_.request);
+        context_.collector->RecordResult(result.status(), NowNs() - start_ns);
+      }
     }
   }
 
@@ -443,6 +460,11 @@ absl::Status ValidateOptions(const RunOptions& options) {
         "open loop (--request-rate) needs --mode async or stream: a blocking call per thread "
         "cannot keep a schedule");
   }
+  if (options.make_sync_sender && options.mode != LoadMode::kSync) {
+    return absl::InvalidArgumentError(
+        "--protocol http sends with one blocking connection per thread: it needs --mode sync "
+        "and --concurrency");
+  }
   for (int64_t concurrency : options.concurrency_levels) {
     if (concurrency < 1) return absl::InvalidArgumentError("concurrency must be >= 1");
   }
@@ -538,7 +560,7 @@ class LevelRunner {
     }
 
     WindowCollector collector;
-    GeneratorContext context{&client_, request_, &collector, &budget_};
+    GeneratorContext context{&client_, request_, &collector, &budget_, &options_.make_sync_sender};
     std::unique_ptr<LoadGenerator> generator;
     if (!closed) {
       generator =

@@ -106,6 +106,12 @@ struct RunOptions {
   // Seed of the Poisson arrivals.
   uint64_t seed = 0;
 
+  // --protocol http: makes the sender of one closed-loop thread (each its own keep-alive
+  // connection); every call sends the request once and blocks for the answer. Only with
+  // LoadMode::kSync. Empty: requests go over gRPC through the client (which still reads the
+  // server's statistics either way).
+  std::function<absl::StatusOr<std::function<absl::Status()>>()> make_sync_sender;
+
   // Called about every progress_interval_ms from the thread running RunLoad (may be empty).
   std::function<void(const Progress&)> on_progress;
   int64_t progress_interval_ms = 250;

@@ -27,6 +27,7 @@
 #include "absl/time/time.h"
 #include "client/inference_client.h"
 #include "client/tls_flags.h"
+#include "loadtest/http_sender.h"
 #include "loadtest/load_runner.h"
 #include "loadtest/load_sweep.h"
 #include "loadtest/report_writer.h"
@@ -69,6 +70,9 @@ struct Flags {
   std::string json_path;
   std::string report_path;
   bool no_progress = false;
+  std::string protocol = "grpc";
+  std::string http_url;
+  bool http_json = false;
 };
 
 void AddFlags(CLI::App& app, Flags& flags) {
@@ -79,6 +83,17 @@ void AddFlags(CLI::App& app, Flags& flags) {
       ->envname("SLUICE_URL")
       ->capture_default_str();
   client::AddTlsFlags(app, flags.tls);
+  app.add_option("--protocol", flags.protocol,
+                 "grpc, or http: KServe v2 HTTP/REST, binary tensors unless --http-json (needs "
+                 "--mode sync; metadata and statistics still come over gRPC from --url)")
+      ->check(CLI::IsMember({"grpc", "http"}))
+      ->capture_default_str();
+  app.add_option("--http-url", flags.http_url,
+                 "With --protocol http: the server's HTTP host:port (default: --url's host, "
+                 "port 8000); plaintext only")
+      ->envname("SLUICE_HTTP_URL");
+  app.add_flag("--http-json", flags.http_json,
+               "With --protocol http: JSON tensors both ways instead of binary ones");
   app.add_option("--mode", flags.mode,
                  "sync: a thread per outstanding request, blocking calls; async: gRPC callback "
                  "API; stream: one ModelStreamInfer stream")
@@ -317,8 +332,39 @@ int Run(const Flags& flags, const std::string& command_line) {
                              probe.status().message()));
   }
 
+  if (flags.protocol == "http") {
+    if (options.mode != LoadMode::kSync) {
+      return Fail("--protocol http needs --mode sync (one keep-alive connection per thread)");
+    }
+    std::string http_url = flags.http_url;
+    if (http_url.empty()) {
+      absl::StatusOr<std::pair<std::string, int>> grpc = client::SplitHostPort(flags.url);
+      if (!grpc.ok()) return Fail(grpc.status().message());
+      http_url = absl::StrCat(grpc->first, ":8000");
+    }
+    absl::StatusOr<std::pair<std::string, int>> http = client::SplitHostPort(http_url);
+    if (!http.ok()) return Fail(absl::StrCat("--http-url: ", http.status().message()));
+    absl::StatusOr<HttpInferBody> body = BuildHttpInferBody(*request, flags.http_json);
+    if (!body.ok()) return Fail(body.status().message());
+    auto shared = std::make_shared<const HttpInferBody>(*std::move(body));
+    const int timeout_ms = static_cast<int>(flags.timeout_ms);
+    options.make_sync_sender = [host = http->first, port = http->second, shared,
+                                timeout_ms]() -> absl::StatusOr<std::function<absl::Status()>> {
+      auto sender = std::make_shared<HttpSender>(host, port, shared, timeout_ms);
+      return std::function<absl::Status()>([sender] { return sender->Send(); });
+    };
+    // The same probe over HTTP: a request the HTTP front end refuses fails here.
+    if (absl::Status status = HttpSender(http->first, http->second, shared, timeout_ms).Send();
+        !status.ok()) {
+      return Fail(absl::StrCat("the server rejected a test request over HTTP at ", http_url, ": ",
+                               status.message()));
+    }
+    context.url = absl::StrCat("http://", http_url,
+                               flags.http_json ? " (JSON tensors)" : " (binary tensors)");
+  } else {
+    context.url = flags.url;
+  }
   options.batch_size = RequestBatchSize(*metadata, *request);
-  context.url = flags.url;
   context.model = flags.model;
   context.model_version = flags.model_version;
   context.mode = options.mode;

@@ -6,7 +6,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "client/random_input.h"
 #include "client/tensor_codec.h"
+#include "client/tensor_json.h"
 
 namespace sluice::loadtest {
 

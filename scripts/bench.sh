@@ -202,7 +202,7 @@ LOAD_MODELS=(--model-control-mode=explicit)
 for model in "${BATCH_MODELS[@]}"; do LOAD_MODELS+=(--load-model "$model"); done
 NOBATCH_REPO=$(make_nobatch_repo "${BATCH_MODELS[@]}")
 # (Info-level logging stays on: start_server waits for the "server ready" line.)
-SERVER_FLAGS=(--grpc-address 127.0.0.1 --grpc-port 0)
+SERVER_FLAGS=(--grpc-address 127.0.0.1 --grpc-port 0 --http-address 127.0.0.1 --http-port 0)
 # Several servers run side by side: their metrics endpoints (where the build has them) also take
 # a free loopback port.
 if "$SERVER" --help 2>/dev/null | grep -q -- '--metrics-port'; then

@@ -19,6 +19,9 @@ BUILD_PACKAGES=(
   libcli11-dev nlohmann-json3-dev
   # metrics exporter
   prometheus-cpp-dev
+  # the HTTP/REST front end: Boost.Beast/Asio (header-only), OpenSSL for its TLS, simdjson for
+  # JSON tensors
+  libboost1.81-dev libssl-dev libsimdjson-dev
   # the CPU backend's GEMMs (cblas_sgemm)
   libopenblas-dev
   # text/'s Unicode (character classes, NFD, lowercase): ICU

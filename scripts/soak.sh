@@ -23,7 +23,7 @@ loadtest="$build/loadtest/sluice-loadtest"
 
 work=$(mktemp -d)
 trap 'kill "$pid" 2>/dev/null || true; rm -rf "$work"' EXIT
-"$server" --model-repository=models --grpc-address=127.0.0.1 --grpc-port=0 --metrics-port=0 \
+"$server" --model-repository=models --grpc-address=127.0.0.1 --grpc-port=0 --http-port=0 --metrics-port=0 \
   --metrics-address=127.0.0.1 >"$work/server.log" 2>&1 &
 pid=$!
 for _ in $(seq 300); do grep -q "server ready" "$work/server.log" && break; sleep 0.1; done

@@ -5,13 +5,13 @@
 #include <limits>
 #include <optional>
 #include <string>
-#include <type_traits>
 #include <vector>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/echo.h"
 #include "common/status_macros.h"
+#include "common/wire/typed_contents.h"
 #include "engine/model_config.h"
 
 namespace sluice::server {
@@ -31,126 +31,34 @@ bool HasTypedContents(const inference::InferTensorContents& c) {
          c.fp64_contents_size() || c.bytes_contents_size();
 }
 
-template <typename Out, typename In>
-absl::Status ConvertNumbers(const google::protobuf::RepeatedField<In>& values,
-                            const std::string& name, absl::string_view field,
-                            std::vector<std::byte>& out) {
-  out.resize(values.size() * sizeof(Out));
-  for (int i = 0; i < values.size(); ++i) {
-    const In v = values[i];
-    if constexpr (std::is_integral_v<Out> && !std::is_same_v<Out, bool> &&
-                  sizeof(Out) < sizeof(In)) {
-      if (v < static_cast<In>(std::numeric_limits<Out>::min()) ||
-          v > static_cast<In>(std::numeric_limits<Out>::max())) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("input '", name, "': ", field, "[", i, "] = ", v, " is out of range"));
-      }
-    }
-    const Out converted = static_cast<Out>(v);
-    std::memcpy(out.data() + i * sizeof(Out), &converted, sizeof(Out));
-  }
-  return absl::OkStatus();
-}
-
-// Converts the typed `contents` of one input to raw little-endian bytes.
+// Converts the typed `contents` of one input to raw little-endian bytes (the wire rules:
+// common/wire/typed_contents.h), and checks the count against the shape.
 absl::Status ConvertTyped(const inference::ModelInferRequest::InferInputTensor& input,
                           DataType dtype, int64_t elements, std::vector<std::byte>& out) {
-  const auto& c = input.contents();
   const std::string& name = input.name();
-  int64_t count = 0;
-  absl::string_view field;
-  absl::Status status;
-  switch (dtype) {
-    case DataType::kBool:
-      field = "bool_contents";
-      count = c.bool_contents_size();
-      status = ConvertNumbers<uint8_t>(c.bool_contents(), name, field, out);
+  const wire::TypedConversion result = wire::TypedContentsToRaw(input.contents(), dtype, out);
+  switch (result.error) {
+    case wire::TypedConversion::Error::kNone:
       break;
-    case DataType::kInt8:
-      field = "int_contents";
-      count = c.int_contents_size();
-      status = ConvertNumbers<int8_t>(c.int_contents(), name, field, out);
-      break;
-    case DataType::kInt16:
-      field = "int_contents";
-      count = c.int_contents_size();
-      status = ConvertNumbers<int16_t>(c.int_contents(), name, field, out);
-      break;
-    case DataType::kInt32:
-      field = "int_contents";
-      count = c.int_contents_size();
-      status = ConvertNumbers<int32_t>(c.int_contents(), name, field, out);
-      break;
-    case DataType::kInt64:
-      field = "int64_contents";
-      count = c.int64_contents_size();
-      status = ConvertNumbers<int64_t>(c.int64_contents(), name, field, out);
-      break;
-    case DataType::kUint8:
-      field = "uint_contents";
-      count = c.uint_contents_size();
-      status = ConvertNumbers<uint8_t>(c.uint_contents(), name, field, out);
-      break;
-    case DataType::kUint16:
-      field = "uint_contents";
-      count = c.uint_contents_size();
-      status = ConvertNumbers<uint16_t>(c.uint_contents(), name, field, out);
-      break;
-    case DataType::kUint32:
-      field = "uint_contents";
-      count = c.uint_contents_size();
-      status = ConvertNumbers<uint32_t>(c.uint_contents(), name, field, out);
-      break;
-    case DataType::kUint64:
-      field = "uint64_contents";
-      count = c.uint64_contents_size();
-      status = ConvertNumbers<uint64_t>(c.uint64_contents(), name, field, out);
-      break;
-    case DataType::kFp32:
-      field = "fp32_contents";
-      count = c.fp32_contents_size();
-      status = ConvertNumbers<float>(c.fp32_contents(), name, field, out);
-      break;
-    case DataType::kFp64:
-      field = "fp64_contents";
-      count = c.fp64_contents_size();
-      status = ConvertNumbers<double>(c.fp64_contents(), name, field, out);
-      break;
-    case DataType::kBytes: {
-      field = "bytes_contents";
-      count = c.bytes_contents_size();
-      size_t total = 0;
-      for (const std::string& s : c.bytes_contents()) {
-        if (s.size() > std::numeric_limits<uint32_t>::max()) {
-          return absl::InvalidArgumentError(
-              absl::StrCat("input '", name, "': a BYTES element exceeds 4 GiB"));
-        }
-        total += 4 + s.size();
-      }
-      out.resize(total);
-      size_t offset = 0;
-      for (const std::string& s : c.bytes_contents()) {
-        const uint32_t length = static_cast<uint32_t>(s.size());
-        std::memcpy(out.data() + offset, &length, 4);
-        if (length > 0) std::memcpy(out.data() + offset + 4, s.data(), length);
-        offset += 4 + length;
-      }
-      break;
-    }
-    case DataType::kFp16:
-    case DataType::kBf16:
+    case wire::TypedConversion::Error::kOutOfRange:
+      return absl::InvalidArgumentError(absl::StrCat("input '", name, "': ", result.field, "[",
+                                                     result.index, "] = ", result.value,
+                                                     " is out of range"));
+    case wire::TypedConversion::Error::kElementTooLong:
+      return absl::InvalidArgumentError(
+          absl::StrCat("input '", name, "': a BYTES element exceeds 4 GiB"));
+    case wire::TypedConversion::Error::kNoTypedField:
       return absl::InvalidArgumentError(
           absl::StrCat("input '", name, "': ", engine::DataTypeName(dtype),
                        " has no typed contents field; send it in raw_input_contents"));
-    case DataType::kInvalid:
+    case wire::TypedConversion::Error::kInvalidType:
       return absl::InvalidArgumentError(absl::StrCat("input '", name, "': invalid data type"));
   }
-  RETURN_IF_ERROR(status);
-  if (count != elements) {
+  if (result.count != elements) {
     return absl::InvalidArgumentError(absl::StrCat(
         "input '", name, "': shape ",
         engine::ShapeToString(std::span<const int64_t>(input.shape().data(), input.shape().size())),
-        " needs ", elements, " elements but ", field, " holds ", count));
+        " needs ", elements, " elements but ", result.field, " holds ", result.count));
   }
   return absl::OkStatus();
 }

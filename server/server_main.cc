@@ -1,6 +1,6 @@
-// sluice-server: the process. Flags, logger, engine, model repository, gRPC server, and the
-// SIGTERM/SIGINT drain: readiness goes false, new requests get UNAVAILABLE, queued and in-flight
-// requests are answered (up to --exit-timeout-secs), then the process exits 0.
+// sluice-server: the process. Flags, logger, engine, model repository, gRPC and HTTP servers, and
+// the SIGTERM/SIGINT drain: readiness goes false, new requests get UNAVAILABLE, queued and
+// in-flight requests are answered (up to --exit-timeout-secs), then the process exits 0.
 
 #include <fcntl.h>
 #include <sys/resource.h>
@@ -31,6 +31,8 @@
 #include "grpcpp/resource_quota.h"
 #include "server/grpc_service.h"
 #include "server/listener_watchdog.h"
+#include "server/http/http_routes.h"
+#include "server/http/http_server.h"
 #include "server/metrics_exporter.h"
 #include "server/model_repository.h"
 #include "server/nvml_gpu_source.h"
@@ -92,6 +94,14 @@ struct Flags {
   int metrics_http_threads = 8;
   int metrics_request_timeout_ms = 2000;
   double access_log_sample_rate = 0;
+  bool allow_http = true;
+  std::string http_address = "0.0.0.0";
+  int http_port = 8000;
+  int http_threads = 2;
+  int http_max_connections = 1024;
+  int http_idle_timeout_ms = 60000;
+  int http_header_timeout_ms = 10000;
+  int http_body_timeout_ms = 60000;
 };
 
 // Plaintext, TLS (--tls-cert/--tls-key) or mutual TLS (and --tls-ca).
@@ -132,15 +142,15 @@ void AddFlags(CLI::App& app, Flags& flags) {
       ->check(CLI::Range(0, 65535))
       ->capture_default_str();
   app.add_option("--grpc-max-message-bytes,--max-request-bytes", flags.grpc_max_message_bytes,
-                 "Largest gRPC message received or sent: a larger request is refused "
-                 "(RESOURCE_EXHAUSTED) before it is read into memory")
+                 "Largest gRPC message received or sent, and largest HTTP request body: a larger "
+                 "request is refused (RESOURCE_EXHAUSTED; HTTP 413) before it is read into memory")
       ->envname("SLUICE_GRPC_MAX_MESSAGE_BYTES")
       ->check(CLI::Range(int64_t{1024}, int64_t{2147483647}))
       ->capture_default_str();
   app.add_option(
          "--tls-cert", flags.tls_cert,
-         "PEM certificate (chain) of the gRPC port: with --tls-key, gRPC is served over TLS "
-         "only")
+         "PEM certificate (chain) of the gRPC and HTTP ports: with --tls-key, both are served "
+         "over TLS only")
       ->envname("SLUICE_TLS_CERT");
   app.add_option("--tls-key", flags.tls_key, "PEM private key of --tls-cert")
       ->envname("SLUICE_TLS_KEY");
@@ -371,6 +381,45 @@ void AddFlags(CLI::App& app, Flags& flags) {
                  "version, id, batch, queue and compute time, status)")
       ->envname("SLUICE_ACCESS_LOG_SAMPLE_RATE")
       ->check(CLI::Range(0.0, 1.0))
+      ->capture_default_str();
+  app.add_option("--allow-http", flags.allow_http,
+                 "Serve the KServe v2 HTTP/REST protocol (--http-port); false turns it off")
+      ->envname("SLUICE_ALLOW_HTTP")
+      ->capture_default_str();
+  app.add_option("--http-address", flags.http_address, "IP address the HTTP server binds")
+      ->envname("SLUICE_HTTP_ADDRESS")
+      ->capture_default_str();
+  app.add_option("--http-port", flags.http_port,
+                 "HTTP/REST port (KServe v2); 0 picks a free port, which is logged. TLS with "
+                 "the same --tls-* flags as gRPC; bodies are limited by --max-request-bytes")
+      ->envname("SLUICE_HTTP_PORT")
+      ->check(CLI::Range(0, 65535))
+      ->capture_default_str();
+  app.add_option("--http-threads", flags.http_threads,
+                 "HTTP I/O threads; each serves many connections (none is held per connection)")
+      ->envname("SLUICE_HTTP_THREADS")
+      ->check(CLI::Range(1, 64))
+      ->capture_default_str();
+  app.add_option("--http-max-connections", flags.http_max_connections,
+                 "HTTP connections open at once; one more is answered 503 and closed")
+      ->envname("SLUICE_HTTP_MAX_CONNECTIONS")
+      ->check(CLI::Range(1, 1 << 20))
+      ->capture_default_str();
+  app.add_option("--http-idle-timeout-ms", flags.http_idle_timeout_ms,
+                 "A keep-alive HTTP connection idle this long between requests is closed")
+      ->envname("SLUICE_HTTP_IDLE_TIMEOUT_MS")
+      ->check(CLI::Range(100, 3600000))
+      ->capture_default_str();
+  app.add_option("--http-header-timeout-ms", flags.http_header_timeout_ms,
+                 "From a request's first byte to the end of its header (a client that trickles "
+                 "is cut off)")
+      ->envname("SLUICE_HTTP_HEADER_TIMEOUT_MS")
+      ->check(CLI::Range(100, 3600000))
+      ->capture_default_str();
+  app.add_option("--http-body-timeout-ms", flags.http_body_timeout_ms,
+                 "From the end of a request's header to the end of its body")
+      ->envname("SLUICE_HTTP_BODY_TIMEOUT_MS")
+      ->check(CLI::Range(100, 3600000))
       ->capture_default_str();
   app.add_option("--exit-timeout-secs,--exit-timeout", flags.exit_timeout_secs,
                  "On SIGTERM/SIGINT, how long queued and in-flight requests may take to finish")
@@ -646,7 +695,50 @@ int Run(const Flags& flags) {
     watchdog = ListenerWatchdog::Start(std::move(watchdog_options));
   }
 
-  // Models load after the port is open: liveness answers during a long load, readiness waits.
+  // The HTTP/REST front end, over the same engine and repository; same TLS flags as gRPC.
+  http::HttpRoutesOptions routes_options;
+  routes_options.explicit_model_control = explicit_mode;
+  routes_options.server_version = SLUICE_VERSION;
+  http::HttpRoutes routes(engine->get(), repository->get(), routes_options);
+  std::unique_ptr<http::HttpServer> http_server;
+  if (flags.allow_http) {
+    http::HttpServerOptions http_options;
+    http_options.address = flags.http_address;
+    http_options.port = flags.http_port;
+    http_options.threads = flags.http_threads;
+    http_options.max_connections = flags.http_max_connections;
+    http_options.max_body_bytes = static_cast<uint64_t>(flags.grpc_max_message_bytes);
+    http_options.idle_timeout_ms = flags.http_idle_timeout_ms;
+    http_options.header_timeout_ms = flags.http_header_timeout_ms;
+    http_options.body_timeout_ms = flags.http_body_timeout_ms;
+    if (!flags.tls_cert.empty()) {
+      // ServerCredentials() above already checked that the files go together and read them.
+      http_options.tls_cert_pem = *common::ReadPemFile("--tls-cert", flags.tls_cert);
+      http_options.tls_key_pem = *common::ReadPemFile("--tls-key", flags.tls_key);
+      if (!flags.tls_ca.empty()) {
+        http_options.tls_ca_pem = *common::ReadPemFile("--tls-ca", flags.tls_ca);
+      }
+    }
+    absl::StatusOr<std::unique_ptr<http::HttpServer>> started = http::HttpServer::Start(
+        std::move(http_options), [&routes](http::HttpRequest&& request, http::Responder respond) {
+          routes.Handle(std::move(request), std::move(respond));
+        });
+    if (!started.ok()) {
+      LOG_ERROR(log, started.status().message(),
+                "; choose another --http-port, or --allow-http=false");
+      server->Shutdown();
+      return 1;
+    }
+    http_server = *std::move(started);
+    // Tests and scripts read this line to find a port picked with --http-port=0.
+    LOG_INFO_WAITING(log, "HTTP listening on ", flags.http_address, ":", http_server->port(), " (",
+                     transport, ", ", flags.http_threads,
+                     " I/O threads) http_port=", http_server->port());
+  } else {
+    LOG_INFO_WAITING(log, "HTTP disabled (--allow-http=false)");
+  }
+
+  // Models load after the ports are open: liveness answers during a long load, readiness waits.
   int failed = 0;
   if (explicit_mode) {
     for (const std::string& name : flags.load_models) {
@@ -659,6 +751,7 @@ int Run(const Flags& flags) {
     LOG_WARNING(log, failed, " model(s) failed to load; see RepositoryIndex for the reasons");
   }
   service.SetReady(true);
+  routes.SetReady(true);
   health->SetServingStatus(true);
   LOG_INFO_WAITING(log, "server ready: repository ", (*repository)->root(), ", model control ",
                    flags.model_control_mode);
@@ -668,6 +761,7 @@ int Run(const Flags& flags) {
   LOG_INFO_WAITING(log, "received ", signal_number == SIGTERM ? "SIGTERM" : "SIGINT",
                    ": draining (exit timeout ", flags.exit_timeout_secs, " s)");
   service.SetReady(false);
+  routes.SetReady(false);
   health->SetServingStatus(false);
   if (watchdog != nullptr) watchdog->Stop();  // the drain closes the port; not a dead listener
   (*engine)->BeginDrain();
@@ -701,6 +795,8 @@ int Run(const Flags& flags) {
   // Answers whatever the exit timeout cut short, so every reactor finishes and Wait() returns.
   (*engine)->Shutdown();
   server->Wait();
+  // Every HTTP request has been answered too (the engine is shut down); the I/O threads stop.
+  if (http_server != nullptr) http_server->Stop();
   if (!control_stopped) {
     // Every call is answered and flushed, the stats are logged; what is left is a thread stuck in
     // a system call, which no destructor may run under. Flush the log and end here.
@@ -721,7 +817,8 @@ int Run(const Flags& flags) {
 
 int main(int argc, char** argv) {
   CLI::App app{
-      "sluice-server: a KServe v2 (Open Inference Protocol) gRPC inference server.\n"
+      "sluice-server: a KServe v2 (Open Inference Protocol) inference server, gRPC and "
+      "HTTP/REST.\n"
       "Serves the models of a Triton-style model repository; every flag also reads the\n"
       "environment variable named beside it."};
   app.set_version_flag("--version", SLUICE_VERSION);

@@ -9,7 +9,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "common/status_macros.h"
-#include "engine/models/float16.h"
+#include "common/wire/float16.h"
 #include "engine/models/safetensors.h"
 #include "engine/tensor.h"
 
@@ -37,8 +37,8 @@ std::vector<std::byte> DrawTensor(uint64_t& state, size_t count, double bound, D
     if (dtype == DataType::kFp32) {
       std::memcpy(out, &value, 4);
     } else {
-      const uint16_t bits = dtype == DataType::kFp16 ? engine::models::FloatToHalf(value)
-                                                     : engine::models::FloatToBFloat16(value);
+      const uint16_t bits =
+          dtype == DataType::kFp16 ? wire::FloatToHalf(value) : wire::FloatToBFloat16(value);
       std::memcpy(out, &bits, 2);
     }
   }

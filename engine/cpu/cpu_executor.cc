@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/check.h"
 #include "common/status_macros.h"
+#include "common/wire/bytes_elements.h"
 #include "engine/batch_answers.h"
 #include "engine/model_stats.h"
 
@@ -17,13 +18,11 @@ using Clock = std::chrono::steady_clock;
 
 // Byte length of `elements` BYTES elements starting at `data` (already validated at submit).
 size_t BytesElementsLength(std::span<const std::byte> data, int64_t elements) {
-  size_t offset = 0;
-  for (int64_t i = 0; i < elements; ++i) {
-    uint32_t length;
-    std::memcpy(&length, data.data() + offset, 4);
-    offset += 4 + length;
+  wire::BytesElementReader reader(data);
+  absl::string_view element;
+  while (reader.index() < elements && reader.Next(element)) {
   }
-  return offset;
+  return reader.offset();
 }
 
 // Checks the model's outputs against its config before anything is scattered: a backend bug must

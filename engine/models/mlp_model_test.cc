@@ -17,13 +17,18 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "common/wire/float16.h"
 #include "engine/engine.h"
-#include "engine/models/float16.h"
 #include "engine/models/safetensors.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
 namespace sluice::engine::models {
+
+using wire::BFloat16ToFloat;
+using wire::FloatToBFloat16;
+using wire::FloatToHalf;
+using wire::HalfToFloat;
 namespace {
 
 using ::testing::AllOf;

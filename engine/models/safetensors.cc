@@ -17,10 +17,13 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
-#include "engine/models/float16.h"
+#include "common/wire/float16.h"
 #include "nlohmann/json.hpp"
 
 namespace sluice::engine::models {
+
+using wire::BFloat16ToFloat;
+using wire::HalfToFloat;
 
 static_assert(std::endian::native == std::endian::little,
               "safetensors data is little-endian; this code copies it as it is");

@@ -8,11 +8,16 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "engine/models/float16.h"
+#include "common/wire/float16.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
 namespace sluice::engine::models {
+
+using wire::BFloat16ToFloat;
+using wire::FloatToBFloat16;
+using wire::FloatToHalf;
+using wire::HalfToFloat;
 namespace {
 
 using ::testing::AllOf;

@@ -68,8 +68,9 @@ class ComposeTest(unittest.TestCase):
 
     def test_ports_are_the_images(self):
         grpc, metrics = self.image_env("SLUICE_GRPC_PORT"), self.image_env("SLUICE_METRICS_PORT")
+        http = self.image_env("SLUICE_HTTP_PORT")
         published = {int(p.split(":")[1]) for p in self.services["sluice"]["ports"]}
-        self.assertEqual(published, {grpc, metrics})
+        self.assertEqual(published, {http, grpc, metrics})
 
     def test_prometheus_scrapes_sluice(self):
         config = dict((c, h) for h, c in self.mounts("prometheus"))["/etc/prometheus/prometheus.yml"]

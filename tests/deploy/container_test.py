@@ -87,11 +87,12 @@ class ContainerTest(unittest.TestCase):
         size = int(sh(["podman", "image", "inspect", "--format", "{{.Size}}", IMAGE]).stdout)
         print(f"\nimage {IMAGE}: {size / 2**20:.1f} MiB, built in {time.time() - t0:.0f} s",
               file=sys.stderr)
-        cls.grpc_port, cls.metrics_port = free_port(), free_port()
+        cls.grpc_port, cls.metrics_port, cls.http_port = free_port(), free_port(), free_port()
         cls.name = f"sluice-test-{os.getpid()}"
         sh(["podman", "run", "-d", "--name", cls.name, *cls.run_flags, *cls.variant_run_flags,
             "-e", f"SLUICE_GRPC_PORT={cls.grpc_port}",
             "-e", f"SLUICE_METRICS_PORT={cls.metrics_port}",
+            "-e", f"SLUICE_HTTP_PORT={cls.http_port}", "-e", "SLUICE_HTTP_ADDRESS=127.0.0.1",
             "-e", "SLUICE_GRPC_ADDRESS=127.0.0.1", "-e", "SLUICE_METRICS_ADDRESS=127.0.0.1",
             IMAGE])
         cls.channel = grpc.insecure_channel(f"127.0.0.1:{cls.grpc_port}")
@@ -155,6 +156,20 @@ class ContainerTest(unittest.TestCase):
     def test_2b_device_line(self):
         # Without a GPU the server says, once, that it runs on the CPU backend (the CUDA image too).
         self.assertRegex(self.logs(), r"(?i)CPU backend")
+
+    def test_2c_http_rest(self):
+        # The HTTP/REST front end on its port, ready by the same rule as gRPC.
+        base = f"http://127.0.0.1:{self.http_port}"
+        with urllib.request.urlopen(base + "/v2/health/ready", timeout=5) as r:
+            self.assertEqual(r.status, 200)
+        body = json.dumps({"inputs": [
+            {"name": "INPUT0", "shape": [1, 16], "datatype": "INT32", "data": list(range(16))},
+            {"name": "INPUT1", "shape": [1, 16], "datatype": "INT32", "data": [1] * 16}]}).encode()
+        request = urllib.request.Request(base + "/v2/models/simple/infer", data=body,
+                                         headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=5) as r:
+            answer = json.load(r)
+        self.assertEqual(answer["outputs"][0]["data"], list(range(1, 17)))
 
     def test_3_metrics(self):
         body = urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics",

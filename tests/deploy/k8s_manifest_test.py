@@ -50,8 +50,9 @@ class K8sManifestTest(unittest.TestCase):
         cls.ports = {p["name"]: p["containerPort"] for p in cls.container["ports"]}
 
     def test_every_flag_is_one_the_server_knows(self):
+        runtimes = [o for o in self.kserve if o["kind"] == "ServingRuntime"]
         for container in [self.container] + [
-                c for c in by_kind(self.kserve, "ServingRuntime")["spec"]["containers"]]:
+                c for runtime in runtimes for c in runtime["spec"]["containers"]]:
             for arg in container["args"]:
                 flag = arg.split("=", 1)[0]
                 self.assertRegex(self.help, re.escape(flag) + r"\b", f"unknown flag {flag}")
@@ -60,10 +61,11 @@ class K8sManifestTest(unittest.TestCase):
         args = self.container["args"]
         self.assertEqual(self.ports["grpc"], int(flag_value(args, "--grpc-port")))
         self.assertEqual(self.ports["metrics"], int(flag_value(args, "--metrics-port")))
+        self.assertEqual(self.ports["http"], int(flag_value(args, "--http-port")))
         service = by_kind(self.objects, "Service", "sluice")
         targets = {p["name"]: p["targetPort"] for p in service["spec"]["ports"]}
-        self.assertEqual(targets, {"grpc": "grpc", "metrics": "metrics"})
-        self.assertEqual(self.dockerfile.count("EXPOSE 8001 8002"), 1)
+        self.assertEqual(targets, {"http": "http", "grpc": "grpc", "metrics": "metrics"})
+        self.assertEqual(self.dockerfile.count("EXPOSE 8000 8001 8002"), 1)
 
     def test_probes_use_grpc_health(self):
         c = self.container
@@ -107,6 +109,15 @@ class K8sManifestTest(unittest.TestCase):
         if ARGS.metrics_names:
             with open(ARGS.metrics_names) as f:
                 self.assertIn(metric, f.read().split())
+
+    def test_kserve_http_runtime_probes_http_health(self):
+        runtime = by_kind(self.kserve, "ServingRuntime", "sluice-http")
+        self.assertIn("v2", runtime["spec"]["protocolVersions"])
+        c = runtime["spec"]["containers"][0]
+        port = int(flag_value(c["args"], "--http-port"))
+        self.assertEqual([p["containerPort"] for p in c["ports"]], [port])
+        self.assertEqual(c["readinessProbe"]["httpGet"], {"path": "/v2/health/ready", "port": port})
+        self.assertEqual(c["livenessProbe"]["httpGet"], {"path": "/v2/health/live", "port": port})
 
     def test_kserve_runtime_speaks_grpc_v2(self):
         runtime = by_kind(self.kserve, "ServingRuntime")

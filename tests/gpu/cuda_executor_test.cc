@@ -16,10 +16,10 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/wire/float16.h"
 #include "engine/cuda/cuda_model.h"
 #include "engine/cuda/device_info.h"
 #include "engine/engine.h"
-#include "engine/models/float16.h"
 #include "engine/models/safetensors.h"
 #include "engine/testing/answer.h"
 #include "gtest/gtest.h"
@@ -66,7 +66,7 @@ std::vector<std::byte> Encode(const std::vector<float>& values, DataType dtype) 
   if (dtype == DataType::kFp32) return Bytes(values.data(), values.size() * 4);
   for (float v : values) {
     const uint16_t bits =
-        dtype == DataType::kFp16 ? models::FloatToHalf(v) : models::FloatToBFloat16(v);
+        dtype == DataType::kFp16 ? wire::FloatToHalf(v) : wire::FloatToBFloat16(v);
     out.push_back(static_cast<std::byte>(bits & 0xff));
     out.push_back(static_cast<std::byte>(bits >> 8));
   }

@@ -23,7 +23,7 @@ ARGS = None
 def start_server():
     log = tempfile.NamedTemporaryFile(prefix="sluice_py_", suffix=".log", delete=False)
     proc = subprocess.Popen(
-        [ARGS.server, "--grpc-address=127.0.0.1", "--grpc-port=0",
+        [ARGS.server, "--grpc-address=127.0.0.1", "--grpc-port=0", "--http-port=0",
          "--model-repository=" + ARGS.models],
         stdout=log, stderr=subprocess.STDOUT)
     deadline = time.time() + 30

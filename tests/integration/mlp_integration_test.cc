@@ -15,6 +15,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "client/inference_client.h"
+#include "client/random_input.h"
 #include "client/tensor_codec.h"
 #include "engine/models/safetensors.h"
 #include "gmock/gmock.h"

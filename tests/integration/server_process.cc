@@ -27,6 +27,16 @@ absl::StatusOr<std::unique_ptr<ServerProcess>> ServerProcess::Start(std::vector<
   const std::string log_path =
       absl::StrCat(::testing::TempDir(), "sluice_server_", getpid(), "_", counter++, ".log");
   std::vector<std::string> argv = {ServerBinary(), "--grpc-address=127.0.0.1", "--grpc-port=0"};
+  // HTTP on a free loopback port too, so that servers started in parallel never collide on 8000;
+  // unless `args` names its own (CLI11 refuses a flag given twice).
+  auto given = [&](const std::string& flag) {
+    for (const std::string& a : args) {
+      if (a == flag || a.rfind(flag + "=", 0) == 0) return true;
+    }
+    return false;
+  };
+  if (!given("--http-address")) argv.push_back("--http-address=127.0.0.1");
+  if (!given("--http-port")) argv.push_back("--http-port=0");
   argv.insert(argv.end(), args.begin(), args.end());
   // The child's environment, built before fork(): ours plus SLUICE_METRICS_PORT=0 unless set.
   std::vector<char*> c_env;
@@ -74,6 +84,8 @@ absl::StatusOr<std::unique_ptr<ServerProcess>> ServerProcess::Start(std::vector<
       // The metrics line comes before "server ready" when metrics are on.
       static const std::regex metrics_re("metrics_port=([0-9]+)");
       if (std::regex_search(log, match, metrics_re)) process->metrics_port_ = std::stoi(match[1]);
+      static const std::regex http_re("http_port=([0-9]+)");
+      if (std::regex_search(log, match, http_re)) process->http_port_ = std::stoi(match[1]);
       return process;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));

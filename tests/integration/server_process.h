@@ -18,7 +18,8 @@ namespace sluice::testing {
 
 class ServerProcess {
  public:
-  // Starts the server with `args` added to --grpc-address=127.0.0.1 --grpc-port=0, and waits
+  // Starts the server with `args` added to --grpc-address=127.0.0.1 --grpc-port=0
+  // --http-address=127.0.0.1 --http-port=0 (those two unless `args` sets them), and waits
   // (up to `timeout`) until it has logged "server ready" (models loaded). Error if it exits first
   // or never gets ready; the message carries its log.
   // `fd_limit` > 0 sets the child's RLIMIT_NOFILE, soft and hard, before it runs (the server
@@ -31,6 +32,8 @@ class ServerProcess {
   ~ServerProcess();
 
   int port() const { return port_; }
+  // The HTTP/REST port it logged (http_port=N; started with --http-port=0); 0 if HTTP is off.
+  int http_port() const { return http_port_; }
   // The metrics port it logged (metrics_port=N); 0 if metrics are off (--allow-metrics=false).
   int metrics_port() const { return metrics_port_; }
   // "127.0.0.1:<port>"
@@ -52,6 +55,7 @@ class ServerProcess {
   std::string log_path_;
   int port_ = 0;
   int metrics_port_ = 0;
+  int http_port_ = 0;
   bool exited_ = false;
 };
 

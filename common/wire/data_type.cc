@@ -1,9 +1,8 @@
-#include "engine/data_type.h"
+#include "common/wire/data_type.h"
 
 #include <array>
-#include <utility>
 
-namespace sluice::engine {
+namespace sluice::wire {
 namespace {
 
 struct TypeInfo {
@@ -12,6 +11,7 @@ struct TypeInfo {
   size_t byte_size;
 };
 
+// Indexed by the enum's value: DataTypeName and DataTypeByteSize are one array load.
 constexpr std::array<TypeInfo, 15> kTypes = {{
     {DataType::kInvalid, "INVALID", 0},
     {DataType::kBool, "BOOL", 1},
@@ -45,4 +45,4 @@ DataType DataTypeFromName(absl::string_view name) {
 
 size_t DataTypeByteSize(DataType type) { return Info(type).byte_size; }
 
-}  // namespace sluice::engine
+}  // namespace sluice::wire

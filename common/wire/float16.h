@@ -1,11 +1,13 @@
 #pragma once
 
-// Conversions between FP32 and the two 16-bit float formats that weights files use: IEEE 754
-// binary16 ("F16", "FP16") and bfloat16 ("BF16"). Pure functions, safe from any thread.
+// Conversions between FP32 and the two 16-bit float formats of KServe tensors and weights files:
+// IEEE 754 binary16 ("FP16", safetensors "F16") and bfloat16 ("BF16"). The one implementation:
+// the engine's weights reader, the server and the client all use it. Pure functions, safe from
+// any thread.
 
 #include <cstdint>
 
-namespace sluice::engine::models {
+namespace sluice::wire {
 
 // Exact: every binary16 and bfloat16 value (subnormals, infinities, NaN) is representable in FP32.
 float HalfToFloat(uint16_t bits);
@@ -16,4 +18,4 @@ float BFloat16ToFloat(uint16_t bits);
 uint16_t FloatToHalf(float value);
 uint16_t FloatToBFloat16(float value);
 
-}  // namespace sluice::engine::models
+}  // namespace sluice::wire

@@ -1,9 +1,9 @@
-#include "engine/models/float16.h"
+#include "common/wire/float16.h"
 
 #include <bit>
 #include <cmath>
 
-namespace sluice::engine::models {
+namespace sluice::wire {
 
 float HalfToFloat(uint16_t bits) {
   const uint32_t sign = static_cast<uint32_t>(bits & 0x8000u) << 16;
@@ -59,4 +59,4 @@ uint16_t FloatToBFloat16(float value) {
   return static_cast<uint16_t>((f + rounding_bias) >> 16);
 }
 
-}  // namespace sluice::engine::models
+}  // namespace sluice::wire

@@ -1,4 +1,4 @@
-#include "engine/models/float16.h"
+#include "common/wire/float16.h"
 
 #include <bit>
 #include <cmath>
@@ -7,7 +7,7 @@
 
 #include "gtest/gtest.h"
 
-namespace sluice::engine::models {
+namespace sluice::wire {
 namespace {
 
 TEST(Float16Test, KnownHalfValues) {
@@ -84,4 +84,4 @@ TEST(Float16Test, RandomFloatsRoundToTheNearestHalf) {
 }
 
 }  // namespace
-}  // namespace sluice::engine::models
+}  // namespace sluice::wire

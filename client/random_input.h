@@ -1,0 +1,30 @@
+#pragma once
+
+// Deterministic random inputs: for load tests, smoke tests and `sluice-client --random`.
+// Pure functions, safe from any thread; the wire conventions are those of client/tensor_codec.h.
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/types/span.h"
+#include "proto/grpc_service.pb.h"
+
+namespace sluice::client {
+
+// Deterministic pseudo-random raw bytes for a tensor: integers in [0, 64) (signed: [-32, 32)),
+// floats in [-1, 1), BOOL 0/1, BYTES elements the decimal text of integers in [0, 1000). The same
+// (datatype, shape, seed) gives the same bytes on every platform. InvalidArgument for an unknown
+// datatype or a negative dimension.
+absl::StatusOr<std::string> RandomInput(absl::string_view datatype, absl::Span<const int64_t> shape,
+                                        uint64_t seed);
+
+// A request for `metadata.name()` with one random input per metadata input (RandomInput with seed
+// `seed + input index`). Each -1 dimension becomes 1, except a leading -1 (the batch dimension of
+// a model with max_batch_size > 0), which becomes `batch_size`.
+// REQUIRES: batch_size >= 1 (InvalidArgument otherwise).
+absl::StatusOr<inference::ModelInferRequest> MakeRandomRequest(
+    const inference::ModelMetadataResponse& metadata, int64_t batch_size = 1, uint64_t seed = 0);
+
+}  // namespace sluice::client

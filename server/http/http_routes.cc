@@ -1,0 +1,471 @@
+#include "server/http/http_routes.h"
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "google/protobuf/descriptor.h"
+#include "google/protobuf/message.h"
+#include "nlohmann/json.hpp"
+#include "proto/grpc_service.pb.h"
+#include "server/http/json_conversion.h"
+#include "server/infer_conversion.h"
+#include "server/status_convert.h"
+
+namespace sluice::server::http {
+namespace {
+
+using google::protobuf::FieldDescriptor;
+using google::protobuf::Message;
+using google::protobuf::Reflection;
+using nlohmann::json;
+
+HttpResponse Json(int status, const json& body) {
+  HttpResponse response;
+  response.status = status;
+  response.body = body.dump(-1, ' ', false, json::error_handler_t::replace);
+  return response;
+}
+
+HttpResponse Error(int status, absl::string_view message) {
+  HttpResponse response;
+  response.status = status;
+  response.body = ErrorJson(message);
+  return response;
+}
+
+HttpResponse Error(const absl::Status& status) {
+  return Error(ToHttpStatusCode(status.code()), status.message());
+}
+
+// 200 with no body (health and readiness say yes; load and unload succeeded).
+HttpResponse Empty(int status = 200) {
+  HttpResponse response;
+  response.status = status;
+  response.content_type.clear();
+  return response;
+}
+
+// One field value of `message` as JSON. int64 and uint64 stay numbers (protobuf's own JSON
+// printer writes them as strings; Triton's HTTP endpoints write numbers).
+json FieldValue(const Message& message, const FieldDescriptor& field, int index);
+
+json MessageToJson(const Message& message) {
+  json out = json::object();
+  const google::protobuf::Descriptor* descriptor = message.GetDescriptor();
+  const Reflection* reflection = message.GetReflection();
+  for (int i = 0; i < descriptor->field_count(); ++i) {
+    const FieldDescriptor& field = *descriptor->field(i);
+    if (field.is_repeated()) {
+      const int size = reflection->FieldSize(message, &field);
+      if (field.is_map()) {
+        json map = json::object();
+        for (int j = 0; j < size; ++j) {
+          const Message& entry = reflection->GetRepeatedMessage(message, &field, j);
+          const FieldDescriptor& key = *entry.GetDescriptor()->field(0);
+          const FieldDescriptor& value = *entry.GetDescriptor()->field(1);
+          json key_json = FieldValue(entry, key, -1);
+          map[key_json.is_string() ? key_json.get<std::string>() : key_json.dump()] =
+              FieldValue(entry, value, -1);
+        }
+        out[field.name()] = std::move(map);
+        continue;
+      }
+      json array = json::array();
+      for (int j = 0; j < size; ++j) array.push_back(FieldValue(message, field, j));
+      out[field.name()] = std::move(array);
+    } else if (field.cpp_type() == FieldDescriptor::CPPTYPE_MESSAGE ||
+               field.containing_oneof() != nullptr) {
+      if (reflection->HasField(message, &field)) out[field.name()] = FieldValue(message, field, -1);
+    } else {
+      out[field.name()] = FieldValue(message, field, -1);  // defaults too, as Triton prints them
+    }
+  }
+  return out;
+}
+
+json FieldValue(const Message& message, const FieldDescriptor& field, int index) {
+  const Reflection* r = message.GetReflection();
+  const bool rep = index >= 0;
+  switch (field.cpp_type()) {
+    case FieldDescriptor::CPPTYPE_INT32:
+      return rep ? r->GetRepeatedInt32(message, &field, index) : r->GetInt32(message, &field);
+    case FieldDescriptor::CPPTYPE_INT64:
+      return rep ? r->GetRepeatedInt64(message, &field, index) : r->GetInt64(message, &field);
+    case FieldDescriptor::CPPTYPE_UINT32:
+      return rep ? r->GetRepeatedUInt32(message, &field, index) : r->GetUInt32(message, &field);
+    case FieldDescriptor::CPPTYPE_UINT64:
+      return rep ? r->GetRepeatedUInt64(message, &field, index) : r->GetUInt64(message, &field);
+    case FieldDescriptor::CPPTYPE_DOUBLE:
+      return rep ? r->GetRepeatedDouble(message, &field, index) : r->GetDouble(message, &field);
+    case FieldDescriptor::CPPTYPE_FLOAT:
+      return rep ? r->GetRepeatedFloat(message, &field, index) : r->GetFloat(message, &field);
+    case FieldDescriptor::CPPTYPE_BOOL:
+      return rep ? r->GetRepeatedBool(message, &field, index) : r->GetBool(message, &field);
+    case FieldDescriptor::CPPTYPE_ENUM:
+      return (rep ? r->GetRepeatedEnum(message, &field, index) : r->GetEnum(message, &field))
+          ->name();
+    case FieldDescriptor::CPPTYPE_STRING:
+      return rep ? r->GetRepeatedString(message, &field, index) : r->GetString(message, &field);
+    case FieldDescriptor::CPPTYPE_MESSAGE:
+      return MessageToJson(rep ? r->GetRepeatedMessage(message, &field, index)
+                               : r->GetMessage(message, &field));
+  }
+  return nullptr;
+}
+
+void FillDuration(const engine::DurationStat& from, inference::StatisticDuration* to) {
+  to->set_count(from.count);
+  to->set_ns(from.ns);
+}
+
+// The same statistics message the gRPC ModelStatistics answers with.
+inference::ModelStatisticsResponse StatsMessage(
+    const std::vector<engine::Engine::VersionStats>& stats) {
+  inference::ModelStatisticsResponse response;
+  for (const engine::Engine::VersionStats& entry : stats) {
+    const engine::ModelStatsSnapshot& s = entry.stats;
+    inference::ModelStatistics* out = response.add_model_stats();
+    out->set_name(entry.name);
+    out->set_version(absl::StrCat(entry.version));
+    out->set_last_inference(s.last_inference_ms);
+    out->set_inference_count(s.inference_count);
+    out->set_execution_count(s.execution_count);
+    inference::InferStatistics* infer = out->mutable_inference_stats();
+    FillDuration(s.success, infer->mutable_success());
+    FillDuration(s.fail, infer->mutable_fail());
+    FillDuration(s.queue, infer->mutable_queue());
+    FillDuration(s.compute_input, infer->mutable_compute_input());
+    FillDuration(s.compute_infer, infer->mutable_compute_infer());
+    FillDuration(s.compute_output, infer->mutable_compute_output());
+    for (const auto& [batch_size, batch] : s.batch_stats) {
+      inference::InferBatchStatistics* b = out->add_batch_stats();
+      b->set_batch_size(batch_size);
+      FillDuration(batch.compute_input, b->mutable_compute_input());
+      FillDuration(batch.compute_infer, b->mutable_compute_infer());
+      FillDuration(batch.compute_output, b->mutable_compute_output());
+    }
+  }
+  return response;
+}
+
+// Percent-decodes one path segment; nullopt if an escape is malformed.
+std::optional<std::string> DecodeSegment(absl::string_view segment) {
+  std::string out;
+  out.reserve(segment.size());
+  for (size_t i = 0; i < segment.size(); ++i) {
+    if (segment[i] != '%') {
+      out.push_back(segment[i]);
+      continue;
+    }
+    int value = 0;
+    if (i + 2 >= segment.size()) return std::nullopt;
+    for (int k = 1; k <= 2; ++k) {
+      const char c = segment[i + k];
+      value <<= 4;
+      if (c >= '0' && c <= '9') {
+        value |= c - '0';
+      } else if (c >= 'a' && c <= 'f') {
+        value |= c - 'a' + 10;
+      } else if (c >= 'A' && c <= 'F') {
+        value |= c - 'A' + 10;
+      } else {
+        return std::nullopt;
+      }
+    }
+    out.push_back(static_cast<char>(value));
+    i += 2;
+  }
+  return out;
+}
+
+// A JSON request body that may be empty (then `{}`); InvalidArgument if it is not an object.
+absl::StatusOr<json> OptionalJsonObject(const std::string& body) {
+  if (body.empty()) return json::object();
+  json parsed = json::parse(body, nullptr, /*allow_exceptions=*/false);
+  if (parsed.is_discarded() || !parsed.is_object()) {
+    return absl::InvalidArgumentError("request JSON: the body must be a JSON object");
+  }
+  return parsed;
+}
+
+}  // namespace
+
+HttpRoutes::HttpRoutes(engine::Engine* engine, ModelRepository* repository,
+                       HttpRoutesOptions options)
+    : engine_(engine), repository_(repository), options_(std::move(options)) {
+  control_thread_ = std::thread([this] { ControlLoop(); });
+}
+
+HttpRoutes::~HttpRoutes() {
+  {
+    std::lock_guard<std::mutex> lock(control_mu_);
+    control_stop_ = true;
+  }
+  control_cv_.notify_one();
+  control_thread_.join();
+}
+
+void HttpRoutes::RunOnControlThread(std::function<void()> task) {
+  {
+    std::lock_guard<std::mutex> lock(control_mu_);
+    control_tasks_.push_back(std::move(task));
+  }
+  control_cv_.notify_one();
+}
+
+void HttpRoutes::ControlLoop() {
+  for (;;) {
+    std::function<void()> task;
+    {
+      std::unique_lock<std::mutex> lock(control_mu_);
+      control_cv_.wait(lock, [&] { return control_stop_ || !control_tasks_.empty(); });
+      if (control_tasks_.empty()) return;  // stopping, nothing left
+      task = std::move(control_tasks_.front());
+      control_tasks_.pop_front();
+    }
+    task();
+  }
+}
+
+void HttpRoutes::Handle(HttpRequest&& request, Responder respond) {
+  // Segments of the path: "/v2/models/m/versions/1/infer" -> v2 models m versions 1 infer.
+  std::vector<std::string> segments;
+  for (absl::string_view raw : absl::StrSplit(request.path, '/', absl::SkipEmpty())) {
+    std::optional<std::string> decoded = DecodeSegment(raw);
+    if (!decoded.has_value()) {
+      respond(Error(400, absl::StrCat("malformed percent-escape in path '", request.path, "'")));
+      return;
+    }
+    segments.push_back(*std::move(decoded));
+  }
+  const bool get = request.method == "GET";
+  const bool post = request.method == "POST";
+  auto not_found = [&] {
+    respond(Error(404, absl::StrCat("no such endpoint: ", request.method, " ", request.path)));
+  };
+  auto wrong_method = [&](absl::string_view allowed) {
+    HttpResponse response = Error(
+        405, absl::StrCat(request.method, " is not allowed on ", request.path, "; use ", allowed));
+    response.headers.emplace_back("Allow", std::string(allowed));
+    respond(std::move(response));
+  };
+  if (segments.empty() || segments[0] != "v2") {
+    not_found();
+    return;
+  }
+  const size_t n = segments.size();
+  if (n == 1) {  // GET /v2: server metadata
+    if (!get) return wrong_method("GET");
+    respond(Json(
+        200, {{"name", "sluice"},
+              {"version", options_.server_version},
+              {"extensions",
+               {"model_repository", "model_configuration", "statistics", "binary_tensor_data"}}}));
+    return;
+  }
+  if (segments[1] == "health" && n == 3 && (segments[2] == "live" || segments[2] == "ready")) {
+    if (!get) return wrong_method("GET");
+    // Readiness as on gRPC: only after start-up loading, and not while draining. A 4xx says no,
+    // as the protocol has it.
+    const bool yes = segments[2] == "live" || (ready_.load() && !engine_->draining());
+    respond(yes ? Empty() : Error(400, "server is not ready"));
+    return;
+  }
+  if (segments[1] == "repository" && n == 3 && segments[2] == "index") {
+    if (!post) return wrong_method("POST");
+    Repository("", "index", request, std::move(respond));
+    return;
+  }
+  if (segments[1] == "repository" && n == 5 && segments[2] == "models" &&
+      (segments[4] == "load" || segments[4] == "unload")) {
+    if (!post) return wrong_method("POST");
+    Repository(segments[3], segments[4], request, std::move(respond));
+    return;
+  }
+  if (segments[1] == "models" && n >= 3) {
+    // /v2/models/stats: statistics of every model (Triton's form).
+    if (n == 3 && segments[2] == "stats") {
+      if (!get) return wrong_method("GET");
+      Model("", "", "stats", request, std::move(respond));
+      return;
+    }
+    const std::string& model = segments[2];
+    std::string version;
+    size_t rest = 3;
+    if (n >= 5 && segments[3] == "versions") {
+      version = segments[4];
+      rest = 5;
+    }
+    if (n > rest + 1 || (n == 4 && segments[3] == "versions")) {
+      not_found();
+      return;
+    }
+    const std::string action = n == rest ? "" : segments[rest];
+    if (action == "infer") {
+      if (!post) return wrong_method("POST");
+      Infer(model, version, std::move(request), std::move(respond));
+      return;
+    }
+    if (action == "" || action == "ready" || action == "config" || action == "stats") {
+      if (!get) return wrong_method("GET");
+      Model(model, version, action, request, std::move(respond));
+      return;
+    }
+  }
+  not_found();
+}
+
+void HttpRoutes::Infer(const std::string& model, const std::string& version, HttpRequest&& request,
+                       Responder respond) {
+  const auto received = std::chrono::steady_clock::now();
+  auto encoding = std::make_shared<OutputEncoding>();
+  // Runs on the engine's completion thread (or right here if the engine refuses at once): the
+  // answer is encoded there and only the write is left to the connection's I/O thread.
+  auto on_complete = [respond, encoding](absl::StatusOr<engine::InferenceResponse> result) {
+    if (!result.ok()) {
+      respond(Error(result.status()));
+      return;
+    }
+    EncodedResponse encoded = FromEngineResponse(*std::move(result), *encoding);
+    HttpResponse response;
+    response.body = std::move(encoded.body);
+    if (encoded.header_length.has_value()) {
+      response.content_type = "application/octet-stream";
+      response.headers.emplace_back("Inference-Header-Content-Length",
+                                    absl::StrCat(*encoded.header_length));
+    }
+    respond(std::move(response));
+  };
+  absl::StatusOr<std::unique_ptr<engine::InferenceRequest>> converted =
+      ToEngineRequest(model, version, std::move(request.body),
+                      request.inference_header_content_length, on_complete, encoding.get());
+  if (!converted.ok()) {
+    respond(Error(converted.status()));
+    return;
+  }
+  (*converted)->received_time = received;
+  engine_->Submit(*std::move(converted));
+}
+
+void HttpRoutes::Model(const std::string& model, const std::string& version_text,
+                       const std::string& action, const HttpRequest&, Responder respond) {
+  absl::StatusOr<int64_t> version = ParseModelVersion(version_text);
+  if (!version.ok()) {
+    respond(Error(version.status()));
+    return;
+  }
+  if (action == "ready") {
+    respond(engine_->IsModelReady(model, *version)
+                ? Empty()
+                : Error(400, absl::StrCat("model '", model, "' is not ready")));
+    return;
+  }
+  if (action == "stats") {
+    absl::StatusOr<std::vector<engine::Engine::VersionStats>> stats =
+        engine_->GetStats(model, *version);
+    if (!stats.ok()) {
+      respond(Error(stats.status()));
+      return;
+    }
+    respond(Json(200, MessageToJson(StatsMessage(*stats))));
+    return;
+  }
+  absl::StatusOr<engine::Engine::ModelInfo> info = engine_->GetModel(model, *version);
+  if (!info.ok()) {
+    respond(Error(info.status()));
+    return;
+  }
+  if (action == "config") {
+    absl::StatusOr<inference::ModelConfig> config = repository_->GetConfig(model);
+    if (!config.ok()) {
+      respond(Error(config.status()));
+      return;
+    }
+    respond(Json(200, MessageToJson(*config)));
+    return;
+  }
+  // Model metadata.
+  const engine::ModelConfig& config = *info->config;
+  json versions = json::array();
+  for (int64_t v : info->ready_versions) versions.push_back(absl::StrCat(v));
+  auto tensors = [&](const std::vector<engine::TensorSpec>& specs) {
+    json out = json::array();
+    for (const engine::TensorSpec& spec : specs) {
+      json shape = json::array();
+      if (config.max_batch_size > 0) shape.push_back(-1);
+      for (int64_t dim : spec.dims) shape.push_back(dim);
+      out.push_back({{"name", spec.name},
+                     {"datatype", std::string(engine::DataTypeName(spec.dtype))},
+                     {"shape", std::move(shape)}});
+    }
+    return out;
+  };
+  respond(Json(200, {{"name", config.name},
+                     {"versions", std::move(versions)},
+                     {"platform", config.backend},
+                     {"inputs", tensors(config.inputs)},
+                     {"outputs", tensors(config.outputs)}}));
+}
+
+void HttpRoutes::Repository(const std::string& model, const std::string& action,
+                            const HttpRequest& request, Responder respond) {
+  absl::StatusOr<json> body = OptionalJsonObject(*request.body);
+  if (!body.ok()) {
+    respond(Error(body.status()));
+    return;
+  }
+  if (action == "index") {
+    bool ready_only = false;
+    if (auto it = body->find("ready"); it != body->end()) {
+      if (!it->is_boolean()) {
+        respond(Error(400, "request JSON: 'ready' must be a boolean"));
+        return;
+      }
+      ready_only = it->get<bool>();
+    }
+    json models = json::array();
+    for (const ModelRepository::IndexEntry& entry : repository_->Index(ready_only)) {
+      json item = {{"name", entry.name}, {"state", entry.state}};
+      if (!entry.version.empty()) item["version"] = entry.version;
+      if (!entry.reason.empty()) item["reason"] = entry.reason;
+      models.push_back(std::move(item));
+    }
+    respond(Json(200, models));
+    return;
+  }
+  if (!options_.explicit_model_control) {
+    respond(Error(400,
+                  "model load/unload needs the server started with --model-control-mode=explicit"));
+    return;
+  }
+  // tritonclient sends {"parameters": {"unload_dependents": false}} with an unload; config or
+  // file overrides on a load are what sluice cannot do (as on gRPC).
+  if (auto it = body->find("parameters"); it != body->end()) {
+    if (!it->is_object()) {
+      respond(Error(400, "request JSON: 'parameters' must be an object"));
+      return;
+    }
+    for (const auto& [key, value] : it->items()) {
+      if (action == "unload" && key == "unload_dependents") continue;
+      respond(Error(400, absl::StrCat("repository ", action, " parameter '", key,
+                                      "' (config or file overrides) is not supported by sluice")));
+      return;
+    }
+  }
+  if (absl::Status status = ModelRepository::ValidateModelName(model); !status.ok()) {
+    respond(Error(status));
+    return;
+  }
+  RunOnControlThread([this, model, load = action == "load", respond = std::move(respond)] {
+    const absl::Status status = load ? repository_->Load(model) : repository_->Unload(model);
+    respond(status.ok() ? Empty() : Error(status));
+  });
+}
+
+}  // namespace sluice::server::http

@@ -1,0 +1,116 @@
+#pragma once
+
+// HttpServer: an HTTP/1.1 server (Boost.Beast on Asio) that holds no thread per connection: a
+// small fixed pool of I/O threads runs every connection's reads and writes as asynchronous
+// operations. A request is read in full (header and body, each under its own timeout and size
+// limit) and handed to the Handler, which may answer at once or later from any thread (for an
+// inference: the engine's completion thread); the connection reads nothing more until then.
+//
+// The transport's own refusals are answered here, without the handler: a body over
+// max_body_bytes (413), a malformed request line, header or chunked encoding (400), and a
+// connection beyond max_connections (503, then closed). A client that stays silent or trickles
+// bytes is cut off by the timeouts.
+
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace sluice::server::http {
+
+struct HttpRequest {
+  std::string method;  // "GET", "POST", ...
+  std::string path;    // the target without its query string (not percent-decoded)
+  std::string query;   // after '?', or empty
+  std::string content_type;
+  // The Inference-Header-Content-Length header (Triton's binary tensor extension), verbatim;
+  // nullopt if absent.
+  std::optional<std::string> inference_header_content_length;
+  // Shared so that the engine request can keep the body alive while it borrows input bytes.
+  std::shared_ptr<std::string> body;
+};
+
+struct HttpResponse {
+  int status = 200;
+  std::string content_type = "application/json";  // empty: no Content-Type (no body)
+  std::string body;
+  // Extra header fields (e.g. Inference-Header-Content-Length).
+  std::vector<std::pair<std::string, std::string>> headers;
+};
+
+// Delivers the answer to a request. Call exactly once, from any thread; it only queues the write
+// on the connection's I/O strand. Dropping it unanswered closes the connection.
+using Responder = std::function<void(HttpResponse)>;
+// Called on an I/O thread for every complete request; must not block.
+using Handler = std::function<void(HttpRequest&&, Responder)>;
+
+struct HttpServerOptions {
+  // Address to bind, and port (0 picks a free one: port() tells which).
+  std::string address = "0.0.0.0";
+  int port = 8000;
+  // I/O threads. Each runs many connections; two keep one busy writer from delaying reads.
+  int threads = 2;
+  // Connections open at once; a connection beyond it is answered 503 and closed.
+  int max_connections = 1024;
+  // Largest request body; a larger Content-Length is answered 413 before the body is read.
+  uint64_t max_body_bytes = 64 << 20;
+  // Largest request line plus header fields.
+  uint32_t max_header_bytes = 16 << 10;
+  // A keep-alive connection may wait this long between requests before the server closes it.
+  int idle_timeout_ms = 60000;
+  // From a request's first byte to the end of its header; a client that trickles is cut off.
+  int header_timeout_ms = 10000;
+  // From the end of the header to the end of the body.
+  int body_timeout_ms = 60000;
+  // Writing one response (a client that stops reading is cut off).
+  int write_timeout_ms = 60000;
+  // PEM strings. With a certificate and key, the port speaks TLS only; with a CA as well, clients
+  // must present a certificate it signed (mutual TLS).
+  std::string tls_cert_pem;
+  std::string tls_key_pem;
+  std::string tls_ca_pem;
+};
+
+// Thread-safe. The handler runs on the I/O threads.
+class HttpServer {
+ public:
+  // Binds and starts the I/O threads. Error if the address cannot be bound or TLS material is
+  // unusable.
+  static absl::StatusOr<std::unique_ptr<HttpServer>> Start(HttpServerOptions options,
+                                                           Handler handler);
+  // Stop()s.
+  ~HttpServer();
+  HttpServer(const HttpServer&) = delete;
+  HttpServer& operator=(const HttpServer&) = delete;
+
+  int port() const { return port_; }
+  bool tls() const { return !options_.tls_cert_pem.empty(); }
+  // Connections open now.
+  int64_t connections() const { return connections_->load(std::memory_order_relaxed); }
+
+  // Stops accepting, closes every idle connection and joins the I/O threads. A Responder called
+  // afterwards does nothing; one destroyed afterwards closes its connection then. Idempotent.
+  void Stop();
+
+  // The Asio/Beast machinery (http_server.cc); public only so that file's helpers can name it.
+  struct Impl;
+
+ private:
+  HttpServer(HttpServerOptions options, Handler handler);
+
+  const HttpServerOptions options_;
+  const Handler handler_;
+  std::shared_ptr<std::atomic<int64_t>> connections_ = std::make_shared<std::atomic<int64_t>>(0);
+  int port_ = 0;
+  std::shared_ptr<Impl> impl_;
+  std::vector<std::thread> threads_;
+  bool stopped_ = false;
+};
+
+}  // namespace sluice::server::http

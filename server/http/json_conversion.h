@@ -1,0 +1,54 @@
+#pragma once
+
+// Conversion between the KServe v2 HTTP/REST infer messages (JSON, optionally followed by Triton's
+// binary tensor extension) and engine requests/responses; the HTTP counterpart of
+// server/infer_conversion.h. Binary inputs are borrowed zero-copy from the request body (kept
+// alive by the request's keep-alive); JSON `data` is converted to raw little-endian bytes.
+// Validation of shapes and types against the model is the engine's (the same messages as gRPC);
+// this layer checks only what the wire form itself can get wrong (malformed JSON, element counts,
+// binary sizes and offsets), with overflow checks before any byte is touched.
+//
+// The tensor wire rules are common/wire/'s (FP16/BF16, raw values, BYTES framing, element counts
+// through engine/tensor.h); what is HTTP's own is the JSON form of elements, in json_conversion.cc.
+
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "engine/inference_request.h"
+
+namespace sluice::server::http {
+
+// How the response's outputs are to be encoded, from the request.
+struct OutputEncoding {
+  // The request's `binary_data_output` parameter: outputs not named in `binary` go binary.
+  bool binary_default = false;
+  // Per requested output: its `binary_data` parameter, if it set one.
+  std::map<std::string, bool, std::less<>> binary;
+};
+
+// Builds the engine request for an infer POST on `model_name` / `model_version` ("" = newest).
+// `body` is the whole request body; `header_length` the Inference-Header-Content-Length header
+// (nullopt: the body is all JSON). Fills `encoding`. InvalidArgument says what is wrong.
+absl::StatusOr<std::unique_ptr<engine::InferenceRequest>> ToEngineRequest(
+    const std::string& model_name, const std::string& model_version,
+    std::shared_ptr<const std::string> body, const std::optional<std::string>& header_length,
+    engine::InferenceRequest::Completion on_complete, OutputEncoding* encoding);
+
+struct EncodedResponse {
+  // JSON, followed by the binary outputs if any.
+  std::string body;
+  // Length of the JSON part when binary outputs follow it (the Inference-Header-Content-Length
+  // response header); nullopt when the body is all JSON.
+  std::optional<size_t> header_length;
+};
+EncodedResponse FromEngineResponse(engine::InferenceResponse&& response,
+                                   const OutputEncoding& encoding);
+
+// {"error": "<message>"}, the protocol's error body.
+std::string ErrorJson(absl::string_view message);
+
+}  // namespace sluice::server::http

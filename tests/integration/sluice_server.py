@@ -1,0 +1,53 @@
+"""Starts the real sluice-server on free loopback ports for the Python HTTP tests.
+
+Every port is picked by the kernel (--grpc-port=0 --http-port=0 --metrics-port=0) and read back from
+the server's log lines (grpc_port=N, http_port=N), as the C++ ServerProcess helper does.
+"""
+
+import os
+import re
+import signal
+import subprocess
+import tempfile
+import time
+
+
+class SluiceServer:
+    def __init__(self, server, models, extra_args=(), timeout_s=30):
+        self._log = tempfile.NamedTemporaryFile(prefix="sluice_http_", suffix=".log", delete=False)
+        args = [server, f"--model-repository={models}", "--grpc-address=127.0.0.1", "--grpc-port=0",
+                "--http-address=127.0.0.1", "--http-port=0", "--metrics-port=0", *extra_args]
+        self.process = subprocess.Popen(args, stdout=self._log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            text = self.log()
+            if self.process.poll() is not None:
+                raise RuntimeError(f"sluice-server exited during start-up:\n{text}")
+            http = re.search(r"http_port=(\d+)", text)
+            grpc = re.search(r"grpc_port=(\d+)", text)
+            if http and grpc and "server ready" in text:
+                self.http_port = int(http.group(1))
+                self.grpc_port = int(grpc.group(1))
+                self.url = f"127.0.0.1:{self.http_port}"
+                return
+            time.sleep(0.02)
+        self.stop()
+        raise RuntimeError(f"sluice-server did not get ready in time:\n{self.log()}")
+
+    def log(self):
+        with open(self._log.name, encoding="utf-8", errors="replace") as f:
+            return f.read()
+
+    def alive(self):
+        return self.process.poll() is None
+
+    def stop(self):
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        os.unlink(self._log.name)
+        return self.process.returncode
