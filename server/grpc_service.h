@@ -53,6 +53,10 @@ class InferenceService final : public inference::GRPCInferenceService::CallbackS
     return control_.Stop(deadline);
   }
 
+  // The one load/unload queue of the process: the HTTP front end submits to it too, so that both
+  // protocols share its bound, its order and its exit deadline.
+  ModelControl* model_control() { return &control_; }
+
   // ServerReady answers this (false until start-up loading is done, and again while draining).
   void SetReady(bool ready) { ready_.store(ready); }
   // ServerLive answers this (true until the listener watchdog finds the port dead).

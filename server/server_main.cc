@@ -698,6 +698,7 @@ int Run(const Flags& flags) {
   // The HTTP/REST front end, over the same engine and repository; same TLS flags as gRPC.
   http::HttpRoutesOptions routes_options;
   routes_options.explicit_model_control = explicit_mode;
+  routes_options.model_control = service.model_control();
   routes_options.server_version = SLUICE_VERSION;
   http::HttpRoutes routes(engine->get(), repository->get(), routes_options);
   std::unique_ptr<http::HttpServer> http_server;

@@ -198,40 +198,7 @@ absl::StatusOr<json> OptionalJsonObject(const std::string& body) {
 
 HttpRoutes::HttpRoutes(engine::Engine* engine, ModelRepository* repository,
                        HttpRoutesOptions options)
-    : engine_(engine), repository_(repository), options_(std::move(options)) {
-  control_thread_ = std::thread([this] { ControlLoop(); });
-}
-
-HttpRoutes::~HttpRoutes() {
-  {
-    std::lock_guard<std::mutex> lock(control_mu_);
-    control_stop_ = true;
-  }
-  control_cv_.notify_one();
-  control_thread_.join();
-}
-
-void HttpRoutes::RunOnControlThread(std::function<void()> task) {
-  {
-    std::lock_guard<std::mutex> lock(control_mu_);
-    control_tasks_.push_back(std::move(task));
-  }
-  control_cv_.notify_one();
-}
-
-void HttpRoutes::ControlLoop() {
-  for (;;) {
-    std::function<void()> task;
-    {
-      std::unique_lock<std::mutex> lock(control_mu_);
-      control_cv_.wait(lock, [&] { return control_stop_ || !control_tasks_.empty(); });
-      if (control_tasks_.empty()) return;  // stopping, nothing left
-      task = std::move(control_tasks_.front());
-      control_tasks_.pop_front();
-    }
-    task();
-  }
-}
+    : engine_(engine), repository_(repository), options_(std::move(options)) {}
 
 void HttpRoutes::Handle(HttpRequest&& request, Responder respond) {
   // Segments of the path: "/v2/models/m/versions/1/infer" -> v2 models m versions 1 infer.
@@ -462,10 +429,23 @@ void HttpRoutes::Repository(const std::string& model, const std::string& action,
     respond(Error(status));
     return;
   }
-  RunOnControlThread([this, model, load = action == "load", respond = std::move(respond)] {
-    const absl::Status status = load ? repository_->Load(model) : repository_->Unload(model);
-    respond(status.ok() ? Empty() : Error(status));
-  });
+  if (options_.model_control == nullptr) {
+    respond(Error(absl::InternalError("model control is not wired to the HTTP front end")));
+    return;
+  }
+  // The same bounded queue as gRPC's load/unload (RESOURCE_EXHAUSTED when full, UNAVAILABLE
+  // while draining). An HTTP client that goes away is not seen here: its load still runs.
+  const bool load = action == "load";
+  absl::Status queued = options_.model_control->Submit(
+      {.work = [this, model, load] {
+         return load ? repository_->Load(model) : repository_->Unload(model);
+       },
+       .answer = [respond](const absl::Status& status) {
+         respond(status.ok() ? Empty() : Error(status));
+       },
+       .abandoned = nullptr,
+       .what = absl::StrCat(action, " of model '", model, "'")});
+  if (!queued.ok()) respond(Error(queued));
 }
 
 }  // namespace sluice::server::http

@@ -16,6 +16,7 @@
 
 #include "engine/engine.h"
 #include "server/http/http_server.h"
+#include "server/model_control.h"
 #include "server/model_repository.h"
 
 namespace sluice::server::http {
@@ -23,6 +24,9 @@ namespace sluice::server::http {
 struct HttpRoutesOptions {
   // load/unload are refused unless this is set (--model-control-mode=explicit), as on gRPC.
   bool explicit_model_control = false;
+  // Borrowed, must outlive the routes; required when explicit_model_control is set: the process's
+  // one bounded load/unload queue (InferenceService::model_control()), shared with gRPC.
+  ModelControl* model_control = nullptr;
   // Reported by GET /v2.
   std::string server_version = "0.1.0";
 };
@@ -32,8 +36,7 @@ class HttpRoutes {
  public:
   // `engine` and `repository` are borrowed and must outlive this object.
   HttpRoutes(engine::Engine* engine, ModelRepository* repository, HttpRoutesOptions options);
-  // Runs the pending load/unload tasks to completion, then joins the control thread.
-  ~HttpRoutes();
+  ~HttpRoutes() = default;
   HttpRoutes(const HttpRoutes&) = delete;
   HttpRoutes& operator=(const HttpRoutes&) = delete;
 
@@ -50,19 +53,11 @@ class HttpRoutes {
              const HttpRequest& request, Responder respond);
   void Repository(const std::string& model, const std::string& action, const HttpRequest& request,
                   Responder respond);
-  void RunOnControlThread(std::function<void()> task);
-  void ControlLoop();
 
   engine::Engine* const engine_;
   ModelRepository* const repository_;
   const HttpRoutesOptions options_;
   std::atomic<bool> ready_{false};
-
-  std::mutex control_mu_;
-  std::condition_variable control_cv_;
-  std::deque<std::function<void()>> control_tasks_;  // guarded by control_mu_
-  bool control_stop_ = false;                        // guarded by control_mu_
-  std::thread control_thread_;
 };
 
 }  // namespace sluice::server::http
