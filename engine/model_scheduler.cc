@@ -153,7 +153,10 @@ int64_t ModelScheduler::QueueDepth() const {
 }
 
 bool ModelScheduler::Idle() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::unique_lock<std::mutex> lock(mu_);
+  // A batch being handed over is about to be in flight: wait for Execute() to return (it is
+  // bounded) rather than answer "busy" for a batch the executor may already have finished.
+  dispatched_cv_.wait(lock, [this] { return dispatching_ == 0; });
   if (queued_ > 0) return false;
   for (const auto& executor : executors_) {
     if (executor->InFlight() > 0) return false;
@@ -343,8 +346,11 @@ void ModelScheduler::BatcherLoop() {
       continue;
     }
 
-    // 3. Hand the batch over. Execute() only queues it on the executor, so it runs under our
-    // lock: queued + in flight never both read zero while a batch is between the two.
+    // 3. Hand the batch over, outside the lock: an executor's Execute() may do device work (the
+    // CUDA executor copies the batch to pinned memory and issues its copies and kernels), and
+    // Enqueue() from RPC threads must not wait behind it. `dispatching_` counts the batch while
+    // it is between the queue and the executor, so Idle() never sees queued + in flight both at
+    // zero in that gap. Only this thread dispatches, so the slot PickExecutor() found stays free.
     Batch batch;
     batch.dispatch_time = now;
     // The batch is the first request_count candidates: the fronts of the levels, in order.
@@ -363,7 +369,13 @@ void ModelScheduler::BatcherLoop() {
       queue.pop_front();
       --queued_;
     }
-    if (!batch.requests.empty()) executors_[executor]->Execute(std::move(batch));
+    if (batch.requests.empty()) continue;
+    ++dispatching_;
+    lock.unlock();
+    executors_[executor]->Execute(std::move(batch));
+    lock.lock();
+    --dispatching_;
+    dispatched_cv_.notify_all();
   }
 }
 

@@ -2,7 +2,8 @@
 
 // ModelScheduler: the bounded queue of one model version and its batcher thread. Enqueue() is
 // called from RPC threads and returns at once; the batcher thread forms batches (DecideBatch) when
-// an executor has a free slot, expires requests whose deadline passed, and hands batches over.
+// an executor has a free slot, expires requests whose deadline passed, and hands batches over
+// (Executor::Execute) without holding the queue lock: the lock covers queue operations only.
 
 #include <condition_variable>
 #include <cstdint>
@@ -89,7 +90,9 @@ class ModelScheduler {
 
   // Requests waiting in the queues of all levels (not yet handed to an executor).
   int64_t QueueDepth() const;
-  // Nothing queued and no batch in flight on any executor.
+  // Nothing queued and no batch in flight on any executor. While the batcher is handing a batch
+  // over (inside Executor::Execute) it waits for that to finish, so the answer is never "idle"
+  // for a batch between the queue and the executor. Never call it from Execute().
   bool Idle() const;
 
   // Stops taking requests; answers everything queued (batches formed without waiting for the
@@ -141,6 +144,11 @@ class ModelScheduler {
   std::vector<Level> levels_;
   size_t default_level_ = 0;
   int64_t queued_ = 0;  // entries in all levels; guarded by mu_
+  // Batches taken from the queue and not yet returned from Execute() (0 or 1: only the batcher
+  // dispatches). Idle() waits for it to be 0 (dispatched_cv_), so that it never reads queued and
+  // in flight both at zero while a batch is between the two. Guarded by mu_.
+  int64_t dispatching_ = 0;
+  mutable std::condition_variable dispatched_cv_;
   // Scratch for forming a batch: the first queued entries in service order. Guarded by mu_.
   std::vector<Entry*> candidates_;
   int64_t entries_with_deadline_ = 0;  // guarded by mu_
