@@ -6,7 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
-#include "engine/cpu/cpu_executor.h"
+#include "engine/executor_factory.h"
 #include "engine/model_scheduler.h"
 #include "engine/request_validation.h"
 
@@ -35,42 +35,6 @@ namespace {
 
 std::string VersionText(int64_t version) {
   return version < 0 ? std::string("(newest)") : absl::StrCat(version);
-}
-
-// Runs every instance once on zeros (batch 1 and max_batch_size) so that a model is READY only
-// after it has computed; models with variable dims are not warmed up (no shape to invent).
-absl::Status WarmUp(const ModelConfig& config, ModelInstance& instance) {
-  for (const TensorSpec& input : config.inputs) {
-    if (input.dtype == DataType::kBytes) return absl::OkStatus();
-    for (int64_t dim : input.dims) {
-      if (dim < 0) return absl::OkStatus();
-    }
-  }
-  std::vector<int> batch_sizes = {0};
-  if (config.max_batch_size > 0) {
-    batch_sizes = {1};
-    if (config.max_batch_size > 1) batch_sizes.push_back(config.max_batch_size);
-  }
-  for (int batch : batch_sizes) {
-    std::vector<std::vector<std::byte>> buffers(config.inputs.size());
-    std::vector<TensorView> views(config.inputs.size());
-    for (size_t i = 0; i < config.inputs.size(); ++i) {
-      const TensorSpec& spec = config.inputs[i];
-      Shape shape = spec.dims;
-      if (batch > 0) shape.insert(shape.begin(), batch);
-      ASSIGN_OR_RETURN(int64_t elements, ElementCount(shape));
-      ASSIGN_OR_RETURN(size_t bytes, FixedByteSize(spec.dtype, elements));
-      buffers[i].assign(bytes, std::byte{0});
-      views[i] = TensorView{spec.name, spec.dtype, shape, buffers[i]};
-    }
-    absl::StatusOr<std::vector<Tensor>> outputs = instance.Run(views);
-    if (!outputs.ok()) {
-      return absl::Status(
-          outputs.status().code(),
-          absl::StrCat("warm-up at batch size ", batch, " failed: ", outputs.status().message()));
-    }
-  }
-  return absl::OkStatus();
 }
 
 }  // namespace
@@ -157,9 +121,12 @@ absl::StatusOr<std::shared_ptr<Engine::LoadedModel>> Engine::Build(const ModelSp
   scheduler_options.stats = &loaded->stats;
   ASSIGN_OR_RETURN(loaded->scheduler, ModelScheduler::Create(config, scheduler_options));
 
-  std::vector<std::unique_ptr<Executor>> executors;
   ModelScheduler* scheduler = loaded->scheduler.get();
-  auto executor_options = [&](int slots, int i) {
+  ExecutorFactoryOptions factory_options{.device = options_.device,
+                                         .cpu_slots = options_.executor_slots,
+                                         .gpu_slots = options_.gpu_executor_slots,
+                                         .logger = options_.logger};
+  factory_options.executor_options = [&](int slots, int i) {
     ExecutorOptions executor_options;
     executor_options.slot_count = slots;
     executor_options.stats = &loaded->stats;
@@ -177,35 +144,9 @@ absl::StatusOr<std::shared_ptr<Engine::LoadedModel>> Engine::Build(const ModelSp
     }
     return executor_options;
   };
-  bool on_gpu = options_.device.kind == DeviceSelection::Kind::kCuda &&
-                config.instance_kind != InstanceKind::kCpu;
-  for (int i = 0; on_gpu && i < config.instance_count; ++i) {
-    const int device =
-        config.instance_gpus.empty() ? options_.device.cuda_device : config.instance_gpus[i];
-    absl::StatusOr<std::unique_ptr<Executor>> executor =
-        CreateCudaExecutor(spec, config, device, executor_options(options_.gpu_executor_slots, i));
-    if (absl::IsUnimplemented(executor.status())) {
-      // No GPU implementation for this model: all its instances run on the CPU backend.
-      LOG_INFO(options_.logger, "model '", config.name,
-               "' runs on the CPU backend: ", executor.status().message());
-      on_gpu = false;
-      loaded->executors.clear();
-      executors.clear();
-      break;
-    }
-    if (!executor.ok()) return executor.status();
-    loaded->executors.push_back(executor->get());
-    executors.push_back(*std::move(executor));
-  }
-  for (int i = 0; !on_gpu && i < config.instance_count; ++i) {
-    ASSIGN_OR_RETURN(std::unique_ptr<ModelInstance> instance, loaded->model->CreateInstance(i));
-    RETURN_IF_ERROR(WarmUp(config, *instance));
-    ASSIGN_OR_RETURN(std::unique_ptr<cpu::CpuExecutor> executor,
-                     cpu::CpuExecutor::Create(config, std::move(instance),
-                                              executor_options(options_.executor_slots, i)));
-    loaded->executors.push_back(executor.get());
-    executors.push_back(std::move(executor));
-  }
+  ASSIGN_OR_RETURN(std::vector<std::unique_ptr<Executor>> executors,
+                   CreateExecutors(spec, *loaded->model, factory_options));
+  for (const auto& executor : executors) loaded->executors.push_back(executor.get());
   loaded->scheduler->Start(std::move(executors));
   return loaded;
 }
