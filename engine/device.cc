@@ -5,8 +5,6 @@
 #include "absl/strings/str_cat.h"
 
 #if SLUICE_HAVE_CUDA
-#include "engine/cuda/cuda_executor.h"
-#include "engine/cuda/cuda_model.h"
 #include "engine/cuda/device_info.h"
 #endif
 
@@ -71,31 +69,6 @@ absl::StatusOr<DeviceSelection> SelectDevice(absl::string_view flag) {
   }
   return absl::InvalidArgumentError(
       absl::StrCat("--device=", flag, " is not one of auto, cpu, cuda:N"));
-}
-
-absl::StatusOr<std::unique_ptr<Executor>> CreateCudaExecutor(const ModelSpec& spec,
-                                                             const ModelConfig& config, int device,
-                                                             ExecutorOptions options) {
-#if SLUICE_HAVE_CUDA
-  const std::vector<int> buckets = cuda::BatchBuckets(config);
-  std::unique_ptr<cuda::CudaModelInstance> model;
-  {
-    absl::StatusOr<std::unique_ptr<cuda::CudaModelInstance>> created =
-        cuda::CreateCudaModelInstance(spec, device, buckets);
-    if (!created.ok()) return created.status();
-    model = *std::move(created);
-  }
-  cuda::CudaExecutorOptions cuda_options;
-  cuda_options.executor = std::move(options);
-  cuda_options.device = device;
-  cuda_options.use_graphs = config.cuda_graphs;
-  absl::StatusOr<std::unique_ptr<cuda::CudaExecutor>> executor =
-      cuda::CudaExecutor::Create(config, std::move(model), std::move(cuda_options));
-  if (!executor.ok()) return executor.status();
-  return std::unique_ptr<Executor>(*std::move(executor));
-#else
-  return absl::UnimplementedError("this build has no CUDA support (SLUICE_ENABLE_CUDA=OFF)");
-#endif
 }
 
 }  // namespace sluice::engine

@@ -1,15 +1,13 @@
 #pragma once
 
-// Device selection for --device=auto|cpu|cuda:N, decided once at start-up. The one place that
-// knows whether this build has CUDA (STYLE rule 20: the #if lives in device.cc alone).
+// Device selection for --device=auto|cpu|cuda:N, decided once at start-up. With
+// executor_factory.cc (which builds the executors on the device chosen here), the only code that
+// knows whether this build has CUDA (STYLE rule 20: the #if lives in those two .cc files).
 
-#include <memory>
 #include <string>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "engine/backend.h"
-#include "engine/executor.h"
 
 namespace sluice::engine {
 
@@ -26,16 +24,5 @@ struct DeviceSelection {
 // (FailedPrecondition when the device is missing or unusable or the build has no CUDA backend,
 // InvalidArgument for anything else).
 absl::StatusOr<DeviceSelection> SelectDevice(absl::string_view flag);
-
-// Creates the CUDA executor for one instance of the model `spec` describes, on GPU `device`: the
-// model's GPU implementation (weights read from spec.version_path), warmed up, every batch
-// bucket's CUDA graph captured (unless config.cuda_graphs is false) and run once. `config` (the
-// loaded model's own) is borrowed and must outlive the executor; `spec` is read during the call.
-// Unimplemented when this build has no CUDA backend or the model has no GPU implementation
-// (variable dims, BYTES tensors, a backend without one): the caller runs it on the CPU instead.
-// Other errors fail the load (INTERNAL naming the CUDA call, RESOURCE_EXHAUSTED for device OOM).
-absl::StatusOr<std::unique_ptr<Executor>> CreateCudaExecutor(const ModelSpec& spec,
-                                                             const ModelConfig& config, int device,
-                                                             ExecutorOptions options);
 
 }  // namespace sluice::engine

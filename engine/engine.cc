@@ -6,9 +6,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
-#include "engine/cpu/cpu_executor.h"
+#include "engine/executor_factory.h"
 #include "engine/load_limits.h"
 #include "engine/model_scheduler.h"
+#include "engine/request_validation.h"
 
 namespace sluice::engine {
 
@@ -35,42 +36,6 @@ namespace {
 
 std::string VersionText(int64_t version) {
   return version < 0 ? std::string("(newest)") : absl::StrCat(version);
-}
-
-// Runs every instance once on zeros (batch 1 and max_batch_size) so that a model is READY only
-// after it has computed; models with variable dims are not warmed up (no shape to invent).
-absl::Status WarmUp(const ModelConfig& config, ModelInstance& instance) {
-  for (const TensorSpec& input : config.inputs) {
-    if (input.dtype == DataType::kBytes) return absl::OkStatus();
-    for (int64_t dim : input.dims) {
-      if (dim < 0) return absl::OkStatus();
-    }
-  }
-  std::vector<int> batch_sizes = {0};
-  if (config.max_batch_size > 0) {
-    batch_sizes = {1};
-    if (config.max_batch_size > 1) batch_sizes.push_back(config.max_batch_size);
-  }
-  for (int batch : batch_sizes) {
-    std::vector<std::vector<std::byte>> buffers(config.inputs.size());
-    std::vector<TensorView> views(config.inputs.size());
-    for (size_t i = 0; i < config.inputs.size(); ++i) {
-      const TensorSpec& spec = config.inputs[i];
-      Shape shape = spec.dims;
-      if (batch > 0) shape.insert(shape.begin(), batch);
-      ASSIGN_OR_RETURN(int64_t elements, ElementCount(shape));
-      ASSIGN_OR_RETURN(size_t bytes, FixedByteSize(spec.dtype, elements));
-      buffers[i].assign(bytes, std::byte{0});
-      views[i] = TensorView{spec.name, spec.dtype, shape, buffers[i]};
-    }
-    absl::StatusOr<std::vector<Tensor>> outputs = instance.Run(views);
-    if (!outputs.ok()) {
-      return absl::Status(
-          outputs.status().code(),
-          absl::StrCat("warm-up at batch size ", batch, " failed: ", outputs.status().message()));
-    }
-  }
-  return absl::OkStatus();
 }
 
 }  // namespace
@@ -158,9 +123,12 @@ absl::StatusOr<std::shared_ptr<Engine::LoadedModel>> Engine::Build(const ModelSp
   scheduler_options.stats = &loaded->stats;
   ASSIGN_OR_RETURN(loaded->scheduler, ModelScheduler::Create(config, scheduler_options));
 
-  std::vector<std::unique_ptr<Executor>> executors;
   ModelScheduler* scheduler = loaded->scheduler.get();
-  auto executor_options = [&](int slots, int i) {
+  ExecutorFactoryOptions factory_options{.device = options_.device,
+                                         .cpu_slots = options_.executor_slots,
+                                         .gpu_slots = options_.gpu_executor_slots,
+                                         .logger = options_.logger};
+  factory_options.executor_options = [&](int slots, int i) {
     ExecutorOptions executor_options;
     executor_options.slot_count = slots;
     executor_options.stats = &loaded->stats;
@@ -178,35 +146,9 @@ absl::StatusOr<std::shared_ptr<Engine::LoadedModel>> Engine::Build(const ModelSp
     }
     return executor_options;
   };
-  bool on_gpu = options_.device.kind == DeviceSelection::Kind::kCuda &&
-                config.instance_kind != InstanceKind::kCpu;
-  for (int i = 0; on_gpu && i < config.instance_count; ++i) {
-    const int device =
-        config.instance_gpus.empty() ? options_.device.cuda_device : config.instance_gpus[i];
-    absl::StatusOr<std::unique_ptr<Executor>> executor =
-        CreateCudaExecutor(spec, config, device, executor_options(options_.gpu_executor_slots, i));
-    if (absl::IsUnimplemented(executor.status())) {
-      // No GPU implementation for this model: all its instances run on the CPU backend.
-      LOG_INFO(options_.logger, "model '", config.name,
-               "' runs on the CPU backend: ", executor.status().message());
-      on_gpu = false;
-      loaded->executors.clear();
-      executors.clear();
-      break;
-    }
-    if (!executor.ok()) return executor.status();
-    loaded->executors.push_back(executor->get());
-    executors.push_back(*std::move(executor));
-  }
-  for (int i = 0; !on_gpu && i < config.instance_count; ++i) {
-    ASSIGN_OR_RETURN(std::unique_ptr<ModelInstance> instance, loaded->model->CreateInstance(i));
-    RETURN_IF_ERROR(WarmUp(config, *instance));
-    ASSIGN_OR_RETURN(std::unique_ptr<cpu::CpuExecutor> executor,
-                     cpu::CpuExecutor::Create(config, std::move(instance),
-                                              executor_options(options_.executor_slots, i)));
-    loaded->executors.push_back(executor.get());
-    executors.push_back(std::move(executor));
-  }
+  ASSIGN_OR_RETURN(std::vector<std::unique_ptr<Executor>> executors,
+                   CreateExecutors(spec, *loaded->model, factory_options));
+  for (const auto& executor : executors) loaded->executors.push_back(executor.get());
   loaded->scheduler->Start(std::move(executors));
   return loaded;
 }
@@ -347,120 +289,6 @@ absl::StatusOr<std::shared_ptr<Engine::LoadedModel>> Engine::Resolve(const std::
   return absl::NotFoundError(absl::StrCat("model '", name, "' has no version ", version));
 }
 
-absl::Status Engine::ValidateAndBind(const ModelConfig& config, InferenceRequest& request) const {
-  const std::string& model = config.name;
-  if (request.inputs.size() != config.inputs.size()) {
-    // Name the first missing input: that is what the client has to fix.
-    for (const TensorSpec& spec : config.inputs) {
-      const bool present = std::any_of(request.inputs.begin(), request.inputs.end(),
-                                       [&](const TensorView& t) { return t.name == spec.name; });
-      if (!present) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("model '", model, "': missing input '", spec.name, "' (expected ",
-                         config.inputs.size(), " inputs, got ", request.inputs.size(), ")"));
-      }
-    }
-    // None missing, so there are too many: name the first unknown or repeated one.
-    for (size_t i = 0; i < request.inputs.size(); ++i) {
-      const std::string& name = request.inputs[i].name;
-      if (config.FindInput(name) == nullptr) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("model '", model, "' has no input named '", name, "'"));
-      }
-      for (size_t j = 0; j < i; ++j) {
-        if (request.inputs[j].name == name) {
-          return absl::InvalidArgumentError(
-              absl::StrCat("model '", model, "': input '", name, "' given twice"));
-        }
-      }
-    }
-    return absl::InvalidArgumentError(absl::StrCat("model '", model, "' expects ",
-                                                   config.inputs.size(), " inputs, got ",
-                                                   request.inputs.size()));
-  }
-
-  std::vector<TensorView> ordered(config.inputs.size());
-  std::vector<bool> seen(config.inputs.size(), false);
-  int batch_size = -1;
-  for (TensorView& input : request.inputs) {
-    size_t index = config.inputs.size();
-    for (size_t i = 0; i < config.inputs.size(); ++i) {
-      if (config.inputs[i].name == input.name) index = i;
-    }
-    if (index == config.inputs.size()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("model '", model, "' has no input named '", input.name, "'"));
-    }
-    if (seen[index]) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("model '", model, "': input '", input.name, "' given twice"));
-    }
-    seen[index] = true;
-    const TensorSpec& spec = config.inputs[index];
-    if (input.dtype != spec.dtype) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "model '", model, "': input '", input.name, "' has data type ", DataTypeName(input.dtype),
-          ", the model expects ", DataTypeName(spec.dtype)));
-    }
-    const size_t batch_dims = config.max_batch_size > 0 ? 1 : 0;
-    bool shape_ok = input.shape.size() == spec.dims.size() + batch_dims;
-    for (size_t d = 0; shape_ok && d < spec.dims.size(); ++d) {
-      const int64_t got = input.shape[d + batch_dims];
-      shape_ok = (spec.dims[d] == -1 && got >= 0) || spec.dims[d] == got;
-    }
-    if (!shape_ok) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("model '", model, "': input '", input.name, "' has shape ",
-                       ShapeToString(input.shape), ", the model expects ",
-                       batch_dims ? absl::StrCat("[batch<=", config.max_batch_size, "]+") : "",
-                       ShapeToString(spec.dims)));
-    }
-    if (batch_dims == 1) {
-      const int64_t b = input.shape[0];
-      if (b < 1 || b > config.max_batch_size) {
-        return absl::InvalidArgumentError(absl::StrCat("model '", model, "': input '", input.name,
-                                                       "' has batch size ", b, ", allowed 1..",
-                                                       config.max_batch_size, " (max_batch_size)"));
-      }
-      if (batch_size >= 0 && b != batch_size) {
-        return absl::InvalidArgumentError(absl::StrCat("model '", model, "': input '", input.name,
-                                                       "' has batch size ", b,
-                                                       " but another input has ", batch_size));
-      }
-      batch_size = static_cast<int>(b);
-    }
-    ASSIGN_OR_RETURN(int64_t elements, ElementCount(input.shape));
-    if (input.dtype == DataType::kBytes) {
-      RETURN_IF_ERROR(ValidateBytesElements(input.name, input.data, elements));
-    } else {
-      ASSIGN_OR_RETURN(size_t expected, FixedByteSize(input.dtype, elements));
-      if (expected != input.data.size()) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("model '", model, "': input '", input.name, "' holds ", input.data.size(),
-                         " bytes, shape ", ShapeToString(input.shape), " of ",
-                         DataTypeName(input.dtype), " needs ", expected));
-      }
-    }
-    ordered[index] = std::move(input);
-  }
-  for (size_t i = 0; i < request.requested_outputs.size(); ++i) {
-    const std::string& name = request.requested_outputs[i];
-    if (config.FindOutput(name) == nullptr) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("model '", model, "' has no output named '", name, "'"));
-    }
-    for (size_t j = 0; j < i; ++j) {
-      if (request.requested_outputs[j] == name) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("model '", model, "': output '", name, "' requested twice"));
-      }
-    }
-  }
-  request.inputs = std::move(ordered);
-  request.batch_size = batch_size > 0 ? batch_size : 1;
-  return absl::OkStatus();
-}
-
 void Engine::Submit(std::unique_ptr<InferenceRequest> request) {
   if (draining_.load(std::memory_order_acquire)) {
     request->Complete(absl::UnavailableError("server is shutting down; not accepting requests"));
@@ -473,7 +301,7 @@ void Engine::Submit(std::unique_ptr<InferenceRequest> request) {
     return;
   }
   LoadedModel& model = **loaded;
-  if (absl::Status status = ValidateAndBind(model.config(), *request); !status.ok()) {
+  if (absl::Status status = ValidateAndBindRequest(model.config(), *request); !status.ok()) {
     model.stats.RecordFailure(*request, status.code());
     request->Complete(std::move(status));
     return;

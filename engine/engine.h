@@ -138,7 +138,6 @@ class Engine {
  private:
   struct LoadedModel;
   explicit Engine(EngineOptions options);
-  absl::Status ValidateAndBind(const ModelConfig& config, InferenceRequest& request) const;
   // The version that serves `version` (< 0: newest ready). A version that faulted is UNAVAILABLE
   // (with the fault) unless `faulted_ok`: then it is returned, for Submit(), whose scheduler
   // refuses the request and counts the refusal in that version's stats.

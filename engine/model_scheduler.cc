@@ -78,7 +78,7 @@ ModelScheduler::~ModelScheduler() { Stop(); }
 
 void ModelScheduler::Start(std::vector<std::unique_ptr<Executor>> executors) {
   CHECK(!executors.empty());
-  std::lock_guard<std::mutex> lock(mu_);
+  common::MutexLock lock(&mu_);
   CHECK(!started_);
   executors_ = std::move(executors);
   started_ = true;
@@ -88,7 +88,7 @@ void ModelScheduler::Start(std::vector<std::unique_ptr<Executor>> executors) {
 void ModelScheduler::Enqueue(std::unique_ptr<InferenceRequest> request) {
   absl::Status rejection;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    common::MutexLock lock(&mu_);
     if (!failure_.ok()) {
       rejection = failure_;
     } else if (stopping_) {
@@ -128,32 +128,35 @@ void ModelScheduler::Enqueue(std::unique_ptr<InferenceRequest> request) {
     request->Complete(std::move(rejection));
     return;
   }
-  cv_.notify_one();
+  cv_.Signal();
 }
 
 void ModelScheduler::NotifySlotFreed() {
   // Taking the lock orders this notify after the batcher's predicate check (no lost wake-up).
-  { std::lock_guard<std::mutex> lock(mu_); }
-  cv_.notify_one();
+  { common::MutexLock lock(&mu_); }
+  cv_.Signal();
 }
 
 void ModelScheduler::Fail(absl::Status reason) {
   CHECK(!reason.ok());
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    common::MutexLock lock(&mu_);
     if (!failure_.ok()) return;
     failure_ = std::move(reason);
   }
-  cv_.notify_all();
+  cv_.SignalAll();
 }
 
 int64_t ModelScheduler::QueueDepth() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  common::MutexLock lock(&mu_);
   return queued_;
 }
 
 bool ModelScheduler::Idle() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  common::MutexLock lock(&mu_);
+  // A batch being handed over is about to be in flight: wait for Execute() to return (it is
+  // bounded) rather than answer "busy" for a batch the executor may already have finished.
+  while (dispatching_ > 0) dispatched_cv_.Wait(&mu_);
   if (queued_ > 0) return false;
   for (const auto& executor : executors_) {
     if (executor->InFlight() > 0) return false;
@@ -164,16 +167,16 @@ bool ModelScheduler::Idle() const {
 void ModelScheduler::Stop() {
   std::lock_guard<std::mutex> stop_lock(stop_mu_);
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    common::MutexLock lock(&mu_);
     stopping_ = true;
   }
-  cv_.notify_all();
+  cv_.SignalAll();
   if (batcher_.joinable()) batcher_.join();
   for (auto& executor : executors_) executor->Stop();
   // Never started: answer whatever was queued.
   std::vector<Entry> left;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    common::MutexLock lock(&mu_);
     left = TakeAllLocked();
   }
   for (Entry& entry : left) {
@@ -256,7 +259,7 @@ void ModelScheduler::AnswerSwept(
 void ModelScheduler::BatcherLoop() {
   std::vector<PendingRequest> pending;
   std::vector<std::pair<std::unique_ptr<InferenceRequest>, absl::StatusCode>> swept;
-  std::unique_lock<std::mutex> lock(mu_);
+  mu_.Lock();
   for (;;) {
     const auto now = options_.clock->Now();
 
@@ -267,9 +270,9 @@ void ModelScheduler::BatcherLoop() {
     const bool cancel_sweep_due = entries_cancellable_ > 0 && now >= next_cancel_sweep_;
     if (deadline_due || cancel_sweep_due) SweepLocked(now, swept);
     if (!swept.empty()) {
-      lock.unlock();
+      mu_.Unlock();
       AnswerSwept(swept);
-      lock.lock();
+      mu_.Lock();
       continue;
     }
     auto next_expiry =
@@ -281,27 +284,30 @@ void ModelScheduler::BatcherLoop() {
       std::vector<Entry> failed = TakeAllLocked();
       for (const Entry& entry : failed) ForgetLocked(entry);
       const absl::Status failure = failure_;
-      lock.unlock();
+      mu_.Unlock();
       for (Entry& entry : failed) {
         options_.stats->RecordFailure(*entry.request, failure.code());
         entry.request->Complete(failure);
       }
-      lock.lock();
+      mu_.Lock();
       continue;
     }
 
     if (queued_ == 0) {
-      if (stopping_) return;
-      cv_.wait(lock);
+      if (stopping_) {
+        mu_.Unlock();
+        return;
+      }
+      cv_.Wait(&mu_);
       continue;
     }
 
     // Waits until `when` (in the scheduler clock's time) or a notification.
-    auto wait_until = [&](common::Clock::TimePoint when) {
+    auto wait_until = [&](common::Clock::TimePoint when) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
       if (when == common::Clock::TimePoint::max()) {
-        cv_.wait(lock);
+        cv_.Wait(&mu_);
       } else {
-        cv_.wait_for(lock, std::max(when - now, std::chrono::steady_clock::duration::zero()));
+        cv_.WaitFor(&mu_, std::max(when - now, std::chrono::steady_clock::duration::zero()));
       }
     };
 
@@ -343,8 +349,11 @@ void ModelScheduler::BatcherLoop() {
       continue;
     }
 
-    // 3. Hand the batch over. Execute() only queues it on the executor, so it runs under our
-    // lock: queued + in flight never both read zero while a batch is between the two.
+    // 3. Hand the batch over, outside the lock: an executor's Execute() may do device work (the
+    // CUDA executor copies the batch to pinned memory and issues its copies and kernels), and
+    // Enqueue() from RPC threads must not wait behind it. `dispatching_` counts the batch while
+    // it is between the queue and the executor, so Idle() never sees queued + in flight both at
+    // zero in that gap. Only this thread dispatches, so the slot PickExecutor() found stays free.
     Batch batch;
     batch.dispatch_time = now;
     // The batch is the first request_count candidates: the fronts of the levels, in order.
@@ -363,7 +372,13 @@ void ModelScheduler::BatcherLoop() {
       queue.pop_front();
       --queued_;
     }
-    if (!batch.requests.empty()) executors_[executor]->Execute(std::move(batch));
+    if (batch.requests.empty()) continue;
+    ++dispatching_;
+    mu_.Unlock();
+    executors_[executor]->Execute(std::move(batch));
+    mu_.Lock();
+    --dispatching_;
+    dispatched_cv_.SignalAll();
   }
 }
 

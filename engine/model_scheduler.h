@@ -2,9 +2,9 @@
 
 // ModelScheduler: the bounded queue of one model version and its batcher thread. Enqueue() is
 // called from RPC threads and returns at once; the batcher thread forms batches (DecideBatch) when
-// an executor has a free slot, expires requests whose deadline passed, and hands batches over.
+// an executor has a free slot, expires requests whose deadline passed, and hands batches over
+// (Executor::Execute) without holding the queue lock: the lock covers queue operations only.
 
-#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <map>
@@ -14,8 +14,10 @@
 #include <utility>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "common/clock.h"
+#include "common/mutex.h"
 #include "engine/batch_policy.h"
 #include "engine/executor.h"
 #include "engine/inference_request.h"
@@ -89,7 +91,9 @@ class ModelScheduler {
 
   // Requests waiting in the queues of all levels (not yet handed to an executor).
   int64_t QueueDepth() const;
-  // Nothing queued and no batch in flight on any executor.
+  // Nothing queued and no batch in flight on any executor. While the batcher is handing a batch
+  // over (inside Executor::Execute) it waits for that to finish, so the answer is never "idle"
+  // for a batch between the queue and the executor. Never call it from Execute().
   bool Idle() const;
 
   // Stops taking requests; answers everything queued (batches formed without waiting for the
@@ -111,23 +115,24 @@ class ModelScheduler {
   };
 
   ModelScheduler(const ModelConfig& config, SchedulerOptions options);
-  void BatcherLoop();
+  void BatcherLoop() ABSL_LOCKS_EXCLUDED(mu_);
   // The level (index into levels_) of a request with this priority.
-  size_t LevelIndex(uint64_t priority) const;
+  size_t LevelIndex(uint64_t priority) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Takes every queued entry, in service order. REQUIRES: mu_ held.
-  std::vector<Entry> TakeAllLocked();
+  std::vector<Entry> TakeAllLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Bookkeeping for an entry that leaves the queue. REQUIRES: mu_ held.
-  void ForgetLocked(const Entry& entry);
+  void ForgetLocked(const Entry& entry) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Moves the expired and cancelled entries to `out` (with the code to answer) and recomputes
   // earliest_expiry_. REQUIRES: mu_ held.
-  void SweepLocked(
-      common::Clock::TimePoint now,
-      std::vector<std::pair<std::unique_ptr<InferenceRequest>, absl::StatusCode>>& out);
+  void SweepLocked(common::Clock::TimePoint now,
+                   std::vector<std::pair<std::unique_ptr<InferenceRequest>, absl::StatusCode>>& out)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Answers swept requests. REQUIRES: mu_ not held.
   void AnswerSwept(
-      std::vector<std::pair<std::unique_ptr<InferenceRequest>, absl::StatusCode>>& swept);
+      std::vector<std::pair<std::unique_ptr<InferenceRequest>, absl::StatusCode>>& swept)
+      ABSL_LOCKS_EXCLUDED(mu_);
   // Index of an executor with a free slot, round robin; -1 if none.
-  int PickExecutor() const;
+  int PickExecutor() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool Compatible(const InferenceRequest& a, const InferenceRequest& b) const;
 
   const ModelConfig& config_;
@@ -135,24 +140,33 @@ class ModelScheduler {
   // Whether every input dimension is fixed, so any two requests may share a batch.
   bool all_dims_fixed_ = true;
 
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
+  // common::Mutex (an annotated std::mutex): clang's -Wthread-safety checks the ABSL_GUARDED_BY
+  // members below.
+  mutable common::Mutex mu_;
+  common::CondVar cv_;
   // Index 0 is priority level 1. Sized once by the constructor; the queues are guarded by mu_.
-  std::vector<Level> levels_;
+  std::vector<Level> levels_ ABSL_GUARDED_BY(mu_);
   size_t default_level_ = 0;
-  int64_t queued_ = 0;  // entries in all levels; guarded by mu_
+  int64_t queued_ ABSL_GUARDED_BY(mu_) = 0;  // entries in all levels
+  // Batches taken from the queue and not yet returned from Execute() (0 or 1: only the batcher
+  // dispatches). Idle() waits for it to be 0 (dispatched_cv_), so that it never reads queued and
+  // in flight both at zero while a batch is between the two. Guarded by mu_.
+  int64_t dispatching_ ABSL_GUARDED_BY(mu_) = 0;
+  mutable common::CondVar dispatched_cv_;
   // Scratch for forming a batch: the first queued entries in service order. Guarded by mu_.
-  std::vector<Entry*> candidates_;
-  int64_t entries_with_deadline_ = 0;  // guarded by mu_
+  std::vector<Entry*> candidates_ ABSL_GUARDED_BY(mu_);
+  int64_t entries_with_deadline_ ABSL_GUARDED_BY(mu_) = 0;
   // No queued deadline is earlier (may be earlier than the earliest one left). Guarded by mu_.
-  common::Clock::TimePoint earliest_expiry_ = common::Clock::TimePoint::max();
-  int64_t entries_cancellable_ = 0;                   // guarded by mu_
-  common::Clock::TimePoint next_cancel_sweep_{};      // guarded by mu_
-  std::vector<std::unique_ptr<Executor>> executors_;  // set by Start()
-  mutable size_t next_executor_ = 0;                  // guarded by mu_
-  bool started_ = false;                              // guarded by mu_
-  bool stopping_ = false;                             // guarded by mu_
-  absl::Status failure_;                              // guarded by mu_; see Fail()
+  common::Clock::TimePoint earliest_expiry_ ABSL_GUARDED_BY(mu_) = common::Clock::TimePoint::max();
+  int64_t entries_cancellable_ ABSL_GUARDED_BY(mu_) = 0;
+  common::Clock::TimePoint next_cancel_sweep_ ABSL_GUARDED_BY(mu_){};
+  // Set once by Start() (under mu_) before the batcher starts; read without mu_ by Stop() after
+  // the batcher is joined.
+  std::vector<std::unique_ptr<Executor>> executors_;
+  mutable size_t next_executor_ ABSL_GUARDED_BY(mu_) = 0;
+  bool started_ ABSL_GUARDED_BY(mu_) = false;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status failure_ ABSL_GUARDED_BY(mu_);  // see Fail()
   std::mutex stop_mu_;  // serializes Stop(): one caller joins, the others wait
   std::thread batcher_;
 };

@@ -104,10 +104,33 @@ class FakeExecutor final : public Executor {
     return free_slots_ > 0;
   }
 
+  // While the gate is closed, Execute() waits in the executor (as a device executor's Execute
+  // takes time) until OpenGate().
+  void CloseGate() {
+    std::lock_guard<std::mutex> lock(mu_);
+    gate_closed_ = true;
+  }
+  void OpenGate() {
+    std::lock_guard<std::mutex> lock(mu_);
+    gate_closed_ = false;
+    cv_.notify_all();
+  }
+  // Waits until an Execute() call waits at the closed gate.
+  bool WaitAtGate() {
+    std::unique_lock<std::mutex> lock(mu_);
+    return cv_.wait_for(lock, kAsyncTimeout, [&] { return waiting_at_gate_; });
+  }
+
   void Execute(Batch batch) override {
     std::vector<std::unique_ptr<InferenceRequest>> to_answer;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      std::unique_lock<std::mutex> lock(mu_);
+      if (gate_closed_) {
+        waiting_at_gate_ = true;
+        cv_.notify_all();
+        cv_.wait(lock, [&] { return !gate_closed_; });
+        waiting_at_gate_ = false;
+      }
       if (free_slots_ <= 0) ++executes_without_slot_;
       Record record;
       record.items = batch.items;
@@ -205,6 +228,8 @@ class FakeExecutor final : public Executor {
   std::condition_variable cv_;
   int free_slots_;
   bool auto_complete_ = false;
+  bool gate_closed_ = false;
+  bool waiting_at_gate_ = false;
   int executes_without_slot_ = 0;
   std::deque<Batch> in_flight_;
   std::vector<Record> records_;
@@ -649,6 +674,39 @@ TEST_F(ModelSchedulerTest, IdleWhenNothingQueuedOrInFlight) {
   EXPECT_FALSE(scheduler_->Idle());  // a batch is in flight
   executor_->FinishAll();
   EXPECT_TRUE(scheduler_->Idle());
+}
+
+// Execute() runs outside the queue lock: while one batch is being handed over (an executor whose
+// Execute takes its time, as the CUDA executor's copies to pinned memory do), Enqueue() from
+// another thread returns at once. Under the lock, the Enqueue below would wait for the gate,
+// which opens only after it returned: the wait for it would time out.
+TEST_F(ModelSchedulerTest, EnqueueDoesNotWaitForExecute) {
+  SchedulerOptions options = DefaultOptions();
+  options.policy.batching_enabled = false;
+  CreateAndStart(options, /*slots=*/2);
+  executor_->CloseGate();
+  Enqueue("a");
+  ASSERT_TRUE(executor_->WaitAtGate());
+
+  std::mutex mu;
+  std::condition_variable cv;
+  bool enqueued = false;
+  std::thread rpc_thread([&] {
+    Enqueue("b");
+    std::lock_guard<std::mutex> lock(mu);
+    enqueued = true;
+    cv.notify_all();
+  });
+  bool returned;
+  {
+    std::unique_lock<std::mutex> lock(mu);
+    returned = cv.wait_for(lock, kAsyncTimeout, [&] { return enqueued; });
+  }
+  EXPECT_TRUE(returned) << "Enqueue() blocked while Execute() ran";
+  executor_->OpenGate();
+  rpc_thread.join();
+  ASSERT_TRUE(executor_->WaitForRequests(2));
+  EXPECT_EQ(answers_.Count("b"), 0);  // queued, then batched; answered by the executor later
 }
 
 // --- Priority levels (Triton's priority_levels) ------------------------------------------------

@@ -21,28 +21,28 @@ void WindowRecord::Merge(const WindowRecord& other) {
 }
 
 void WindowCollector::RecordSent() {
-  std::lock_guard<std::mutex> lock(mu_);
+  common::MutexLock lock(&mu_);
   ++current_.sent;
 }
 
 void WindowCollector::RecordSentLate() {
-  std::lock_guard<std::mutex> lock(mu_);
+  common::MutexLock lock(&mu_);
   ++current_.sent_late;
 }
 
 void WindowCollector::RecordSkipped() {
-  std::lock_guard<std::mutex> lock(mu_);
+  common::MutexLock lock(&mu_);
   ++current_.skipped;
 }
 
 void WindowCollector::RecordResult(const absl::Status& status, int64_t latency_ns) {
   if (status.ok()) {
-    std::lock_guard<std::mutex> lock(mu_);
+    common::MutexLock lock(&mu_);
     ++current_.succeeded;
     current_.latency.Record(latency_ns);
     return;
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  common::MutexLock lock(&mu_);
   ++current_.failed;
   current_.failed_latency.Record(latency_ns);
   ++current_.errors_by_code[status.code()];
@@ -54,13 +54,13 @@ void WindowCollector::RecordResult(const absl::Status& status, int64_t latency_n
 WindowRecord WindowCollector::TakeWindow() {
   // The fresh record's histogram is allocated outside the lock, so recorders never wait on it.
   WindowRecord fresh;
-  std::lock_guard<std::mutex> lock(mu_);
+  common::MutexLock lock(&mu_);
   std::swap(fresh, current_);
   return fresh;
 }
 
 WindowCollector::Peek WindowCollector::PeekCurrent() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  common::MutexLock lock(&mu_);
   return Peek{current_.succeeded, current_.failed};
 }
 

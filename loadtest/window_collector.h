@@ -9,11 +9,11 @@
 
 #include <cstdint>
 #include <map>
-#include <mutex>
 #include <string>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
+#include "common/mutex.h"
 #include "loadtest/latency_histogram.h"
 
 namespace sluice::loadtest {
@@ -66,9 +66,9 @@ class WindowCollector {
   Peek PeekCurrent() const;
 
  private:
-  // std::mutex, not absl::Mutex: TSan sees std::mutex through its pthread interceptors, and
-  // Debian's Abseil is not instrumented (docs/reliability.md#sanitizers).
-  mutable std::mutex mu_;
+  // common::Mutex (an annotated std::mutex), not absl::Mutex: TSan sees std::mutex through its
+  // pthread interceptors, and Debian's Abseil is not instrumented (docs/reliability.md#sanitizers).
+  mutable common::Mutex mu_;
   WindowRecord current_ ABSL_GUARDED_BY(mu_);
 };
 

@@ -9,10 +9,11 @@
 #                              against its in-process gRPC server (see below)
 #   scripts/sanitize.sh        both (all)
 #
-# Builds with clang (SLUICE_SANITIZE: every target instrumented, CPU backend only) at -O0 with line
-# tables only: reports keep file:line, links stay short, and clang -O0 compiles the gRPC-heavy
-# files in half the time of -O1 (gcc is slower still; docs/reliability.md#sanitizers has the
-# measurements), which outweighs the tests' few extra seconds.
+# Builds with clang (SLUICE_SANITIZE: every target instrumented, CPU backend only; with
+# -Wthread-safety -Werror=thread-safety, so clang checks the ABSL_GUARDED_BY annotations) at -O0
+# with line tables only: reports keep file:line, links stay short, and clang -O0 compiles the
+# gRPC-heavy files in half the time of -O1 (gcc is slower still; docs/reliability.md#sanitizers
+# has the measurements), which outweighs the tests' few extra seconds.
 #
 # Every report is fatal: a test fails if its own process reports, and also if a child it starts
 # does (sluice-server, sluice-loadtest, sluice-client inherit these options; the sanitizer exit

@@ -255,9 +255,9 @@ absl::Status ModelRepository::Load(const std::string& name) {
     return absl::NotFoundError(
         absl::StrCat("model '", name, "' has no folder in the repository ", root_));
   }
-  std::lock_guard<std::mutex> lifecycle(lifecycle_mu_);
+  common::MutexLock lifecycle(&lifecycle_mu_);
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    common::MutexLock lock(&mu_);
     records_[name].loading = true;
   }
   inference::ModelConfig proto;
@@ -272,7 +272,7 @@ absl::Status ModelRepository::Load(const std::string& name) {
   }
   std::vector<int64_t> previous;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    common::MutexLock lock(&mu_);
     Record& record = records_[name];
     previous = record.versions;
     if (!specs.ok()) {
@@ -300,7 +300,7 @@ absl::Status ModelRepository::Load(const std::string& name) {
     }
   }
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    common::MutexLock lock(&mu_);
     Record& record = records_[name];
     record = Record{};
     record.config = std::move(proto);
@@ -311,9 +311,9 @@ absl::Status ModelRepository::Load(const std::string& name) {
 
 absl::Status ModelRepository::Unload(const std::string& name) {
   RETURN_IF_ERROR(ValidateModelName(name));
-  std::lock_guard<std::mutex> lifecycle(lifecycle_mu_);
+  common::MutexLock lifecycle(&lifecycle_mu_);
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    common::MutexLock lock(&mu_);
     auto it = records_.find(name);
     if (it == records_.end() || it->second.unloaded) {
       return absl::NotFoundError(absl::StrCat("model '", name, "' is not loaded"));
@@ -321,7 +321,7 @@ absl::Status ModelRepository::Unload(const std::string& name) {
   }
   absl::Status status = engine_->UnloadModel(name);
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    common::MutexLock lock(&mu_);
     Record& record = records_[name];
     record = Record{};
     record.unloaded = true;
@@ -340,7 +340,7 @@ std::vector<ModelRepository::IndexEntry> ModelRepository::Index(bool ready_only)
                                     common::EchoInput(status.reason, common::kMaxMessageBytes)});
   }
   std::vector<IndexEntry> out;
-  std::lock_guard<std::mutex> lock(mu_);
+  common::MutexLock lock(&mu_);
   for (auto& [name, entries] : by_name) {
     auto record = records_.find(name);
     if (entries.empty()) {
@@ -366,7 +366,7 @@ std::vector<ModelRepository::IndexEntry> ModelRepository::Index(bool ready_only)
 }
 
 absl::StatusOr<inference::ModelConfig> ModelRepository::GetConfig(const std::string& name) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  common::MutexLock lock(&mu_);
   auto it = records_.find(name);
   if (it == records_.end() || !it->second.config.has_value()) {
     return absl::NotFoundError(absl::StrCat("model '", name, "' is not loaded"));

@@ -8,14 +8,15 @@
 #include <filesystem>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "common/log.h"
+#include "common/mutex.h"
 #include "engine/engine.h"
 #include "proto/model_config.pb.h"
 
@@ -106,10 +107,10 @@ class ModelRepository {
   const RepositoryOptions options_;
   engine::Engine* const engine_;
   common::Logger* const logger_;
-  mutable std::mutex mu_;
-  std::map<std::string, Record> records_;  // guarded by mu_
-  // Serializes Load/Unload so that two loads of one model never interleave.
-  std::mutex lifecycle_mu_;
+  // Serializes Load/Unload so that two loads of one model never interleave; taken before mu_.
+  common::Mutex lifecycle_mu_;
+  mutable common::Mutex mu_ ABSL_ACQUIRED_AFTER(lifecycle_mu_);
+  std::map<std::string, Record> records_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace sluice::server
