@@ -13,6 +13,8 @@ set -euo pipefail
 BUILD_PACKAGES=(
   # toolchain
   build-essential cmake pkg-config git
+  # compiler cache: rebuilds and second clones compile only what changed (build.sh)
+  ccache
   # RPC and protocol
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev
   # command lines, JSON (client input files, safetensors headers)

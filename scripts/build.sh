@@ -10,6 +10,14 @@ scripts/bootstrap.sh
 BUILD_DIR=${SLUICE_BUILD_DIR:-build}
 JOBS=${SLUICE_JOBS:-$(nproc)}
 cmake_args=(-S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=${SLUICE_BUILD_TYPE:-RelWithDebInfo})
+# ccache (bootstrap installs it) makes a rebuild, or a second clone on the same machine, cost
+# only what changed: paths are hashed relative to the checkout, so clones in other folders share
+# the cache. Objects are the compiler's either way.
+if command -v ccache >/dev/null 2>&1; then
+  export CCACHE_BASEDIR=$PWD CCACHE_NOHASHDIR=1
+  cmake_args+=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache
+               -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache)
+fi
 if ! command -v nvcc >/dev/null 2>&1 && [[ -x /usr/local/cuda/bin/nvcc ]]; then
   cmake_args+=(-DCMAKE_CUDA_COMPILER=/usr/local/cuda/bin/nvcc)
 fi

@@ -69,7 +69,12 @@ for kind in "${kinds[@]}"; do
     tsan) sanitize=thread targets=(all) exclude='^InferenceClientTest\.' ;;
   esac
   echo "[sanitize] $(date -u +%T) $kind: configure and build $build"
-  CC=clang CXX=clang++ cmake -S . -B "$build" -DSLUICE_SANITIZE="$sanitize" \
+  launcher=()
+  if command -v ccache >/dev/null 2>&1; then  # as in build.sh
+    export CCACHE_BASEDIR=$PWD CCACHE_NOHASHDIR=1
+    launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache)
+  fi
+  CC=clang CXX=clang++ cmake -S . -B "$build" -DSLUICE_SANITIZE="$sanitize" "${launcher[@]}" \
     -DSLUICE_ENABLE_CUDA=OFF -DCMAKE_BUILD_TYPE=Debug -DSLUICE_TEST_PYTHON="$test_python" \
     -DCMAKE_CXX_FLAGS_DEBUG="-O0 -gline-tables-only" \
     -DCMAKE_C_FLAGS_DEBUG="-O0 -gline-tables-only" >/dev/null
