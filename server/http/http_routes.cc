@@ -437,12 +437,12 @@ void HttpRoutes::Repository(const std::string& model, const std::string& action,
   // while draining). An HTTP client that goes away is not seen here: its load still runs.
   const bool load = action == "load";
   absl::Status queued = options_.model_control->Submit(
-      {.work = [this, model, load] {
-         return load ? repository_->Load(model) : repository_->Unload(model);
-       },
-       .answer = [respond](const absl::Status& status) {
-         respond(status.ok() ? Empty() : Error(status));
-       },
+      {.work = [this, model,
+                load] { return load ? repository_->Load(model) : repository_->Unload(model); },
+       .answer =
+           [respond](const absl::Status& status) {
+             respond(status.ok() ? Empty() : Error(status));
+           },
        .abandoned = nullptr,
        .what = absl::StrCat(action, " of model '", model, "'")});
   if (!queued.ok()) respond(Error(queued));

@@ -68,7 +68,8 @@ def grpc_frame(message, compressed=False):
 class Server:
     def __init__(self, binary, args, repository=None):
         self.log_path = tempfile.mktemp(prefix="sluice-h2-", suffix=".log")
-        argv = [binary, "--grpc-address=127.0.0.1", "--grpc-port=0", "--metrics-port=0"]
+        argv = [binary, "--grpc-address=127.0.0.1", "--grpc-port=0", "--http-address=127.0.0.1",
+                "--http-port=0", "--metrics-port=0"]
         if repository:
             argv.append("--model-repository=" + repository)
         self.log = open(self.log_path, "w")
