@@ -30,9 +30,9 @@
 #include "grpcpp/health_check_service_interface.h"
 #include "grpcpp/resource_quota.h"
 #include "server/grpc_service.h"
-#include "server/listener_watchdog.h"
 #include "server/http/http_routes.h"
 #include "server/http/http_server.h"
+#include "server/listener_watchdog.h"
 #include "server/metrics_exporter.h"
 #include "server/model_repository.h"
 #include "server/nvml_gpu_source.h"
@@ -677,6 +677,14 @@ int Run(const Flags& flags) {
   // The watchdog calls the port over loopback whatever address it is bound to (a wildcard or a
   // loopback address; a specific other address is called as given).
   std::unique_ptr<ListenerWatchdog> watchdog;
+  // The HTTP/REST routes (the server starts below), over the same engine and repository; same TLS
+  // flags as gRPC.
+  http::HttpRoutesOptions routes_options;
+  routes_options.explicit_model_control = explicit_mode;
+  routes_options.model_control = service.model_control();
+  routes_options.server_version = SLUICE_VERSION;
+  http::HttpRoutes routes(engine->get(), repository->get(), routes_options);
+
   if (flags.grpc_watchdog_interval_ms > 0) {
     ListenerWatchdogOptions watchdog_options;
     std::string host = flags.grpc_address;
@@ -688,19 +696,17 @@ int Run(const Flags& flags) {
     watchdog_options.probe_timeout = std::chrono::milliseconds(flags.grpc_watchdog_timeout_ms);
     watchdog_options.failures_to_trip = flags.grpc_watchdog_failures;
     watchdog_options.logger = log;
-    watchdog_options.on_change = [health, &service](bool accepting) {
+    // Liveness on every protocol follows the gRPC listener: an orchestrator probing HTTP restarts
+    // a process whose gRPC port died just as one probing gRPC does.
+    watchdog_options.on_change = [health, &service, &routes](bool accepting) {
       service.SetLive(accepting);
+      routes.SetLive(accepting);
       health->SetServingStatus("liveness", accepting);
     };
     watchdog = ListenerWatchdog::Start(std::move(watchdog_options));
   }
 
-  // The HTTP/REST front end, over the same engine and repository; same TLS flags as gRPC.
-  http::HttpRoutesOptions routes_options;
-  routes_options.explicit_model_control = explicit_mode;
-  routes_options.model_control = service.model_control();
-  routes_options.server_version = SLUICE_VERSION;
-  http::HttpRoutes routes(engine->get(), repository->get(), routes_options);
+  // The HTTP/REST front end's server, over the routes above; same TLS flags as gRPC.
   std::unique_ptr<http::HttpServer> http_server;
   if (flags.allow_http) {
     http::HttpServerOptions http_options;

@@ -240,7 +240,12 @@ void HttpRoutes::Handle(HttpRequest&& request, Responder respond) {
     if (!get) return wrong_method("GET");
     // Readiness as on gRPC: only after start-up loading, and not while draining. A 4xx says no,
     // as the protocol has it.
-    const bool yes = segments[2] == "live" || (ready_.load() && !engine_->draining());
+    if (segments[2] == "live") {
+      respond(live_.load() ? Empty()
+                           : Error(400, "server is not live: its gRPC listener stopped accepting"));
+      return;
+    }
+    const bool yes = ready_.load() && !engine_->draining();
     respond(yes ? Empty() : Error(400, "server is not ready"));
     return;
   }

@@ -42,6 +42,9 @@ class HttpRoutes {
 
   // GET /v2/health/ready answers this (false until start-up loading is done, and while draining).
   void SetReady(bool ready) { ready_.store(ready); }
+  // GET /v2/health/live answers this (true until the gRPC listener watchdog finds the port dead,
+  // as gRPC's ServerLive does).
+  void SetLive(bool live) { live_.store(live); }
 
   // The HttpServer's Handler.
   void Handle(HttpRequest&& request, Responder respond);
@@ -58,6 +61,7 @@ class HttpRoutes {
   ModelRepository* const repository_;
   const HttpRoutesOptions options_;
   std::atomic<bool> ready_{false};
+  std::atomic<bool> live_{true};
 };
 
 }  // namespace sluice::server::http

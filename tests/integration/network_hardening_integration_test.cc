@@ -168,6 +168,12 @@ TEST(ListenerWatchdogTest, DeadListenerTurnsLivenessFalseWithALogLine) {
   // The port really is dead: a call on a new connection gets no answer.
   EXPECT_EQ(CallServerLive((*server)->address(), std::chrono::milliseconds(300)).error_code(),
             grpc::StatusCode::DEADLINE_EXCEEDED);
+  // HTTP liveness follows the same watchdog, so a probe on either protocol restarts the process.
+  ASSERT_GT((*server)->http_port(), 0);
+  const sluice::testing::HttpResponse live =
+      sluice::testing::HttpGet((*server)->http_port(), "/v2/health/live");
+  EXPECT_EQ(live.status, 400) << live.body;
+  EXPECT_NE(live.body.find("gRPC listener stopped accepting"), std::string::npos) << live.body;
 }
 
 // Item 1: a healthy server's watchdog never trips, a connection flood over the cap included
