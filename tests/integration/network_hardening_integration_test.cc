@@ -307,7 +307,11 @@ TEST(StreamBackpressureTest, PendingAnswersAreBoundedInBytes) {
   std::printf("streams %d, requests written %d, server RSS growth %.1f MiB\n", kStreams, written,
               static_cast<double>(growth) / (1 << 20));
   // 2 streams x 4 MiB held, plus what gRPC buffers per connection (flow-control windows).
+  // Sanitizer builds keep freed memory in quarantine, so resident growth is not checked there
+  // (CMakeLists.txt, SLUICE_SANITIZER_BUILD); the release suite checks it.
+#ifndef SLUICE_SANITIZER_BUILD
   EXPECT_LT(growth, int64_t{80} << 20) << "the server held more than its byte bounds allow";
+#endif
   // It still serves.
   EXPECT_TRUE(CallServerLive((*server)->address(), std::chrono::seconds(2)).ok());
 }
