@@ -411,8 +411,9 @@ void AddFlags(CLI::App& app, Flags& flags) {
       ->check(CLI::Range(100, 3600000))
       ->capture_default_str();
   app.add_option("--http-header-timeout-ms", flags.http_header_timeout_ms,
-                 "From a request's first byte to the end of its header (a client that trickles "
-                 "is cut off)")
+                 "From a request's first byte to the end of its header, and on a new connection "
+                 "from the connect to its first byte (a client that trickles, or connects and "
+                 "says nothing, is cut off)")
       ->envname("SLUICE_HTTP_HEADER_TIMEOUT_MS")
       ->check(CLI::Range(100, 3600000))
       ->capture_default_str();

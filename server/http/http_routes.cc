@@ -387,6 +387,14 @@ void HttpRoutes::Model(const std::string& model, const std::string& version_text
 
 void HttpRoutes::Repository(const std::string& model, const std::string& action,
                             const HttpRequest& request, Responder respond) {
+  // These bodies are a few parameters at most; nlohmann builds a node per value with no depth
+  // limit, so a large one is refused before it is parsed (on an I/O thread).
+  constexpr size_t kMaxRepositoryBodyBytes = 64 * 1024;
+  if (request.body->size() > kMaxRepositoryBodyBytes) {
+    respond(Error(413, absl::StrCat("repository request body of ", request.body->size(),
+                                    " bytes; at most ", kMaxRepositoryBodyBytes)));
+    return;
+  }
   absl::StatusOr<json> body = OptionalJsonObject(*request.body);
   if (!body.ok()) {
     respond(Error(body.status()));

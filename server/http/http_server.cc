@@ -1,6 +1,8 @@
 #include "server/http/http_server.h"
 
 #include <chrono>
+#include <cstdio>
+#include <exception>
 #include <memory>
 #include <optional>
 #include <string>
@@ -105,6 +107,7 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
   }
 
   beast::tcp_stream& Tcp() { return beast::get_lowest_layer(stream_); }
+  bool first_request_ = true;  // no request read yet on this connection (strand only)
 
   void ReadRequest() {
     parser_.emplace();
@@ -114,8 +117,12 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
       ReadHeader();
       return;
     }
-    // Idle keep-alive wait: the first byte of the next request, under the idle timeout.
-    Tcp().expires_after(milliseconds(impl_.options.idle_timeout_ms));
+    // The first byte of a request: a new connection gets the header timeout (a client that
+    // connects and says nothing must not hold a --http-max-connections slot for the idle
+    // timeout); between keep-alive requests the idle timeout applies.
+    Tcp().expires_after(milliseconds(first_request_ ? impl_.options.header_timeout_ms
+                                                    : impl_.options.idle_timeout_ms));
+    first_request_ = false;
     auto self = this->shared_from_this();
     stream_.async_read_some(buffer_.prepare(4096), [self](beast::error_code ec, std::size_t bytes) {
       if (ec) return;  // closed, reset or idle too long
@@ -352,7 +359,21 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(HttpServerOptions 
   server->port_ = impl.acceptor.local_endpoint().port();
   impl.DoAccept();
   for (int i = 0; i < o.threads; ++i) {
-    server->threads_.emplace_back([&impl] { impl.ioc.run(); });
+    server->threads_.emplace_back([&impl] {
+      // A handler that throws (std::bad_alloc reserving a large body, an OpenSSL failure making
+      // a TLS stream) must not end the process: the throwing connection is dropped (its
+      // handlers are gone) and the thread goes back to serving the others.
+      for (;;) {
+        try {
+          impl.ioc.run();
+          return;
+        } catch (const std::exception& e) {
+          std::fprintf(stderr,
+                       "sluice-server: an HTTP I/O handler threw (%s); connection dropped\n",
+                       e.what());
+        }
+      }
+    });
   }
   return server;
 }

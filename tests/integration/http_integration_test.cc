@@ -548,6 +548,32 @@ TEST(HttpLifecycleTest, TricklingClientIsCutOffOthersAreServed) {
   EXPECT_EQ(Call(*c, "GET", "/v2/health/ready").status, 200);
 }
 
+// A client that connects and sends nothing is cut off at the header timeout, not the (long)
+// keep-alive idle timeout: silent connects must not hold --http-max-connections slots.
+TEST(HttpLifecycleTest, SilentNewConnectionIsCutOffAtTheHeaderTimeout) {
+  auto server =
+      ServerProcess::Start({"--model-repository=" + testing::BundledModelRepository(),
+                            "--http-header-timeout-ms=300", "--http-idle-timeout-ms=60000"});
+  ASSERT_TRUE(server.ok()) << server.status();
+  auto silent = Connect(**server);
+  ASSERT_NE(silent, nullptr);
+  EXPECT_TRUE(silent->WaitForClose(3000)) << "a silent connection was kept past the header timeout";
+}
+
+// Repository bodies are small JSON objects; a large one is refused before nlohmann parses it.
+TEST(HttpLifecycleTest, LargeRepositoryBodyIsRefusedUnparsed) {
+  auto server = ServerProcess::Start({"--model-repository=" + testing::BundledModelRepository()});
+  ASSERT_TRUE(server.ok()) << server.status();
+  auto c = Connect(**server);
+  ASSERT_NE(c, nullptr);
+  const std::string nested(100 * 1024, '[');
+  const HttpReply reply = Call(*c, "POST", "/v2/repository/index", nested);
+  EXPECT_EQ(reply.status, 413) << reply.body;
+  auto again = Connect(**server);
+  ASSERT_NE(again, nullptr);
+  EXPECT_EQ(Call(*again, "GET", "/v2/health/ready").status, 200);
+}
+
 TEST(HttpLifecycleTest, ConnectionCapRefusesTheOneTooMany) {
   auto server = ServerProcess::Start(
       {"--model-repository=" + testing::BundledModelRepository(), "--http-max-connections=2"});
