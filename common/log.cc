@@ -4,42 +4,9 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_format.h"
+#include "common/json_string.h"
 
 namespace sluice::common {
-namespace {
-
-// Escapes a string for a JSON string literal (RFC 8259: quote, backslash and control characters).
-void AppendJsonString(std::string& out, absl::string_view s) {
-  out.push_back('"');
-  for (unsigned char c : s) {
-    switch (c) {
-      case '"':
-        out += "\\\"";
-        break;
-      case '\\':
-        out += "\\\\";
-        break;
-      case '\n':
-        out += "\\n";
-        break;
-      case '\r':
-        out += "\\r";
-        break;
-      case '\t':
-        out += "\\t";
-        break;
-      default:
-        if (c < 0x20) {
-          out += absl::StrFormat("\\u%04x", c);
-        } else {
-          out.push_back(static_cast<char>(c));
-        }
-    }
-  }
-  out.push_back('"');
-}
-
-}  // namespace
 
 void LogValue::AppendText(std::string& out) const {
   if (const auto* text = std::get_if<std::string>(&value_)) {

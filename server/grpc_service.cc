@@ -50,11 +50,6 @@ class UnaryInferReactor final : public grpc::ServerUnaryReactor {
   const std::shared_ptr<std::atomic<bool>> cancelled_ = std::make_shared<std::atomic<bool>>(false);
 };
 
-void FillDuration(const engine::DurationStat& from, inference::StatisticDuration* to) {
-  to->set_count(from.count);
-  to->set_ns(from.ns);
-}
-
 }  // namespace
 
 InferenceService::InferenceService(engine::Engine* engine, ModelRepository* repository,
@@ -181,29 +176,7 @@ grpc::ServerUnaryReactor* InferenceService::ModelStatistics(
   absl::StatusOr<std::vector<engine::Engine::VersionStats>> stats =
       engine_->GetStats(request->name(), *version);
   if (!stats.ok()) return FinishNow(context, ToGrpcStatus(stats.status()));
-  for (const engine::Engine::VersionStats& entry : *stats) {
-    const engine::ModelStatsSnapshot& s = entry.stats;
-    inference::ModelStatistics* out = response->add_model_stats();
-    out->set_name(entry.name);
-    out->set_version(absl::StrCat(entry.version));
-    out->set_last_inference(s.last_inference_ms);
-    out->set_inference_count(s.inference_count);
-    out->set_execution_count(s.execution_count);
-    inference::InferStatistics* infer = out->mutable_inference_stats();
-    FillDuration(s.success, infer->mutable_success());
-    FillDuration(s.fail, infer->mutable_fail());
-    FillDuration(s.queue, infer->mutable_queue());
-    FillDuration(s.compute_input, infer->mutable_compute_input());
-    FillDuration(s.compute_infer, infer->mutable_compute_infer());
-    FillDuration(s.compute_output, infer->mutable_compute_output());
-    for (const auto& [batch_size, batch] : s.batch_stats) {
-      inference::InferBatchStatistics* b = out->add_batch_stats();
-      b->set_batch_size(batch_size);
-      FillDuration(batch.compute_input, b->mutable_compute_input());
-      FillDuration(batch.compute_infer, b->mutable_compute_infer());
-      FillDuration(batch.compute_output, b->mutable_compute_output());
-    }
-  }
+  *response = ToStatisticsResponse(*stats);
   return FinishNow(context, grpc::Status::OK);
 }
 

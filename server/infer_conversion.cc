@@ -228,4 +228,42 @@ void ToProtoResponse(engine::InferenceResponse&& response, inference::ModelInfer
   }
 }
 
+namespace {
+
+void FillDuration(const engine::DurationStat& from, inference::StatisticDuration* to) {
+  to->set_count(from.count);
+  to->set_ns(from.ns);
+}
+
+}  // namespace
+
+inference::ModelStatisticsResponse ToStatisticsResponse(
+    const std::vector<engine::Engine::VersionStats>& stats) {
+  inference::ModelStatisticsResponse response;
+  for (const engine::Engine::VersionStats& entry : stats) {
+    const engine::ModelStatsSnapshot& s = entry.stats;
+    inference::ModelStatistics* out = response.add_model_stats();
+    out->set_name(entry.name);
+    out->set_version(absl::StrCat(entry.version));
+    out->set_last_inference(s.last_inference_ms);
+    out->set_inference_count(s.inference_count);
+    out->set_execution_count(s.execution_count);
+    inference::InferStatistics* infer = out->mutable_inference_stats();
+    FillDuration(s.success, infer->mutable_success());
+    FillDuration(s.fail, infer->mutable_fail());
+    FillDuration(s.queue, infer->mutable_queue());
+    FillDuration(s.compute_input, infer->mutable_compute_input());
+    FillDuration(s.compute_infer, infer->mutable_compute_infer());
+    FillDuration(s.compute_output, infer->mutable_compute_output());
+    for (const auto& [batch_size, batch] : s.batch_stats) {
+      inference::InferBatchStatistics* b = out->add_batch_stats();
+      b->set_batch_size(batch_size);
+      FillDuration(batch.compute_input, b->mutable_compute_input());
+      FillDuration(batch.compute_infer, b->mutable_compute_infer());
+      FillDuration(batch.compute_output, b->mutable_compute_output());
+    }
+  }
+  return response;
+}
+
 }  // namespace sluice::server

@@ -8,8 +8,10 @@
 #include <chrono>
 #include <memory>
 #include <optional>
+#include <vector>
 
 #include "absl/status/statusor.h"
+#include "engine/engine.h"
 #include "engine/inference_request.h"
 #include "proto/grpc_service.pb.h"
 
@@ -50,5 +52,10 @@ absl::StatusOr<std::unique_ptr<engine::InferenceRequest>> ToEngineRequest(
 
 // Fills `out` from the engine's answer: one raw_output_contents entry per output, in order.
 void ToProtoResponse(engine::InferenceResponse&& response, inference::ModelInferResponse* out);
+
+// The KServe ModelStatistics message for the engine's per-version stats: what gRPC's
+// ModelStatistics answers and what HTTP's .../stats renders as JSON.
+inference::ModelStatisticsResponse ToStatisticsResponse(
+    const std::vector<engine::Engine::VersionStats>& stats);
 
 }  // namespace sluice::server

@@ -12,6 +12,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/json_string.h"
 #include "common/status_macros.h"
 #include "common/wire/bytes_elements.h"
 #include "common/wire/float16.h"
@@ -153,41 +154,6 @@ absl::StatusOr<uint64_t> NonNegativeInteger(dom::element value, absl::string_vie
   return absl::InvalidArgumentError(absl::StrCat("parameter '", name, "' must be an integer"));
 }
 
-// Appends `s` as a JSON string (quotes, backslashes and control characters escaped; other bytes
-// verbatim, as Triton writes BYTES elements).
-void AppendJsonString(std::string_view s, std::string& out) {
-  out.push_back('"');
-  for (const char c : s) {
-    switch (c) {
-      case '"':
-        out += "\\\"";
-        break;
-      case '\\':
-        out += "\\\\";
-        break;
-      case '\n':
-        out += "\\n";
-        break;
-      case '\r':
-        out += "\\r";
-        break;
-      case '\t':
-        out += "\\t";
-        break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20) {
-          static constexpr char kHex[] = "0123456789abcdef";
-          out += "\\u00";
-          out.push_back(kHex[(c >> 4) & 0xf]);
-          out.push_back(kHex[c & 0xf]);
-        } else {
-          out.push_back(c);
-        }
-    }
-  }
-  out.push_back('"');
-}
-
 template <typename T>
 void AppendNumber(T value, std::string& out) {
   if constexpr (std::is_floating_point_v<T>) {
@@ -224,7 +190,7 @@ void AppendData(const engine::Tensor& tensor, std::string& out) {
     absl::string_view element;
     while (reader.Next(element)) {
       sep();
-      AppendJsonString(std::string_view(element.data(), element.size()), out);
+      common::AppendJsonString(out, absl::string_view(element.data(), element.size()));
     }
     out.push_back(']');
     return;
@@ -284,7 +250,7 @@ void AppendData(const engine::Tensor& tensor, std::string& out) {
 
 std::string ErrorJson(absl::string_view message) {
   std::string out = "{\"error\":";
-  AppendJsonString(std::string_view(message.data(), message.size()), out);
+  common::AppendJsonString(out, absl::string_view(message.data(), message.size()));
   out.push_back('}');
   return out;
 }
@@ -522,13 +488,13 @@ EncodedResponse FromEngineResponse(engine::InferenceResponse&& response,
   }
   out.reserve(json_estimate + binary_bytes);
   out += "{\"model_name\":";
-  AppendJsonString(response.model_name, out);
+  common::AppendJsonString(out, response.model_name);
   out += ",\"model_version\":\"";
   out += absl::StrCat(response.model_version);
   out += "\"";
   if (!response.id.empty()) {
     out += ",\"id\":";
-    AppendJsonString(response.id, out);
+    common::AppendJsonString(out, response.id);
   }
   out += ",\"outputs\":[";
   bool any_binary = false;
@@ -536,7 +502,7 @@ EncodedResponse FromEngineResponse(engine::InferenceResponse&& response,
     const engine::Tensor& tensor = response.outputs[i];
     if (i > 0) out.push_back(',');
     out += "{\"name\":";
-    AppendJsonString(tensor.name, out);
+    common::AppendJsonString(out, tensor.name);
     out += ",\"datatype\":\"";
     const absl::string_view dtype_name = engine::DataTypeName(tensor.dtype);
     out.append(dtype_name.data(), dtype_name.size());
