@@ -1,6 +1,7 @@
 #include "engine/batch_policy.h"
 
 #include <chrono>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -198,6 +199,115 @@ INSTANTIATE_TEST_SUITE_P(
         // A single request of a preferred size.
         PreferredCase{"SingleRequestOfPreferredSize", 8, {2}, {2}, 1}),
     [](const ::testing::TestParamInfo<PreferredCase>& info) { return info.param.name; });
+
+// --- Ragged batching: the token budget (max_batch_tokens) -------------------------------------
+
+BatchPolicy Ragged(int max_batch_size, int64_t max_batch_tokens, microseconds delay,
+                   std::vector<int> preferred = {}) {
+  BatchPolicy policy = Batching(max_batch_size, delay, std::move(preferred));
+  policy.max_batch_tokens = max_batch_tokens;
+  return policy;
+}
+
+// Requests of one item each with the given token counts, the first enqueued `age` before kNow and
+// each later one a microsecond after the previous.
+std::vector<PendingRequest> Sequences(std::vector<int64_t> tokens,
+                                      microseconds age = microseconds(0)) {
+  std::vector<PendingRequest> pending;
+  TimePoint t = kNow - age;
+  for (int64_t count : tokens) {
+    pending.push_back(PendingRequest{.batch_size = 1, .enqueue_time = t, .tokens = count});
+    t += microseconds(1);
+  }
+  return pending;
+}
+
+TEST(BatchPolicyTest, TokenBudgetCutsTheBatchWhereTheNextRequestWouldOverflowIt) {
+  // 40 + 50 tokens fit in 100; 30 more would not: the batch is full now, well under 8 items and
+  // long before the delay.
+  const std::vector<PendingRequest> pending = Sequences({40, 50, 30});
+  const BatchDecision decision =
+      DecideBatch(Ragged(8, 100, microseconds(1000000)), pending, false, kNow);
+  EXPECT_EQ(decision.request_count, 2);
+}
+
+TEST(BatchPolicyTest, TokenBudgetReachedExactlyFlushesAtOnce) {
+  const std::vector<PendingRequest> pending = Sequences({60, 40});
+  const BatchDecision decision =
+      DecideBatch(Ragged(8, 100, microseconds(1000000)), pending, false, kNow);
+  EXPECT_EQ(decision.request_count, 2);
+}
+
+TEST(BatchPolicyTest, UnderTheTokenBudgetWaitsForTheDelay) {
+  const std::vector<PendingRequest> pending = Sequences({10, 20}, microseconds(30));
+  const BatchDecision decision =
+      DecideBatch(Ragged(8, 100, microseconds(100)), pending, false, kNow);
+  EXPECT_EQ(decision.request_count, 0);
+  EXPECT_EQ(decision.wake_at, kNow - microseconds(30) + microseconds(100));
+  // Once the oldest waited the delay, what fits goes.
+  const BatchDecision later =
+      DecideBatch(Ragged(8, 100, microseconds(100)), pending, false, kNow + microseconds(70));
+  EXPECT_EQ(later.request_count, 2);
+}
+
+TEST(BatchPolicyTest, RequestAboveTheTokenBudgetRunsAloneAtOnce) {
+  // At the head of the queue: alone, now (waiting cannot make it fit, and it must not starve).
+  const BatchDecision head =
+      DecideBatch(Ragged(8, 100, microseconds(1000000)), Sequences({500, 10}), false, kNow);
+  EXPECT_EQ(head.request_count, 1);
+  const BatchDecision only =
+      DecideBatch(Ragged(8, 100, microseconds(1000000)), Sequences({500}), false, kNow);
+  EXPECT_EQ(only.request_count, 1);
+  // Behind others: it cuts their batch (they go now, without it), and is the next head.
+  const BatchDecision behind =
+      DecideBatch(Ragged(8, 100, microseconds(1000000)), Sequences({10, 20, 500}), false, kNow);
+  EXPECT_EQ(behind.request_count, 2);
+}
+
+TEST(BatchPolicyTest, MaxBatchSizeStillBoundsARaggedBatch) {
+  // 3 sequences of 1 token: far under the budget, but max_batch_size is 2.
+  const BatchDecision decision =
+      DecideBatch(Ragged(2, 1000, microseconds(1000000)), Sequences({1, 1, 1}), false, kNow);
+  EXPECT_EQ(decision.request_count, 2);
+}
+
+TEST(BatchPolicyTest, TokenBudgetCountsTheTokensOfMultiItemRequests) {
+  // A request of 2 sequences with 30 tokens in all, then one of 3 with 80: 110 > 100.
+  std::vector<PendingRequest> pending = {
+      PendingRequest{.batch_size = 2, .enqueue_time = kNow, .tokens = 30},
+      PendingRequest{.batch_size = 3, .enqueue_time = kNow, .tokens = 80}};
+  const BatchDecision decision =
+      DecideBatch(Ragged(8, 100, microseconds(1000000)), pending, false, kNow);
+  EXPECT_EQ(decision.request_count, 1);
+}
+
+TEST(BatchPolicyTest, NoTokenBudgetIgnoresTokens) {
+  // max_batch_tokens 0 (a model without ragged batching): tokens never cut a batch.
+  const BatchDecision decision =
+      DecideBatch(Ragged(4, 0, microseconds(1000000)), Sequences({5000, 5000, 5000}), false, kNow);
+  EXPECT_EQ(decision.request_count, 0);
+  const BatchDecision full = DecideBatch(Ragged(4, 0, microseconds(1000000)),
+                                         Sequences({5000, 5000, 5000, 5000}), false, kNow);
+  EXPECT_EQ(full.request_count, 4);
+}
+
+TEST(BatchPolicyTest, PreferredSizeWithinTheTokenBudget) {
+  // Preferred batch size 2: the first two sequences go at once; all three would fit too, but 3 is
+  // not preferred and neither limit is reached.
+  const BatchDecision decision =
+      DecideBatch(Ragged(8, 100, microseconds(1000000), {2}), Sequences({10, 10, 10}), false, kNow);
+  EXPECT_EQ(decision.request_count, 2);
+  // A preferred size the budget cannot reach is not taken: 2 sequences would be 120 tokens.
+  const BatchDecision over =
+      DecideBatch(Ragged(8, 100, microseconds(1000000), {2}), Sequences({60, 60}), false, kNow);
+  EXPECT_EQ(over.request_count, 1);  // full: the second would overflow the budget
+}
+
+TEST(BatchPolicyTest, IncompatibleRequestBehindARaggedBatchFlushesIt) {
+  const BatchDecision decision = DecideBatch(Ragged(8, 100, microseconds(1000000)),
+                                             Sequences({10, 20}), /*more_incompatible=*/true, kNow);
+  EXPECT_EQ(decision.request_count, 2);
+}
 
 }  // namespace
 }  // namespace sluice::engine

@@ -22,6 +22,9 @@ struct Batch {
   std::vector<std::unique_ptr<InferenceRequest>> requests;
   // Sum of the requests' batch sizes.
   int items = 0;
+  // Sum of the requests' token_count: the batch's real tokens (ragged-batching sequence models;
+  // 0 for other models).
+  int64_t tokens = 0;
   // When the batcher handed it over (end of each request's queue time).
   std::chrono::steady_clock::time_point dispatch_time{};
 };

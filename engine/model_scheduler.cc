@@ -46,8 +46,10 @@ absl::StatusOr<std::unique_ptr<ModelScheduler>> ModelScheduler::Create(const Mod
 ModelScheduler::ModelScheduler(const ModelConfig& config, SchedulerOptions options)
     : config_(config), options_(std::move(options)) {
   for (const TensorSpec& input : config_.inputs) {
-    for (int64_t dim : input.dims) all_dims_fixed_ = all_dims_fixed_ && dim >= 0;
+    for (int64_t dim : input.dims) any_shapes_batch_ = any_shapes_batch_ && dim >= 0;
   }
+  // A ragged model's backend packs sequences of any length into one batch.
+  if (config_.ragged_batching.has_value()) any_shapes_batch_ = true;
   // Built in place: a deque of move-only entries cannot be copied, and its move may throw.
   levels_ = std::vector<Level>(static_cast<size_t>(options_.priority_levels));
   for (size_t i = 0; i < levels_.size(); ++i) {
@@ -198,7 +200,7 @@ int ModelScheduler::PickExecutor() const {
 }
 
 bool ModelScheduler::Compatible(const InferenceRequest& a, const InferenceRequest& b) const {
-  if (all_dims_fixed_) return true;
+  if (any_shapes_batch_) return true;
   for (size_t i = 0; i < a.inputs.size(); ++i) {
     const Shape& sa = a.inputs[i].shape;
     const Shape& sb = b.inputs[i].shape;
@@ -335,7 +337,9 @@ void ModelScheduler::BatcherLoop() {
     while (compatible < candidates_.size() && compatible < max_requests &&
            Compatible(head, *candidates_[compatible]->request)) {
       const InferenceRequest& request = *candidates_[compatible]->request;
-      pending.push_back({request.batch_size, request.enqueue_time});
+      pending.push_back({.batch_size = request.batch_size,
+                         .enqueue_time = request.enqueue_time,
+                         .tokens = request.token_count});
       ++compatible;
     }
     const bool more_incompatible =
@@ -367,6 +371,7 @@ void ModelScheduler::BatcherLoop() {
         swept.emplace_back(std::move(entry.request), absl::StatusCode::kCancelled);
       } else {
         batch.items += entry.request->batch_size;
+        batch.tokens += entry.request->token_count;
         batch.requests.push_back(std::move(entry.request));
       }
       queue.pop_front();
@@ -375,6 +380,7 @@ void ModelScheduler::BatcherLoop() {
     if (batch.requests.empty()) continue;
     ++dispatching_;
     mu_.Unlock();
+    if (config_.ragged_batching.has_value()) options_.stats->RecordBatchTokens(batch.tokens);
     executors_[executor]->Execute(std::move(batch));
     mu_.Lock();
     --dispatching_;

@@ -137,8 +137,9 @@ class ModelScheduler {
 
   const ModelConfig& config_;
   const SchedulerOptions options_;
-  // Whether every input dimension is fixed, so any two requests may share a batch.
-  bool all_dims_fixed_ = true;
+  // Whether any two requests may share a batch: every input dimension is fixed, or the model
+  // batches ragged sequences (config_.ragged_batching).
+  bool any_shapes_batch_ = true;
 
   // common::Mutex (an annotated std::mutex): clang's -Wthread-safety checks the ABSL_GUARDED_BY
   // members below.
