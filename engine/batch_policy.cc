@@ -5,7 +5,8 @@
 namespace sluice::engine {
 
 BatchDecision DecideBatch(const BatchPolicy& policy, std::span<const PendingRequest> pending,
-                          bool more_incompatible, std::chrono::steady_clock::time_point now) {
+                          bool more_incompatible, bool executor_idle,
+                          std::chrono::steady_clock::time_point now) {
   BatchDecision decision;
   if (pending.empty()) return decision;
   if (!policy.batching_enabled || policy.max_batch_size <= 1) {
@@ -46,6 +47,12 @@ BatchDecision DecideBatch(const BatchPolicy& policy, std::span<const PendingRequ
   }
   if (preferred_prefix > 0) {
     decision.request_count = preferred_prefix;
+    return decision;
+  }
+  if (policy.max_queue_delay.count() <= 0) {
+    // Work-conserving: an idle executor never waits for company that may not come; a busy one
+    // lets the batch grow until it is free (or the batch is full, above).
+    if (executor_idle) decision.request_count = fitting;
     return decision;
   }
   // The oldest request, which with priority levels need not be the head.

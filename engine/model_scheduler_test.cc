@@ -87,6 +87,8 @@ class FakeExecutor final : public Executor {
     std::vector<std::string> ids;
     // The first input's shape, per request.
     std::vector<Shape> shapes;
+    // The thread that called Execute().
+    std::thread::id thread;
   };
 
   explicit FakeExecutor(int free_slots) : free_slots_(free_slots) {}
@@ -100,6 +102,11 @@ class FakeExecutor final : public Executor {
     std::lock_guard<std::mutex> lock(mu_);
     auto_complete_ = auto_complete;
   }
+
+  // What ExecuteOnlyEnqueues() answers (the real CPU executor's true lets the scheduler dispatch
+  // on the enqueuing thread). Set before Start().
+  void set_execute_only_enqueues(bool value) { execute_only_enqueues_ = value; }
+  bool ExecuteOnlyEnqueues() const override { return execute_only_enqueues_; }
 
   bool HasFreeSlot() const override {
     std::lock_guard<std::mutex> lock(mu_);
@@ -127,6 +134,8 @@ class FakeExecutor final : public Executor {
     std::vector<std::unique_ptr<InferenceRequest>> to_answer;
     {
       std::unique_lock<std::mutex> lock(mu_);
+      if (stopped_) ++executes_after_stop_;
+      ++executing_;
       if (gate_closed_) {
         waiting_at_gate_ = true;
         cv_.notify_all();
@@ -135,6 +144,7 @@ class FakeExecutor final : public Executor {
       }
       if (free_slots_ <= 0) ++executes_without_slot_;
       Record record;
+      record.thread = std::this_thread::get_id();
       record.items = batch.items;
       record.tokens = batch.tokens;
       for (const auto& request : batch.requests) {
@@ -148,6 +158,7 @@ class FakeExecutor final : public Executor {
         --free_slots_;
         in_flight_.push_back(std::move(batch));
       }
+      --executing_;
       cv_.notify_all();
     }
     for (auto& request : to_answer) Answer(*request);
@@ -163,6 +174,8 @@ class FakeExecutor final : public Executor {
     std::deque<Batch> batches;
     {
       std::lock_guard<std::mutex> lock(mu_);
+      if (executing_ > 0) ++stops_during_execute_;
+      stopped_ = true;
       batches.swap(in_flight_);
     }
     for (Batch& batch : batches) {
@@ -217,6 +230,12 @@ class FakeExecutor final : public Executor {
     std::lock_guard<std::mutex> lock(mu_);
     return executes_without_slot_;
   }
+  // Stop() called while an Execute() ran, or Execute() called after Stop(): the scheduler must
+  // never do either.
+  int stops_during_execute() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return stops_during_execute_ + executes_after_stop_;
+  }
 
  private:
   static void Answer(InferenceRequest& request) {
@@ -234,6 +253,11 @@ class FakeExecutor final : public Executor {
   bool gate_closed_ = false;
   bool waiting_at_gate_ = false;
   int executes_without_slot_ = 0;
+  int executing_ = 0;
+  bool stopped_ = false;
+  int stops_during_execute_ = 0;
+  int executes_after_stop_ = 0;
+  bool execute_only_enqueues_ = false;
   std::deque<Batch> in_flight_;
   std::vector<Record> records_;
 };
@@ -315,6 +339,8 @@ class ModelSchedulerTest : public ::testing::Test {
         executor_->FinishAll();
         EXPECT_EQ(executor_->executes_without_slot(), 0)
             << "Execute() called while the executor had no free slot";
+        EXPECT_EQ(executor_->stops_during_execute(), 0)
+            << "the executor was stopped while Execute() ran, or Execute() came after Stop()";
       }
       scheduler_.reset();
     }
@@ -999,6 +1025,127 @@ TEST_F(RaggedSchedulerTest, StopDrainsEverythingQueuedWithinTheBudget) {
   EXPECT_THAT(Ids(records[0]), ElementsAre("a"));
   EXPECT_THAT(Ids(records[1]), ElementsAre("b", "c"));
   EXPECT_THAT(Ids(records[2]), ElementsAre("d"));
+}
+
+// --- Work-conserving batching (max_queue_delay 0) and the dispatch shortcut --------------------
+
+class WorkConservingTest : public ModelSchedulerTest {
+ protected:
+  // Batching with max_batch_size 4, no delay (sluice's default), a queue of 16.
+  SchedulerOptions WorkConservingOptions() {
+    SchedulerOptions options = DefaultOptions();
+    options.policy.max_queue_delay = microseconds(0);
+    return options;
+  }
+};
+
+TEST_F(WorkConservingTest, LoneRequestGoesAtOnceToAnIdleExecutor) {
+  CreateAndStart(WorkConservingOptions(), /*slots=*/2);
+  Enqueue("a");
+  // The fake clock never moves: no delay is waited out.
+  ASSERT_TRUE(executor_->WaitForBatches(1));
+  const auto records = executor_->records();
+  EXPECT_THAT(Ids(records[0]), ElementsAre("a"));
+  // This executor's Execute() is not a mere push (ExecuteOnlyEnqueues() false): the batcher
+  // thread dispatched, not the enqueuing one.
+  EXPECT_NE(records[0].thread, std::this_thread::get_id());
+}
+
+TEST_F(WorkConservingTest, BatchGrowsWhileTheExecutorIsBusyThenGoesWhenItIsIdle) {
+  CreateAndStart(WorkConservingOptions(), /*slots=*/2);
+  Enqueue("a");
+  ASSERT_TRUE(executor_->WaitForBatches(1));  // a is in flight: the executor is busy
+  Enqueue("b");
+  Enqueue("c");
+  executor_->FinishAll();  // a answered: the executor is idle, b and c go together
+  ASSERT_TRUE(executor_->WaitForBatches(2));
+  const auto records = executor_->records();
+  ASSERT_EQ(records.size(), 2u);
+  // Had b gone into the free second slot on its own, this batch would be [b].
+  EXPECT_THAT(Ids(records[1]), ElementsAre("b", "c"));
+}
+
+TEST_F(WorkConservingTest, FullBatchGoesIntoTheFreeSlotOfABusyExecutor) {
+  CreateAndStart(WorkConservingOptions(), /*slots=*/2);
+  Enqueue("a");
+  ASSERT_TRUE(executor_->WaitForBatches(1));
+  for (const char* id : {"b", "c", "d", "e"}) Enqueue(id);
+  // a is still in flight; b..e fill max_batch_size 4 and are staged in the second slot.
+  ASSERT_TRUE(executor_->WaitForBatches(2));
+  EXPECT_THAT(Ids(executor_->records()[1]), ElementsAre("b", "c", "d", "e"));
+  EXPECT_EQ(answers_.Count("a"), 0);
+}
+
+TEST_F(WorkConservingTest, EnqueuingThreadHandsALoneRequestToAnIdleExecutor) {
+  Create(WorkConservingOptions(), /*slots=*/2);
+  executor_->set_execute_only_enqueues(true);
+  Start();
+  Enqueue("a");
+  // Dispatched before Enqueue returned, on this thread: no hop through the batcher.
+  {
+    const auto records = executor_->records();
+    ASSERT_EQ(records.size(), 1u);
+    EXPECT_THAT(Ids(records[0]), ElementsAre("a"));
+    EXPECT_EQ(records[0].thread, std::this_thread::get_id());
+    EXPECT_EQ(records[0].items, 1);
+  }
+  // The executor is busy now: b queues (the policy lets it wait), and the batcher sends it once
+  // the executor is idle again.
+  Enqueue("b");
+  EXPECT_EQ(scheduler_->QueueDepth(), 1);
+  executor_->FinishAll();
+  ASSERT_TRUE(executor_->WaitForBatches(2));
+  const auto records = executor_->records();
+  EXPECT_THAT(Ids(records[1]), ElementsAre("b"));
+  EXPECT_NE(records[1].thread, std::this_thread::get_id());
+  EXPECT_EQ(answers_.StatusOf("a").code(), absl::StatusCode::kOk);
+}
+
+TEST_F(WorkConservingTest, NoShortcutWhenTheModelAsksForAQueueDelay) {
+  Create(DefaultOptions(), /*slots=*/2);  // max_queue_delay 100us: Triton's meaning
+  executor_->set_execute_only_enqueues(true);
+  Start();
+  Enqueue("a");
+  EXPECT_TRUE(executor_->records().empty());
+  EXPECT_EQ(scheduler_->QueueDepth(), 1);
+  Advance(microseconds(100));
+  ASSERT_TRUE(executor_->WaitForBatches(1));
+  EXPECT_NE(executor_->records()[0].thread, std::this_thread::get_id());
+}
+
+TEST_F(WorkConservingTest, NoShortcutForAnExpiredRequest) {
+  Create(WorkConservingOptions(), /*slots=*/2);
+  executor_->set_execute_only_enqueues(true);
+  Start();
+  Enqueue("first");
+  ASSERT_EQ(executor_->records().size(), 1u);  // dispatched on this thread
+  executor_->FinishAll();                      // idle again
+  // An expired request never runs, shortcut or not.
+  auto expired = Request("expired");
+  expired->deadline = clock_.Now();
+  scheduler_->Enqueue(std::move(expired));
+  ASSERT_TRUE(answers_.WaitFor("expired"));
+  EXPECT_EQ(answers_.StatusOf("expired").code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_EQ(executor_->records().size(), 1u);
+}
+
+TEST_F(WorkConservingTest, StopWaitsForADispatchOnTheEnqueuingThread) {
+  Create(WorkConservingOptions(), /*slots=*/2);
+  // An executor that claims to only enqueue but holds Execute() at the gate, so that Stop() is
+  // called while the RPC thread is inside it.
+  executor_->set_execute_only_enqueues(true);
+  executor_->set_auto_complete(true);
+  Start();
+  executor_->CloseGate();
+  std::thread rpc_thread([this] { Enqueue("a"); });
+  ASSERT_TRUE(executor_->WaitAtGate());
+  std::thread stopper([this] { scheduler_->Stop(); });
+  executor_->OpenGate();
+  rpc_thread.join();
+  stopper.join();
+  EXPECT_EQ(answers_.Count("a"), 1);
+  EXPECT_TRUE(answers_.StatusOf("a").ok());
+  EXPECT_EQ(executor_->stops_during_execute(), 0);
 }
 
 }  // namespace
