@@ -218,7 +218,7 @@ NOBATCH_REPO=$(make_nobatch_repo "${BATCH_MODELS[@]}")
 SERVER_FLAGS=(--grpc-address 127.0.0.1 --grpc-port 0 --http-address 127.0.0.1 --http-port 0)
 # Several servers run side by side: their metrics endpoints (where the build has them) also take
 # a free loopback port.
-if "$SERVER" --help 2>/dev/null | grep -q -- '--metrics-port'; then
+if "$SERVER" --help 2>/dev/null | grep -- '--metrics-port' >/dev/null; then
   SERVER_FLAGS+=(--metrics-address 127.0.0.1 --metrics-port 0)
 fi
 start_server sluice-default "server ready" "$SERVER" "${SERVER_FLAGS[@]}" \
