@@ -16,6 +16,7 @@
 #include "absl/status/status.h"
 #include "common/clock.h"
 #include "engine/model_stats.h"
+#include "engine/testing/answer.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -34,48 +35,7 @@ constexpr auto kAsyncTimeout = std::chrono::seconds(10);
 constexpr auto kQuietPeriod = std::chrono::milliseconds(30);
 
 // Every answer the scheduler gives, by request id.
-class Answers {
- public:
-  InferenceRequest::Completion For(const std::string& id) {
-    std::lock_guard<std::mutex> lock(mu_);
-    issued_.push_back(id);
-    return [this, id](absl::StatusOr<InferenceResponse> result) {
-      std::lock_guard<std::mutex> lock(mu_);
-      answers_[id].push_back(result.status());
-      cv_.notify_all();
-    };
-  }
-
-  bool WaitFor(const std::string& id) {
-    std::unique_lock<std::mutex> lock(mu_);
-    return cv_.wait_for(lock, kAsyncTimeout, [&] { return answers_.count(id) > 0; });
-  }
-
-  int Count(const std::string& id) const {
-    std::lock_guard<std::mutex> lock(mu_);
-    auto it = answers_.find(id);
-    return it == answers_.end() ? 0 : static_cast<int>(it->second.size());
-  }
-
-  // The first answer's status; Unknown("no answer") if there was none.
-  absl::Status StatusOf(const std::string& id) const {
-    std::lock_guard<std::mutex> lock(mu_);
-    auto it = answers_.find(id);
-    if (it == answers_.end()) return absl::UnknownError("no answer");
-    return it->second.front();
-  }
-
-  std::vector<std::string> issued() const {
-    std::lock_guard<std::mutex> lock(mu_);
-    return issued_;
-  }
-
- private:
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
-  std::vector<std::string> issued_;
-  std::map<std::string, std::vector<absl::Status>> answers_;
-};
+using Answers = ::sluice::engine::testing::AnswerLog;
 
 // An Executor that records the batches it is given and finishes them when the test says so.
 class FakeExecutor final : public Executor {
