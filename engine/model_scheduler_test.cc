@@ -29,10 +29,9 @@ using ::testing::HasSubstr;
 
 // Bound for waiting on something the batcher thread does asynchronously.
 constexpr auto kAsyncTimeout = std::chrono::seconds(10);
-// How long a test watches for something that must NOT happen (a batch dispatched too early). The
-// fake clock does not move meanwhile, so a correct scheduler never dispatches, however long this
-// is.
-constexpr auto kQuietPeriod = std::chrono::milliseconds(30);
+// A test checks that something does NOT happen (a batch dispatched too early) right after
+// ModelScheduler::WaitUntilBatcherSleepsForTest: the batcher has then seen the clock and the queue
+// and gone back to sleep, so nothing more happens until the test moves the fake clock.
 
 // Every answer the scheduler gives, by request id.
 using Answers = ::sluice::engine::testing::AnswerLog;
@@ -301,12 +300,12 @@ TEST_F(ModelSchedulerTest, CreateRejectsAnEmptyQueueBound) {
 TEST_F(ModelSchedulerTest, NothingDispatchedBeforeTheDelay) {
   CreateAndStart(DefaultOptions(), /*slots=*/4);
   Enqueue("a");
-  std::this_thread::sleep_for(kQuietPeriod);
+  ASSERT_TRUE(scheduler_->WaitUntilBatcherSleepsForTest(kAsyncTimeout));
   EXPECT_TRUE(executor_->records().empty());
   EXPECT_EQ(answers_.Count("a"), 0);
 
   Advance(microseconds(99));
-  std::this_thread::sleep_for(kQuietPeriod);
+  ASSERT_TRUE(scheduler_->WaitUntilBatcherSleepsForTest(kAsyncTimeout));
   EXPECT_TRUE(executor_->records().empty());
 
   Advance(microseconds(1));
@@ -322,7 +321,7 @@ TEST_F(ModelSchedulerTest, DelayCountsFromTheOldestRequest) {
   Enqueue("a");
   Advance(microseconds(60));
   Enqueue("b");
-  std::this_thread::sleep_for(kQuietPeriod);
+  ASSERT_TRUE(scheduler_->WaitUntilBatcherSleepsForTest(kAsyncTimeout));
   EXPECT_TRUE(executor_->records().empty());
 
   Advance(microseconds(40));  // a's 100us are up; b waited only 40us
@@ -419,7 +418,7 @@ TEST_F(ModelSchedulerTest, DeadlinePassedWhileWaitingForABatchNeverReachesTheExe
   ASSERT_TRUE(answers_.WaitFor("a"));
   EXPECT_EQ(answers_.StatusOf("a").code(), absl::StatusCode::kDeadlineExceeded);
   Advance(microseconds(2000));
-  std::this_thread::sleep_for(kQuietPeriod);
+  ASSERT_TRUE(scheduler_->WaitUntilBatcherSleepsForTest(kAsyncTimeout));
   EXPECT_TRUE(executor_->records().empty());
 }
 
@@ -454,7 +453,7 @@ TEST_F(ModelSchedulerTest, RequestTimeoutIgnoredWithoutTimeoutOverride) {
   request->timeout = microseconds(10);
   scheduler_->Enqueue(std::move(request));
   Advance(microseconds(100));
-  std::this_thread::sleep_for(kQuietPeriod);
+  ASSERT_TRUE(scheduler_->WaitUntilBatcherSleepsForTest(kAsyncTimeout));
   EXPECT_EQ(answers_.Count("a"), 0) << answers_.StatusOf("a");
   executor_->AddSlots(1);
   ASSERT_TRUE(executor_->WaitForBatches(1));
@@ -539,7 +538,7 @@ TEST_F(ModelSchedulerTest, NoFreeSlotHoldsBatchesUntilASlotFrees) {
   ASSERT_TRUE(executor_->WaitForBatches(1));
   for (const char* id : {"e", "f", "g", "h"}) Enqueue(id);
   Advance(microseconds(1000));  // delays long expired: only the missing slot holds them
-  std::this_thread::sleep_for(kQuietPeriod);
+  ASSERT_TRUE(scheduler_->WaitUntilBatcherSleepsForTest(kAsyncTimeout));
   EXPECT_EQ(executor_->records().size(), 1u);
   EXPECT_EQ(scheduler_->QueueDepth(), 4);
   EXPECT_EQ(answers_.Count("e"), 0);
