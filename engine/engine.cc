@@ -57,7 +57,8 @@ absl::StatusOr<std::shared_ptr<Engine::LoadedModel>> Engine::Build(const ModelSp
       ModelStatsOptions{.model_name = spec.config.name,
                         .model_version = spec.version,
                         .logger = options_.logger,
-                        .access_log_sample_rate = options_.access_log_sample_rate});
+                        .access_log_sample_rate = options_.access_log_sample_rate,
+                        .counts_tokens = spec.config.ragged_batching.has_value()});
   loaded->version = spec.version;
   ASSIGN_OR_RETURN(loaded->model, CreateModel(spec));
   const ModelConfig& config = loaded->config();
@@ -86,6 +87,9 @@ absl::StatusOr<std::shared_ptr<Engine::LoadedModel>> Engine::Build(const ModelSp
   if (config.dynamic_batching.has_value()) {
     scheduler_options.policy.max_queue_delay = config.dynamic_batching->max_queue_delay;
     scheduler_options.policy.preferred_batch_sizes = config.dynamic_batching->preferred_batch_sizes;
+  }
+  if (config.ragged_batching.has_value()) {
+    scheduler_options.policy.max_batch_tokens = config.ragged_batching->max_batch_tokens;
   }
   scheduler_options.stats = &loaded->stats;
   ASSIGN_OR_RETURN(loaded->scheduler, ModelScheduler::Create(config, scheduler_options));
