@@ -125,6 +125,7 @@ void ModelScheduler::Enqueue(std::unique_ptr<InferenceRequest> request) {
       }
       level.queue.push_back(Entry{std::move(request), expires_at});
       ++queued_;
+      ++wake_generation_;
     }
   }
   if (!rejection.ok()) {
@@ -179,7 +180,10 @@ void ModelScheduler::DispatchLocked(int executor, Batch batch) {
 
 void ModelScheduler::NotifySlotFreed() {
   // Taking the lock orders this notify after the batcher's predicate check (no lost wake-up).
-  { common::MutexLock lock(&mu_); }
+  {
+    common::MutexLock lock(&mu_);
+    ++wake_generation_;
+  }
   cv_.Signal();
 }
 
@@ -189,8 +193,20 @@ void ModelScheduler::Fail(absl::Status reason) {
     common::MutexLock lock(&mu_);
     if (!failure_.ok()) return;
     failure_ = std::move(reason);
+    ++wake_generation_;
   }
   cv_.SignalAll();
+}
+
+bool ModelScheduler::WaitUntilBatcherSleepsForTest(std::chrono::seconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  common::MutexLock lock(&mu_);
+  const uint64_t target = wake_generation_;
+  while (slept_generation_ < target) {
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    slept_cv_.WaitFor(&mu_, std::chrono::milliseconds(10));
+  }
+  return true;
 }
 
 int64_t ModelScheduler::QueueDepth() const {
@@ -320,6 +336,12 @@ void ModelScheduler::BatcherLoop() {
   mu_.Lock();
   for (;;) {
     const auto now = options_.clock->Now();
+    // Everything notified up to here is seen by this pass (WaitUntilBatcherSleepsForTest).
+    const uint64_t generation = wake_generation_;
+    auto sleeping = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      slept_generation_ = generation;
+      slept_cv_.SignalAll();
+    };
 
     // 1. Requests whose deadline passed, or whose client cancelled, leave the queue before they
     // can be batched. The queue is walked only when a deadline is due or a cancel sweep is: not
@@ -356,12 +378,14 @@ void ModelScheduler::BatcherLoop() {
         mu_.Unlock();
         return;
       }
+      sleeping();
       cv_.Wait(&mu_);
       continue;
     }
 
     // Waits until `when` (in the scheduler clock's time) or a notification.
     auto wait_until = [&](common::Clock::TimePoint when) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      sleeping();
       if (when == common::Clock::TimePoint::max()) {
         cv_.Wait(&mu_);
       } else {

@@ -96,6 +96,12 @@ class ModelScheduler {
   // sticks. Never blocks (safe on an executor thread). REQUIRES: !reason.ok().
   void Fail(absl::Status reason);
 
+  // Test-only: blocks until the batcher, having seen every Enqueue/NotifySlotFreed/Fail made
+  // before this call (and so the clock as it was then), has done all it would do and gone back
+  // to sleep; false if that takes longer than `timeout`. A test checks that something does NOT
+  // happen (no batch before the delay) right after this, instead of sleeping and looking.
+  bool WaitUntilBatcherSleepsForTest(std::chrono::seconds timeout);
+
   // Requests waiting in the queues of all levels (not yet handed to an executor).
   int64_t QueueDepth() const;
   // Nothing queued and no batch in flight on any executor. While the batcher is handing a batch
@@ -172,6 +178,11 @@ class ModelScheduler {
   // a batch is between the two, and no executor is stopped under a dispatch. Guarded by mu_.
   int64_t dispatching_ ABSL_GUARDED_BY(mu_) = 0;
   mutable common::CondVar dispatched_cv_;
+  // Bumped by every Enqueue, NotifySlotFreed and Fail; the batcher records the generation it saw
+  // before each sleep (slept_cv_): WaitUntilBatcherSleepsForTest.
+  uint64_t wake_generation_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t slept_generation_ ABSL_GUARDED_BY(mu_) = 0;
+  common::CondVar slept_cv_;
   // Scratch for forming a batch: the first queued entries in service order. Guarded by mu_.
   std::vector<Entry*> candidates_ ABSL_GUARDED_BY(mu_);
   int64_t entries_with_deadline_ ABSL_GUARDED_BY(mu_) = 0;

@@ -17,6 +17,7 @@
 #include "absl/status/status.h"
 #include "common/clock.h"
 #include "engine/model_stats.h"
+#include "engine/testing/answer.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -29,54 +30,12 @@ using ::testing::HasSubstr;
 
 // Bound for waiting on something the batcher thread does asynchronously.
 constexpr auto kAsyncTimeout = std::chrono::seconds(10);
-// How long a test watches for something that must NOT happen (a batch dispatched too early). The
-// fake clock does not move meanwhile, so a correct scheduler never dispatches, however long this
-// is.
-constexpr auto kQuietPeriod = std::chrono::milliseconds(30);
+// A test checks that something does NOT happen (a batch dispatched too early) right after
+// ModelScheduler::WaitUntilBatcherSleepsForTest: the batcher has then seen the clock and the queue
+// and gone back to sleep, so nothing more happens until the test moves the fake clock.
 
 // Every answer the scheduler gives, by request id.
-class Answers {
- public:
-  InferenceRequest::Completion For(const std::string& id) {
-    std::lock_guard<std::mutex> lock(mu_);
-    issued_.push_back(id);
-    return [this, id](absl::StatusOr<InferenceResponse> result) {
-      std::lock_guard<std::mutex> lock(mu_);
-      answers_[id].push_back(result.status());
-      cv_.notify_all();
-    };
-  }
-
-  bool WaitFor(const std::string& id) {
-    std::unique_lock<std::mutex> lock(mu_);
-    return cv_.wait_for(lock, kAsyncTimeout, [&] { return answers_.count(id) > 0; });
-  }
-
-  int Count(const std::string& id) const {
-    std::lock_guard<std::mutex> lock(mu_);
-    auto it = answers_.find(id);
-    return it == answers_.end() ? 0 : static_cast<int>(it->second.size());
-  }
-
-  // The first answer's status; Unknown("no answer") if there was none.
-  absl::Status StatusOf(const std::string& id) const {
-    std::lock_guard<std::mutex> lock(mu_);
-    auto it = answers_.find(id);
-    if (it == answers_.end()) return absl::UnknownError("no answer");
-    return it->second.front();
-  }
-
-  std::vector<std::string> issued() const {
-    std::lock_guard<std::mutex> lock(mu_);
-    return issued_;
-  }
-
- private:
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
-  std::vector<std::string> issued_;
-  std::map<std::string, std::vector<absl::Status>> answers_;
-};
+using Answers = ::sluice::engine::testing::AnswerLog;
 
 // An Executor that records the batches it is given and finishes them when the test says so.
 class FakeExecutor final : public Executor {
@@ -370,12 +329,12 @@ TEST_F(ModelSchedulerTest, CreateRejectsAnEmptyQueueBound) {
 TEST_F(ModelSchedulerTest, NothingDispatchedBeforeTheDelay) {
   CreateAndStart(DefaultOptions(), /*slots=*/4);
   Enqueue("a");
-  std::this_thread::sleep_for(kQuietPeriod);
+  ASSERT_TRUE(scheduler_->WaitUntilBatcherSleepsForTest(kAsyncTimeout));
   EXPECT_TRUE(executor_->records().empty());
   EXPECT_EQ(answers_.Count("a"), 0);
 
   Advance(microseconds(99));
-  std::this_thread::sleep_for(kQuietPeriod);
+  ASSERT_TRUE(scheduler_->WaitUntilBatcherSleepsForTest(kAsyncTimeout));
   EXPECT_TRUE(executor_->records().empty());
 
   Advance(microseconds(1));
@@ -391,7 +350,7 @@ TEST_F(ModelSchedulerTest, DelayCountsFromTheOldestRequest) {
   Enqueue("a");
   Advance(microseconds(60));
   Enqueue("b");
-  std::this_thread::sleep_for(kQuietPeriod);
+  ASSERT_TRUE(scheduler_->WaitUntilBatcherSleepsForTest(kAsyncTimeout));
   EXPECT_TRUE(executor_->records().empty());
 
   Advance(microseconds(40));  // a's 100us are up; b waited only 40us
@@ -488,7 +447,7 @@ TEST_F(ModelSchedulerTest, DeadlinePassedWhileWaitingForABatchNeverReachesTheExe
   ASSERT_TRUE(answers_.WaitFor("a"));
   EXPECT_EQ(answers_.StatusOf("a").code(), absl::StatusCode::kDeadlineExceeded);
   Advance(microseconds(2000));
-  std::this_thread::sleep_for(kQuietPeriod);
+  ASSERT_TRUE(scheduler_->WaitUntilBatcherSleepsForTest(kAsyncTimeout));
   EXPECT_TRUE(executor_->records().empty());
 }
 
@@ -523,7 +482,7 @@ TEST_F(ModelSchedulerTest, RequestTimeoutIgnoredWithoutTimeoutOverride) {
   request->timeout = microseconds(10);
   scheduler_->Enqueue(std::move(request));
   Advance(microseconds(100));
-  std::this_thread::sleep_for(kQuietPeriod);
+  ASSERT_TRUE(scheduler_->WaitUntilBatcherSleepsForTest(kAsyncTimeout));
   EXPECT_EQ(answers_.Count("a"), 0) << answers_.StatusOf("a");
   executor_->AddSlots(1);
   ASSERT_TRUE(executor_->WaitForBatches(1));
@@ -608,7 +567,7 @@ TEST_F(ModelSchedulerTest, NoFreeSlotHoldsBatchesUntilASlotFrees) {
   ASSERT_TRUE(executor_->WaitForBatches(1));
   for (const char* id : {"e", "f", "g", "h"}) Enqueue(id);
   Advance(microseconds(1000));  // delays long expired: only the missing slot holds them
-  std::this_thread::sleep_for(kQuietPeriod);
+  ASSERT_TRUE(scheduler_->WaitUntilBatcherSleepsForTest(kAsyncTimeout));
   EXPECT_EQ(executor_->records().size(), 1u);
   EXPECT_EQ(scheduler_->QueueDepth(), 4);
   EXPECT_EQ(answers_.Count("e"), 0);
