@@ -130,11 +130,24 @@ void SlotPipeline::IssueLoop() {
       issue_queue_.pop_front();
     }
     IssueOne(work);
+    bool answer_here = false;
     {
       common::MutexLock lock(&mu_);
-      completion_queue_.push_back(std::move(work));
+      // Nothing to overlap with: answering here saves waking the completion thread. Failed
+      // issues still go there (the fault order's usual path).
+      answer_here = options_.answer_on_issue_thread_when_idle && work.issued.ok() &&
+                    issue_queue_.empty() && completion_queue_.empty() && !answering_;
+      if (answer_here) {
+        answering_ = true;
+      } else {
+        completion_queue_.push_back(std::move(work));
+      }
     }
-    completion_cv_.Signal();
+    if (answer_here) {
+      AnswerOne(work);
+    } else {
+      completion_cv_.Signal();
+    }
   }
 }
 
@@ -143,12 +156,23 @@ void SlotPipeline::CompletionLoop() {
     Work work;
     {
       common::MutexLock lock(&mu_);
-      while (completion_queue_.empty() && !(stopping_ && issue_done_)) completion_cv_.Wait(&mu_);
+      // The issue thread may be answering a batch itself: the next one waits for it (order).
+      while ((completion_queue_.empty() || answering_) &&
+             !(stopping_ && issue_done_ && completion_queue_.empty())) {
+        completion_cv_.Wait(&mu_);
+      }
       // Stopping, nothing left to issue, and every batch taken answered.
       if (completion_queue_.empty()) return;
       work = std::move(completion_queue_.front());
       completion_queue_.pop_front();
+      answering_ = true;
     }
+    AnswerOne(work);
+  }
+}
+
+void SlotPipeline::AnswerOne(Work& work) {
+  {
     absl::Status status = work.issued;
     SlotAnswers answers;
     if (status.ok()) {
@@ -183,13 +207,19 @@ void SlotPipeline::CompletionLoop() {
         }
       }
     }
-    {
-      common::MutexLock lock(&mu_);
-      free_slots_.push_back(work.slot);
-      --in_flight_;
-    }
-    if (options_.executor.on_slot_freed) options_.executor.on_slot_freed();
   }
+  bool more_to_answer = false;
+  {
+    common::MutexLock lock(&mu_);
+    free_slots_.push_back(work.slot);
+    --in_flight_;
+    answering_ = false;
+    more_to_answer = !completion_queue_.empty();
+  }
+  // A batch queued for the completion thread while the issue thread answered this one. (Not
+  // signalled otherwise: an idle completion thread is not woken for nothing.)
+  if (more_to_answer) completion_cv_.Signal();
+  if (options_.executor.on_slot_freed) options_.executor.on_slot_freed();
 }
 
 void SlotPipeline::FailBatch(Work& work, const absl::Status& status) {

@@ -32,7 +32,9 @@
 //     before the fault latched is still waited for and answered with its own result (on a CPU its
 //     run is independent of the faulted one; on a GPU a sticky error makes its Wait fail too). So
 //     the batch that faulted is answered after the batches ahead of it, never before.
-//  4. on_fault is called exactly once, on the completion thread, right after the requests of the
+//  4. on_fault is called exactly once, on the thread that answers (the completion thread, or the
+//     issue thread for a batch it answers itself, see answer_on_issue_thread_when_idle), right
+//     after the requests of the
 //     first batch failed by a fault are answered and before that batch's slot is freed, with the
 //     latched (first) fault. Answers first: a client sees its error no later than the engine marks
 //     the model not ready. Before the slot is freed: the batcher, woken by on_slot_freed, already
@@ -102,6 +104,13 @@ struct SlotPipelineOptions {
   // is the computation). False: Execute() calls Issue on the caller's thread (a backend whose
   // issue only queues device work).
   bool issue_thread = true;
+  // With issue_thread: when a batch's Issue succeeded and nothing overlaps it (no batch waits to
+  // be issued, none waits to be answered, the completion thread answers none), the issue thread
+  // waits for, scatters and answers it itself instead of handing it to the completion thread:
+  // one thread wake-up fewer per request at low load. A batch taken while it answers waits for
+  // it, so the executor gives up the compute/answer overlap exactly when there was nothing to
+  // overlap with. Batches are still answered in the order taken, one at a time.
+  bool answer_on_issue_thread_when_idle = false;
 };
 
 class SlotPipeline {
@@ -144,6 +153,10 @@ class SlotPipeline {
   void IssueOne(Work& work);
   // Latches `fault` if it is the first.
   void Latch(const absl::Status& fault);
+  // Waits for, scatters and answers `work` (or fails it), reports a first fault, frees its slot
+  // and clears answering_. On the completion thread, or on the issue thread (see
+  // answer_on_issue_thread_when_idle); REQUIRES: this thread set answering_.
+  void AnswerOne(Work& work);
   // Fails every request of `work` with `status`.
   void FailBatch(Work& work, const absl::Status& status);
   void AnswerBatch(Work& work, SlotAnswers& answers);
@@ -162,8 +175,11 @@ class SlotPipeline {
   // The issue thread has drained its queue after Stop() (always true without an issue thread).
   bool issue_done_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status fault_ ABSL_GUARDED_BY(mu_);
+  // A thread is answering a batch (AnswerOne): the completion thread, or the issue thread for a
+  // batch it answers itself. One at a time, which keeps the answers in order.
+  bool answering_ ABSL_GUARDED_BY(mu_) = false;
 
-  // Completion thread only.
+  // Used only by the thread that holds answering_ (AnswerOne).
   bool fault_reported_ = false;
   std::vector<RequestTiming> timings_;
 

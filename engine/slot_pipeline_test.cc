@@ -45,6 +45,9 @@ struct Script {
   // Per slot: the batch that holds it, from Issue until its requests are answered ("" when free).
   std::vector<std::string> holder;
   int reuse_violations = 0;
+  // The thread that ran Issue / Scatter for each batch.
+  std::map<std::string, std::thread::id> issue_thread;
+  std::map<std::string, std::thread::id> scatter_thread;
 
   void Record(std::string event) {
     std::lock_guard<std::mutex> lock(mu);
@@ -91,7 +94,10 @@ class FakeBackend final : public SlotBackend {
   absl::Status Issue(int s, const Batch& batch) override {
     const std::string name = batch.requests.front()->id;
     std::unique_lock<std::mutex> lock(script_.mu);
+    script_.events.push_back("enter " + name);  // before the gate: the batch left the queue
+    script_.cv.notify_all();
     script_.cv.wait(lock, [&] { return script_.issue_open; });
+    script_.issue_thread[name] = std::this_thread::get_id();
     if (!script_.holder[s].empty()) ++script_.reuse_violations;
     script_.holder[s] = name;
     in_slot_[s] = name;
@@ -114,6 +120,7 @@ class FakeBackend final : public SlotBackend {
   absl::Status Scatter(int s, const Batch& batch, SlotAnswers& answers) override {
     const std::string name = in_slot_[s];
     std::unique_lock<std::mutex> lock(script_.mu);
+    script_.scatter_thread[name] = std::this_thread::get_id();
     script_.events.push_back("scatter " + name);
     script_.cv.notify_all();
     if (auto wait = script_.scatter_waits_for.find(name); wait != script_.scatter_waits_for.end()) {
@@ -161,6 +168,7 @@ class SlotPipelineTest : public ::testing::TestWithParam<bool> {
     SlotPipelineOptions options;
     options.label = "model 'fake'";
     options.issue_thread = GetParam();
+    options.answer_on_issue_thread_when_idle = answer_when_idle_;
     options.executor.slot_count = slots;
     options.executor.stats = &stats_;
     options.executor.on_slot_freed = [this] { script_.Record("freed"); };
@@ -229,6 +237,8 @@ class SlotPipelineTest : public ::testing::TestWithParam<bool> {
   std::map<std::string, std::vector<std::shared_ptr<Answer>>> answers_;
   std::mutex faults_mu_;
   std::vector<absl::Status> faults_;
+  // SlotPipelineOptions::answer_on_issue_thread_when_idle for Create().
+  bool answer_when_idle_ = false;
   // Declared last: stopped and destroyed before the backend and the script it uses.
   std::unique_ptr<SlotPipeline> pipeline_;
 };
@@ -461,6 +471,75 @@ TEST_P(SlotPipelineTest, IssueThreadOverlapsTheNextBatchWithAnswers) {
   EXPECT_LT(script_.IndexOf("issue b1"), script_.IndexOf("answer b0"));
   EXPECT_TRUE(Result("b0").ok());
   EXPECT_TRUE(Result("b1").ok());
+}
+
+// --- answer_on_issue_thread_when_idle (the CPU executor's setting) -------------------------------
+
+TEST_P(SlotPipelineTest, IdleIssueThreadAnswersALoneBatchItself) {
+  if (!GetParam()) GTEST_SKIP() << "only with an issue thread";
+  answer_when_idle_ = true;
+  Create(2);
+  Execute("b0");
+  ASSERT_TRUE(WaitForFreed(1));
+  EXPECT_TRUE(Result("b0").ok());
+  std::lock_guard<std::mutex> lock(script_.mu);
+  // Nothing overlapped it: no hand-off to the completion thread.
+  EXPECT_EQ(script_.scatter_thread.at("b0"), script_.issue_thread.at("b0"));
+}
+
+TEST_P(SlotPipelineTest, QueuedBatchStillOverlapsWithTheAnswers) {
+  if (!GetParam()) GTEST_SKIP() << "only with an issue thread";
+  answer_when_idle_ = true;
+  script_.scatter_waits_for["b0"] = "issue b1";
+  Create(2);
+  script_.SetGate(&Script::issue_open, false);
+  Execute("b0");
+  ASSERT_TRUE(script_.WaitFor("enter b0"));  // b0 is in Issue, held at the gate
+  Execute("b1");                             // queued behind it
+  script_.SetGate(&Script::issue_open, true);
+  ASSERT_TRUE(WaitForFreed(2));
+  // b1 waited to be issued when b0's Issue ended: b0 went to the completion thread, and b1
+  // computed while b0 was answered.
+  EXPECT_LT(script_.IndexOf("issue b1"), script_.IndexOf("answer b0"));
+  EXPECT_LT(script_.IndexOf("answer b0"), script_.IndexOf("answer b1"));
+  EXPECT_TRUE(Result("b0").ok());
+  EXPECT_TRUE(Result("b1").ok());
+  std::lock_guard<std::mutex> lock(script_.mu);
+  EXPECT_NE(script_.scatter_thread.at("b0"), script_.issue_thread.at("b0"));
+  EXPECT_EQ(script_.reuse_violations, 0);
+}
+
+TEST_P(SlotPipelineTest, FaultFoundWhileTheIssueThreadAnswersIsReportedOnce) {
+  if (!GetParam()) GTEST_SKIP() << "only with an issue thread";
+  answer_when_idle_ = true;
+  script_.scatter_result["b0"] = absl::InternalError("malformed outputs");
+  Create(2);
+  Execute("b0");
+  ASSERT_TRUE(WaitForFreed(1));
+  EXPECT_EQ(Result("b0").status().code(), absl::StatusCode::kInternal);
+  ASSERT_EQ(Faults().size(), 1u);
+  EXPECT_THAT(std::string(Faults()[0].message()), HasSubstr("malformed outputs"));
+  // Answers first, then on_fault, then the slot.
+  EXPECT_LT(script_.IndexOf("fault"), script_.IndexOf("freed"));
+  EXPECT_FALSE(pipeline_->HasFreeSlot());
+}
+
+TEST_P(SlotPipelineTest, ManyLoneBatchesAreAnsweredInOrderWhicheverThreadAnswers) {
+  if (!GetParam()) GTEST_SKIP() << "only with an issue thread";
+  answer_when_idle_ = true;
+  Create(2);
+  // Back-to-back batches: some find the pipeline idle (answered on the issue thread), some find
+  // a batch being answered (handed over); the answers stay in order either way.
+  for (int i = 0; i < 40; ++i) {
+    // Two slots: batch i may be taken once batch i - 2 freed its slot.
+    if (i >= 2) ASSERT_TRUE(WaitForFreed(static_cast<size_t>(i - 1)));
+    Execute("b" + std::to_string(i));
+  }
+  ASSERT_TRUE(WaitForFreed(40));
+  std::vector<std::string> expected;
+  for (int i = 0; i < 40; ++i) expected.push_back("answer b" + std::to_string(i));
+  EXPECT_EQ(script_.Matching("answer "), expected);
+  EXPECT_EQ(script_.reuse_violations, 0);
 }
 
 TEST(SlotPipelineCreateTest, RejectsBadOptions) {

@@ -71,7 +71,8 @@ absl::StatusOr<std::unique_ptr<CpuExecutor>> CpuExecutor::Create(
       executor->pipeline_,
       SlotPipeline::Create(*executor, {.label = absl::StrCat("model '", model_config.name, "'"),
                                        .executor = std::move(options),
-                                       .issue_thread = true}));
+                                       .issue_thread = true,
+                                       .answer_on_issue_thread_when_idle = true}));
   return executor;
 }
 

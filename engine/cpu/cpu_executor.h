@@ -5,7 +5,8 @@
 // the slot's staging buffers and runs the model (Issue); its completion thread checks and slices
 // the outputs into the responses (Scatter), answers them and frees the slot, so batch k's answers
 // go out while batch k+1 computes (the same pipeline the CUDA executor runs with a stream and
-// events).
+// events). When nothing overlaps (no other batch taken), the issue thread answers the batch
+// itself (SlotPipelineOptions::answer_on_issue_thread_when_idle): one hand-off fewer at low load.
 //
 // Faults follow the pipeline's one order: a batch whose model run fails with INTERNAL (the
 // ModelInstance contract's "fault of the backend"), whose outputs do not match the config, or
@@ -38,6 +39,8 @@ class CpuExecutor final : public Executor, private SlotBackend {
 
   bool HasFreeSlot() const override { return pipeline_->HasFreeSlot(); }
   void Execute(Batch batch) override { pipeline_->Execute(std::move(batch)); }
+  // Execute() only queues the batch for the pipeline's issue thread (a lock, a push, a signal).
+  bool ExecuteOnlyEnqueues() const override { return true; }
   int InFlight() const override { return pipeline_->InFlight(); }
   void Stop() override { pipeline_->Stop(); }
   // The items counter of the executor thread (an atomic load; never waits).
