@@ -36,10 +36,10 @@ struct RequestStorage {
 };
 
 // One parser per I/O thread, so that simdjson reuses its buffers from one document to the next;
-// but simdjson's DOM parser sizes them for the largest document it has seen (about 9x its size:
+// but simdjson's DOM parser sizes them for the largest document it has seen (10-14x its size:
 // structural indexes, tape, string buffer) and never gives them back. So its capacity is capped
 // at the JSON limit, and after a document larger than kKeptParserCapacity the parser is freed:
-// between requests an I/O thread keeps at most about 9 x 1 MiB.
+// between requests an I/O thread keeps at most about 14 MiB.
 constexpr size_t kKeptParserCapacity = size_t{1} << 20;
 
 std::optional<dom::parser>& ThreadParserSlot() {

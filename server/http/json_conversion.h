@@ -32,8 +32,8 @@ struct OutputEncoding {
 
 // Default of --http-max-json-bytes: the largest JSON part of an infer request. JSON tensors are
 // parsed and converted on an HTTP I/O thread (which serves other connections meanwhile) at about
-// 100-200 MB/s of JSON for numbers, and simdjson needs about 9x the document in buffers while it
-// parses; 16 MiB bounds both (well under a second, about 150 MiB). Larger tensors belong in
+// 100-200 MB/s of JSON for numbers, and simdjson allocates 10-14 bytes per JSON byte while it
+// parses; 16 MiB bounds both (well under a second, about 160-220 MiB). Larger tensors belong in
 // Triton's binary tensor extension, which is borrowed from the body without conversion.
 inline constexpr size_t kDefaultMaxJsonBytes = size_t{16} << 20;
 

@@ -133,7 +133,7 @@ TEST(JsonConversionTest, ResponseJsonAndBinary) {
 }
 
 // Item 3 of the review: simdjson's DOM parser keeps buffers sized for the largest document it has
-// parsed (about 9x it) for as long as the thread lives. After a large document the thread's
+// parsed (10-14x it) for as long as the thread lives. After a large document the thread's
 // parser is freed; small ones keep reusing theirs.
 TEST(JsonConversionTest, ParserBuffersAreGivenBackAfterALargeDocument) {
   ASSERT_TRUE(Parse(R"({"inputs":[{"name":"x","shape":[1],"datatype":"FP32","data":[1]}]})").ok());
