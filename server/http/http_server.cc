@@ -454,43 +454,53 @@ class Session : public SessionBase, public std::enable_shared_from_this<Session<
     ReadRequest();
   }
 
-  // Ends the connection after its last answer. Plain TCP: shuts down the sending side (the client
-  // sees the end of the answer), then lingers: reads and drops what the client still sends (a
-  // body the refusal left unread) until it closes, at most linger_max_bytes for at most
+  // Ends the connection after its last answer, lingering: reads and drops what the client still
+  // sends (a body the refusal left unread) until it closes, at most linger_max_bytes for at most
   // linger_timeout_ms; only then is the socket closed, so that no reset overtakes the answer.
+  // Plain TCP shuts down its sending side first (the client sees the end of the answer). TLS
+  // reads through the stream (the bytes are records to decrypt and drop) and answers the client's
+  // close_notify with its own; a client that just goes is closed after it.
   void Close() {
     phase_ = Phase::kLingering;
-    if constexpr (kTls) {
-      Tcp().expires_after(std::chrono::seconds(1));
-      auto self = this->shared_from_this();
-      stream_.async_shutdown([self](beast::error_code) {
-        self->phase_ = Phase::kClosed;
-        self->Tcp().close();
-      });
-    } else {
+    if constexpr (!kTls) {
       beast::error_code ignored;
       Tcp().socket().shutdown(tcp::socket::shutdown_send, ignored);
-      linger_deadline_ =
-          std::chrono::steady_clock::now() + milliseconds(impl_.options.linger_timeout_ms);
-      buffer_.consume(buffer_.size());
-      Linger();
     }
+    linger_deadline_ =
+        std::chrono::steady_clock::now() + milliseconds(impl_.options.linger_timeout_ms);
+    buffer_.consume(buffer_.size());
+    Linger();
   }
 
   void Linger() {
     Tcp().expires_at(linger_deadline_);
     auto self = this->shared_from_this();
-    Tcp().async_read_some(
-        buffer_.prepare(64 * 1024), [self](beast::error_code ec, std::size_t bytes) {
-          self->lingered_bytes_ += bytes;
-          if (ec || self->lingered_bytes_ >= self->impl_.options.linger_max_bytes) {
-            self->phase_ = Phase::kClosed;
-            beast::error_code ignored;
-            self->Tcp().socket().close(ignored);
-            return;
-          }
-          self->Linger();  // the bytes were not committed: the buffer is reused
-        });
+    auto on_read = [self](beast::error_code ec, std::size_t bytes) {
+      self->lingered_bytes_ += bytes;
+      if (!ec && self->lingered_bytes_ < self->impl_.options.linger_max_bytes) {
+        self->Linger();  // the bytes were not committed: the buffer is reused
+        return;
+      }
+      if constexpr (kTls) {
+        if (ec == asio::error::eof) {  // the client's close_notify: answer it, then close
+          self->Tcp().expires_after(std::chrono::seconds(1));
+          self->stream_.async_shutdown([self](beast::error_code) { self->EndLinger(); });
+          return;
+        }
+      }
+      self->EndLinger();
+    };
+    if constexpr (kTls) {
+      stream_.async_read_some(buffer_.prepare(64 * 1024), std::move(on_read));
+    } else {
+      Tcp().async_read_some(buffer_.prepare(64 * 1024), std::move(on_read));
+    }
+  }
+
+  void EndLinger() {
+    phase_ = Phase::kClosed;
+    beast::error_code ignored;
+    Tcp().socket().close(ignored);
   }
 
   void ReleaseCharge() {
