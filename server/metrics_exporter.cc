@@ -252,6 +252,17 @@ std::vector<MetricFamily> BuildMetricFamilies(const MetricsInput& input) {
     AddGauge(calls, {}, static_cast<double>(*input.active_infer_calls));
     families.push_back(std::move(calls));
   }
+  // HTTP's twin, not a protocol label on the gRPC family: that name says gRPC, and dashboards
+  // and alerts already read it unlabelled.
+  if (input.active_http_infer_requests.has_value()) {
+    MetricFamily requests =
+        Family("sluice_http_infer_requests_active",
+               "KServe v2 HTTP infer requests open in the server: received and not yet answered "
+               "(being converted, queued, running, or being encoded)",
+               MetricType::Gauge);
+    AddGauge(requests, {}, static_cast<double>(*input.active_http_infer_requests));
+    families.push_back(std::move(requests));
+  }
 
   if (input.process.has_value()) {
     const ProcessSample& p = *input.process;
@@ -306,11 +317,13 @@ std::string SerializeText(const std::vector<MetricFamily>& families) {
 class MetricsExporter::EngineCollectable final : public prometheus::Collectable {
  public:
   EngineCollectable(const engine::Engine& engine, const common::Logger* logger,
-                    GpuMetricsSource* gpu_source, const std::atomic<int64_t>* active_infer_calls)
+                    GpuMetricsSource* gpu_source, const std::atomic<int64_t>* active_infer_calls,
+                    const std::atomic<int64_t>* active_http_infer_requests)
       : engine_(engine),
         logger_(logger),
         gpu_source_(gpu_source),
-        active_infer_calls_(active_infer_calls) {}
+        active_infer_calls_(active_infer_calls),
+        active_http_infer_requests_(active_http_infer_requests) {}
 
   std::vector<MetricFamily> Collect() const override {
     MetricsInput input;
@@ -319,6 +332,9 @@ class MetricsExporter::EngineCollectable final : public prometheus::Collectable 
     if (auto process = ReadProcessSample(); process.ok()) input.process = *process;
     if (gpu_source_ != nullptr) input.gpus = gpu_source_->Sample();
     if (active_infer_calls_ != nullptr) input.active_infer_calls = active_infer_calls_->load();
+    if (active_http_infer_requests_ != nullptr) {
+      input.active_http_infer_requests = active_http_infer_requests_->load();
+    }
     return BuildMetricFamilies(input);
   }
 
@@ -327,6 +343,7 @@ class MetricsExporter::EngineCollectable final : public prometheus::Collectable 
   const common::Logger* const logger_;
   GpuMetricsSource* const gpu_source_;
   const std::atomic<int64_t>* const active_infer_calls_;
+  const std::atomic<int64_t>* const active_http_infer_requests_;
 };
 
 absl::StatusOr<std::unique_ptr<MetricsExporter>> MetricsExporter::Start(
@@ -347,7 +364,8 @@ absl::StatusOr<std::unique_ptr<MetricsExporter>> MetricsExporter::Start(
   const std::string listen = ipv6 ? absl::StrCat("[", options.address, "]:", options.port)
                                   : absl::StrCat(options.address, ":", options.port);
   auto collectable = std::make_shared<EngineCollectable>(engine, logger, options.gpu_source,
-                                                         options.active_infer_calls);
+                                                         options.active_infer_calls,
+                                                         options.active_http_infer_requests);
   std::unique_ptr<prometheus::Exposer> exposer;
   // prometheus-cpp reports a failed bind by throwing (civetweb's CivetException); this is the
   // one place our code meets it, and it becomes a Status.

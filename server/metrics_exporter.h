@@ -74,6 +74,8 @@ struct MetricsInput {
   std::optional<std::vector<GpuSample>> gpus;  // absent (no source): no sluice_gpu_* families
   // Open ModelInfer / ModelStreamInfer calls; absent: no sluice_grpc_infer_calls_active.
   std::optional<int64_t> active_infer_calls;
+  // Open HTTP infer requests; absent: no sluice_http_infer_requests_active.
+  std::optional<int64_t> active_http_infer_requests;
 };
 
 // The metric families for `input` (pure; the exporter's whole mapping). Every model version gets
@@ -102,6 +104,9 @@ struct MetricsExporterOptions {
   // The gRPC service's count of open inference calls (ServiceOptions::active_infer_calls);
   // borrowed, nullable, must outlive the exporter.
   const std::atomic<int64_t>* active_infer_calls = nullptr;
+  // The HTTP routes' count of open infer requests (HttpRoutesOptions::active_infer_requests);
+  // borrowed, nullable, must outlive the exporter.
+  const std::atomic<int64_t>* active_http_infer_requests = nullptr;
 };
 
 class MetricsExporter {

@@ -134,6 +134,17 @@ TEST(MetricsExporterTest, ActiveInferCallsGaugeOnlyWithItsSource) {
   const std::string text = SerializeText(BuildMetricFamilies(input));
   EXPECT_THAT(text, HasSubstr("# TYPE sluice_grpc_infer_calls_active gauge\n"));
   EXPECT_THAT(text, HasSubstr("sluice_grpc_infer_calls_active 7\n"));
+  EXPECT_THAT(text, Not(HasSubstr("sluice_http_infer_requests_active")));
+}
+
+TEST(MetricsExporterTest, HttpTwinOfTheActiveCallsGauge) {
+  MetricsInput input;
+  input.active_infer_calls = 2;
+  input.active_http_infer_requests = 5;
+  const std::string text = SerializeText(BuildMetricFamilies(input));
+  EXPECT_THAT(text, HasSubstr("sluice_grpc_infer_calls_active 2\n"));  // the name kept, unlabelled
+  EXPECT_THAT(text, HasSubstr("# TYPE sluice_http_infer_requests_active gauge\n"));
+  EXPECT_THAT(text, HasSubstr("sluice_http_infer_requests_active 5\n"));
 }
 
 // With the NVIDIA driver's NVML: a reading per GPU with its memory; without it (as on the CPU

@@ -103,6 +103,9 @@ struct Flags {
   int http_idle_timeout_ms = 60000;
   int http_header_timeout_ms = 10000;
   int http_body_timeout_ms = 60000;
+  int64_t http_max_body_bytes = int64_t{256} << 20;
+  int64_t http_max_inflight_bytes = int64_t{1} << 30;
+  int64_t http_max_json_bytes = int64_t{16} << 20;
 };
 
 // Plaintext, TLS (--tls-cert/--tls-key) or mutual TLS (and --tls-ca).
@@ -423,6 +426,25 @@ void AddFlags(CLI::App& app, Flags& flags) {
       ->envname("SLUICE_HTTP_BODY_TIMEOUT_MS")
       ->check(CLI::Range(100, 3600000))
       ->capture_default_str();
+  app.add_option("--http-max-body-bytes", flags.http_max_body_bytes,
+                 "Largest HTTP request body (the lower of this and --max-request-bytes applies): "
+                 "a larger one is answered 413 from its Content-Length, before it is read")
+      ->envname("SLUICE_HTTP_MAX_BODY_BYTES")
+      ->check(CLI::Range(int64_t{1024}, int64_t{1} << 40))
+      ->capture_default_str();
+  app.add_option("--http-max-inflight-bytes", flags.http_max_inflight_bytes,
+                 "HTTP request bodies held at once, all connections together (being read, queued, "
+                 "running, being answered); a request that does not fit is answered 503 with "
+                 "Retry-After before its body is read. At least the largest body")
+      ->envname("SLUICE_HTTP_MAX_INFLIGHT_BYTES")
+      ->check(CLI::Range(int64_t{1024}, int64_t{1} << 42))
+      ->capture_default_str();
+  app.add_option("--http-max-json-bytes", flags.http_max_json_bytes,
+                 "Largest JSON part of an HTTP infer request (it is parsed on an I/O thread); a "
+                 "larger one is answered 413. Large tensors go in the binary tensor extension")
+      ->envname("SLUICE_HTTP_MAX_JSON_BYTES")
+      ->check(CLI::Range(int64_t{1024}, int64_t{1} << 32))
+      ->capture_default_str();
   app.add_option("--exit-timeout-secs,--exit-timeout", flags.exit_timeout_secs,
                  "On SIGTERM/SIGINT, how long queued and in-flight requests may take to finish")
       ->envname("SLUICE_EXIT_TIMEOUT_SECS")
@@ -529,8 +551,10 @@ int Run(const Flags& flags) {
     return 1;
   }
 
-  // Open inference calls: the service counts them, the exporter reads them.
+  // Open inference calls: the service (gRPC) and the routes (HTTP) count them, the exporter reads
+  // them.
   std::atomic<int64_t> active_infer_calls{0};
+  std::atomic<int64_t> active_http_infer_requests{0};
   // Metrics before gRPC and before the models load: a scrape during a long load sees the process.
   std::unique_ptr<NvmlGpuSource> gpu_source;  // outlives the exporter, which borrows it
   std::unique_ptr<MetricsExporter> metrics;
@@ -549,6 +573,7 @@ int Run(const Flags& flags) {
     }
     metrics_options.gpu_source = gpu_source.get();
     metrics_options.active_infer_calls = &active_infer_calls;
+    if (flags.allow_http) metrics_options.active_http_infer_requests = &active_http_infer_requests;
     absl::StatusOr<std::unique_ptr<MetricsExporter>> exporter =
         MetricsExporter::Start(**engine, log, metrics_options);
     if (!exporter.ok()) {
@@ -685,6 +710,8 @@ int Run(const Flags& flags) {
   routes_options.explicit_model_control = explicit_mode;
   routes_options.model_control = service.model_control();
   routes_options.server_version = SLUICE_VERSION;
+  routes_options.max_json_bytes = static_cast<size_t>(flags.http_max_json_bytes);
+  routes_options.active_infer_requests = &active_http_infer_requests;
   http::HttpRoutes routes(engine->get(), repository->get(), routes_options);
 
   if (flags.grpc_watchdog_interval_ms > 0) {
@@ -716,7 +743,13 @@ int Run(const Flags& flags) {
     http_options.port = flags.http_port;
     http_options.threads = flags.http_threads;
     http_options.max_connections = flags.http_max_connections;
-    http_options.max_body_bytes = static_cast<uint64_t>(flags.grpc_max_message_bytes);
+    // --max-request-bytes bounds every protocol; --http-max-body-bytes (default 256 MiB) keeps
+    // HTTP's own bound sane when that one is left at gRPC's 2 GiB.
+    const bool http_bound = flags.http_max_body_bytes <= flags.grpc_max_message_bytes;
+    http_options.max_body_bytes = static_cast<uint64_t>(http_bound ? flags.http_max_body_bytes
+                                                                   : flags.grpc_max_message_bytes);
+    http_options.max_body_bytes_flag = http_bound ? "--http-max-body-bytes" : "--max-request-bytes";
+    http_options.max_inflight_body_bytes = static_cast<uint64_t>(flags.http_max_inflight_bytes);
     http_options.idle_timeout_ms = flags.http_idle_timeout_ms;
     http_options.header_timeout_ms = flags.http_header_timeout_ms;
     http_options.body_timeout_ms = flags.http_body_timeout_ms;
@@ -772,6 +805,8 @@ int Run(const Flags& flags) {
   service.SetReady(false);
   routes.SetReady(false);
   health->SetServingStatus(false);
+  // HTTP answers from now on say Connection: close, and idle keep-alive connections are closed.
+  if (http_server != nullptr) http_server->BeginDrain();
   if (watchdog != nullptr) watchdog->Stop();  // the drain closes the port; not a dead listener
   (*engine)->BeginDrain();
   const auto exit_deadline =
@@ -804,8 +839,14 @@ int Run(const Flags& flags) {
   // Answers whatever the exit timeout cut short, so every reactor finishes and Wait() returns.
   (*engine)->Shutdown();
   server->Wait();
-  // Every HTTP request has been answered too (the engine is shut down); the I/O threads stop.
-  if (http_server != nullptr) http_server->Stop();
+  // Every HTTP request has been answered too (the engine is shut down), but answers may still be
+  // waiting to be written or being written: they get what is left of the exit timeout (at least
+  // the gRPC grace) before the I/O threads stop.
+  if (http_server != nullptr) {
+    http_server->Stop(
+        std::max(kShutdownGrace, std::chrono::duration_cast<std::chrono::milliseconds>(
+                                     exit_deadline - std::chrono::steady_clock::now())));
+  }
   if (!control_stopped) {
     // Every call is answered and flushed, the stats are logged; what is left is a thread stuck in
     // a system call, which no destructor may run under. Flush the log and end here.

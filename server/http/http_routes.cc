@@ -261,10 +261,33 @@ void HttpRoutes::Handle(HttpRequest&& request, Responder respond) {
 void HttpRoutes::Infer(const std::string& model, const std::string& version, HttpRequest&& request,
                        Responder respond) {
   const auto received = std::chrono::steady_clock::now();
+  // Counted from here until the completion below is destroyed: answered, or refused before the
+  // engine saw it.
+  struct ActiveCount {
+    explicit ActiveCount(std::atomic<int64_t>* count) : count(count) {
+      if (count != nullptr) count->fetch_add(1, std::memory_order_relaxed);
+    }
+    ~ActiveCount() {
+      if (count != nullptr) count->fetch_sub(1, std::memory_order_relaxed);
+    }
+    std::atomic<int64_t>* const count;
+  };
+  auto active = std::make_shared<const ActiveCount>(options_.active_infer_requests);
+  // The JSON part is parsed on this (I/O) thread; a large one is refused unparsed.
+  if (absl::StatusOr<size_t> json_bytes =
+          JsonPartSize(request.body->size(), request.inference_header_content_length);
+      json_bytes.ok() && *json_bytes > options_.max_json_bytes) {
+    respond(Error(413, absl::StrCat("the JSON part of the request is ", *json_bytes,
+                                    " bytes; at most ", options_.max_json_bytes,
+                                    " (--http-max-json-bytes). Send large tensors as binary data "
+                                    "(Triton's binary tensor extension: binary_data_size and "
+                                    "Inference-Header-Content-Length)")));
+    return;
+  }
   auto encoding = std::make_shared<OutputEncoding>();
   // Runs on the engine's completion thread (or right here if the engine refuses at once): the
   // answer is encoded there and only the write is left to the connection's I/O thread.
-  auto on_complete = [respond, encoding](absl::StatusOr<engine::InferenceResponse> result) {
+  auto on_complete = [respond, encoding, active](absl::StatusOr<engine::InferenceResponse> result) {
     if (!result.ok()) {
       respond(Error(result.status()));
       return;
@@ -279,14 +302,17 @@ void HttpRoutes::Infer(const std::string& model, const std::string& version, Htt
     }
     respond(std::move(response));
   };
-  absl::StatusOr<std::unique_ptr<engine::InferenceRequest>> converted =
-      ToEngineRequest(model, version, std::move(request.body),
-                      request.inference_header_content_length, on_complete, encoding.get());
+  absl::StatusOr<std::unique_ptr<engine::InferenceRequest>> converted = ToEngineRequest(
+      model, version, std::move(request.body), request.inference_header_content_length,
+      std::move(on_complete), encoding.get(), options_.max_json_bytes);
   if (!converted.ok()) {
     respond(Error(converted.status()));
     return;
   }
   (*converted)->received_time = received;
+  // A client that closes its connection while the request waits takes it out of the queue
+  // unrun, as gRPC's cancellation does (HttpServer watches the socket).
+  (*converted)->cancelled = request.client_gone;
   engine_->Submit(*std::move(converted));
 }
 

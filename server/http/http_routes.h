@@ -16,6 +16,7 @@
 
 #include "engine/engine.h"
 #include "server/http/http_server.h"
+#include "server/http/json_conversion.h"
 #include "server/model_control.h"
 #include "server/model_repository.h"
 
@@ -29,6 +30,12 @@ struct HttpRoutesOptions {
   ModelControl* model_control = nullptr;
   // Reported by GET /v2.
   std::string server_version = "0.1.0";
+  // Largest JSON part of an infer request (--http-max-json-bytes): a larger one is answered 413
+  // before it is parsed. JSON is parsed and converted on the I/O thread.
+  size_t max_json_bytes = kDefaultMaxJsonBytes;
+  // Borrowed, nullable, must outlive the routes: counts infer requests received and not yet
+  // answered (sluice_http_infer_requests_active).
+  std::atomic<int64_t>* active_infer_requests = nullptr;
 };
 
 // Thread-safe; the HTTP server calls Handle() from its I/O threads.

@@ -1,11 +1,14 @@
 #include "server/http/http_server.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <exception>
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
+#include <unordered_map>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -16,6 +19,7 @@
 #include "boost/beast/http.hpp"
 #include "boost/beast/ssl.hpp"
 #include "nlohmann/json.hpp"
+#include "server/http/byte_budget.h"
 
 namespace sluice::server::http {
 namespace {
@@ -41,6 +45,14 @@ std::string ErrorJson(absl::string_view message) {
       -1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
+// What the drain needs of a connection, whatever its stream type.
+class SessionBase {
+ public:
+  virtual ~SessionBase() = default;
+  // Posted to the connection's strand by BeginDrain() (`stopping` false) and Stop() (true).
+  virtual void Drain(bool stopping) = 0;
+};
+
 }  // namespace
 
 // Shared by the server and by every Responder not yet called or destroyed, so that the I/O
@@ -48,24 +60,46 @@ std::string ErrorJson(absl::string_view message) {
 // holds, e.g. a load/unload task that finishes after Stop().
 struct HttpServer::Impl : std::enable_shared_from_this<HttpServer::Impl> {
   Impl(const HttpServerOptions& options, const Handler& handler,
-       std::shared_ptr<std::atomic<int64_t>> connections)
+       std::shared_ptr<std::atomic<int64_t>> connections, std::shared_ptr<ByteBudget> budget)
       : options(options),
         handler(handler),
         connections(std::move(connections)),
+        budget(std::move(budget)),
         ioc(options.threads) {}
 
   void DoAccept();
   void RefuseBusy(tcp::socket socket);
+  // Calls Drain(stopping) on every open connection, on its strand.
+  void DrainSessions(bool stopping);
+
+  void Register(SessionBase* session, std::weak_ptr<SessionBase> weak) {
+    absl::MutexLock lock(&sessions_mu);
+    sessions.emplace(session, std::move(weak));
+  }
+  void Unregister(SessionBase* session) {
+    absl::MutexLock lock(&sessions_mu);
+    sessions.erase(session);
+  }
 
   const HttpServerOptions& options;  // the server's, which outlives this
   const Handler& handler;
   const std::shared_ptr<std::atomic<int64_t>> connections;
+  const std::shared_ptr<ByteBudget> budget;
   const std::shared_ptr<Liveness> liveness = std::make_shared<Liveness>();
+  // Set by BeginDrain(): answers carry Connection: close, idle connections are closed.
+  std::atomic<bool> draining{false};
+  // Set by Stop(): a connection waiting for its first request is closed too.
+  std::atomic<bool> stopping{false};
+  absl::Mutex sessions_mu;
+  std::unordered_map<SessionBase*, std::weak_ptr<SessionBase>> sessions
+      ABSL_GUARDED_BY(sessions_mu);
   // Declared before the I/O context: sessions destroyed with it may still hold TLS streams.
   std::optional<asio::ssl::context> ssl;
   asio::io_context ioc;
-  tcp::acceptor acceptor{ioc};
-  asio::steady_timer accept_retry{ioc};
+  // The acceptor's operations and its close (from Stop()) run on this strand.
+  asio::strand<asio::io_context::executor_type> accept_strand = asio::make_strand(ioc);
+  tcp::acceptor acceptor{accept_strand};
+  asio::steady_timer accept_retry{accept_strand};
 };
 
 namespace {
@@ -73,9 +107,9 @@ namespace {
 // One connection: reads a request (idle wait, header, body: each under its own deadline), hands
 // it to the handler, writes the answer when the Responder delivers it (posted to this
 // connection's strand), then reads the next one if the connection is kept alive. Owned by the
-// pending asynchronous operation, or by the Responder while the handler works.
+// pending asynchronous operations, or by the Responder while the handler works.
 template <typename Stream>
-class Session : public std::enable_shared_from_this<Session<Stream>> {
+class Session : public SessionBase, public std::enable_shared_from_this<Session<Stream>> {
  public:
   static constexpr bool kTls = std::is_same_v<Stream, TlsStream>;
 
@@ -83,10 +117,15 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
       : impl_(impl), connections_(impl.connections), stream_(MakeStream(impl, std::move(socket))) {
     connections_->fetch_add(1, std::memory_order_relaxed);
   }
-  ~Session() { connections_->fetch_sub(1, std::memory_order_relaxed); }
+  ~Session() override {
+    impl_.Unregister(this);
+    ReleaseCharge();
+    connections_->fetch_sub(1, std::memory_order_relaxed);
+  }
 
   void Run() {
     auto self = this->shared_from_this();
+    impl_.Register(this, self);
     if constexpr (kTls) {
       Tcp().expires_after(milliseconds(impl_.options.header_timeout_ms));
       stream_.async_handshake(asio::ssl::stream_base::server, [self](beast::error_code ec) {
@@ -97,7 +136,33 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
     }
   }
 
+  void Drain(bool stopping) override {
+    auto self = this->shared_from_this();
+    asio::post(stream_.get_executor(), [self, stopping] {
+      // A keep-alive connection waiting for its next request is closed; a new one waiting for its
+      // first is left its one request until Stop() (readiness probes during the drain). At Stop()
+      // a request still being read is dropped too: the engine is gone, and a client that
+      // trickles must not hold the exit for the rest of the exit timeout.
+      const bool idle = self->phase_ == Phase::kIdle;
+      if ((idle && (stopping || !self->first_request_pending_)) ||
+          (stopping && self->phase_ == Phase::kReading)) {
+        self->phase_ = Phase::kClosed;
+        self->Tcp().close();
+      }
+    });
+  }
+
  private:
+  // Where the connection is; read and written on its strand only.
+  enum class Phase {
+    kIdle,       // waiting for the first byte of a request
+    kReading,    // reading a request's header or body
+    kInHandler,  // the handler has the request; its answer is not written yet
+    kWriting,    // writing an answer
+    kLingering,  // answered and closing: reading (and dropping) until the client closes
+    kClosed,
+  };
+
   static Stream MakeStream(HttpServer::Impl& impl, tcp::socket&& socket) {
     if constexpr (kTls) {
       return Stream(std::move(socket), *impl.ssl);
@@ -107,31 +172,39 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
   }
 
   beast::tcp_stream& Tcp() { return beast::get_lowest_layer(stream_); }
-  bool first_request_ = true;  // no request read yet on this connection (strand only)
 
   void ReadRequest() {
+    // A drain closes keep-alive connections instead of waiting for their next request; Stop()
+    // closes new ones too.
+    if (impl_.stopping.load() || (impl_.draining.load() && !first_request_pending_)) {
+      Close();
+      return;
+    }
     parser_.emplace();
     parser_->body_limit(impl_.options.max_body_bytes);
     parser_->header_limit(impl_.options.max_header_bytes);
     if (buffer_.size() > 0) {  // the client already sent (part of) the next request
+      phase_ = Phase::kReading;
       ReadHeader();
       return;
     }
+    phase_ = Phase::kIdle;
     // The first byte of a request: a new connection gets the header timeout (a client that
     // connects and says nothing must not hold a --http-max-connections slot for the idle
     // timeout); between keep-alive requests the idle timeout applies.
-    Tcp().expires_after(milliseconds(first_request_ ? impl_.options.header_timeout_ms
-                                                    : impl_.options.idle_timeout_ms));
-    first_request_ = false;
+    Tcp().expires_after(milliseconds(first_request_pending_ ? impl_.options.header_timeout_ms
+                                                            : impl_.options.idle_timeout_ms));
     auto self = this->shared_from_this();
     stream_.async_read_some(buffer_.prepare(4096), [self](beast::error_code ec, std::size_t bytes) {
-      if (ec) return;  // closed, reset or idle too long
+      if (ec) return;  // closed, reset, idle too long, or closed by the drain
+      self->phase_ = Phase::kReading;
       self->buffer_.commit(bytes);
       self->ReadHeader();
     });
   }
 
   void ReadHeader() {
+    first_request_pending_ = false;
     Tcp().expires_after(milliseconds(impl_.options.header_timeout_ms));
     auto self = this->shared_from_this();
     bhttp::async_read_header(stream_, buffer_, *parser_,
@@ -143,6 +216,17 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
       OnReadError(ec);
       return;
     }
+    // The body is charged to the shared budget before a byte of it is read: Beast reserves a
+    // Content-Length body in full when it starts reading it. A chunked body is charged as it
+    // grows (ReadBody).
+    if (const boost::optional<uint64_t> length = parser_->content_length();
+        length.has_value() && *length > 0) {
+      if (!impl_.budget->TryAcquire(*length)) {
+        RefuseOverBudget(*length);
+        return;
+      }
+      charged_ = *length;
+    }
     auto self = this->shared_from_this();
     if (beast::iequals(parser_->get()[bhttp::field::expect], "100-continue")) {
       auto proceed =
@@ -150,24 +234,56 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
       Tcp().expires_after(milliseconds(impl_.options.write_timeout_ms));
       bhttp::async_write(stream_, *proceed,
                          [self, proceed](beast::error_code write_ec, std::size_t) {
-                           if (!write_ec) self->ReadBody();
+                           if (!write_ec) self->StartBody();
                          });
       return;
     }
+    StartBody();
+  }
+
+  void StartBody() {
+    if (parser_->is_done()) {  // no body, or all of it came with the header
+      OnBody();
+      return;
+    }
+    Tcp().expires_after(milliseconds(impl_.options.body_timeout_ms));
+    parser_->eager(true);  // as http::async_read: parse all the buffer holds
     ReadBody();
   }
 
   void ReadBody() {
-    Tcp().expires_after(milliseconds(impl_.options.body_timeout_ms));
     auto self = this->shared_from_this();
-    bhttp::async_read(stream_, buffer_, *parser_,
-                      [self](beast::error_code ec, std::size_t) { self->OnBody(ec); });
+    bhttp::async_read_some(stream_, buffer_, *parser_,
+                           [self](beast::error_code ec, std::size_t) { self->OnBodyPart(ec); });
+  }
+
+  void OnBodyPart(beast::error_code ec) {
+    if (ec) {
+      OnReadError(ec);
+      return;
+    }
+    if (parser_->chunked()) {
+      // What the body's string holds now, charged as it grows.
+      const uint64_t held = parser_->get().body().capacity();
+      if (held > charged_) {
+        if (!impl_.budget->TryAcquire(held - charged_)) {
+          RefuseOverBudget(held);
+          return;
+        }
+        charged_ = held;
+      }
+    }
+    if (!parser_->is_done()) {
+      ReadBody();
+      return;
+    }
+    OnBody();
   }
 
   void OnReadError(beast::error_code ec) {
     if (ec == bhttp::error::body_limit) {
       SendErrorAndClose(413, absl::StrCat("request body over ", impl_.options.max_body_bytes,
-                                          " bytes (--max-request-bytes)"));
+                                          " bytes (", impl_.options.max_body_bytes_flag, ")"));
     } else if (ec == bhttp::error::header_limit) {
       SendErrorAndClose(
           431, absl::StrCat("request header over ", impl_.options.max_header_bytes, " bytes"));
@@ -178,11 +294,26 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
     // Otherwise (end of stream, reset, a timeout, which closed the socket): nothing to answer.
   }
 
-  void OnBody(beast::error_code ec) {
-    if (ec) {
-      OnReadError(ec);
-      return;
-    }
+  // 503, not 429: the server as a whole is out of room for bodies, not this client over a rate
+  // of its own; a proxy or load balancer retries a 503 on another replica (Envoy's `5xx`,
+  // nginx's `proxy_next_upstream http_503`), and Retry-After tells a direct client when to.
+  void RefuseOverBudget(uint64_t bytes) {
+    const ByteBudget& budget = *impl_.budget;
+    HttpResponse response;
+    response.status = 503;
+    response.headers.emplace_back("Retry-After", "1");
+    response.body = ErrorJson(
+        absl::StrCat("server busy: a request body of ", bytes, " bytes does not fit in the ",
+                     budget.limit_bytes() - std::min(budget.used_bytes(), budget.limit_bytes()),
+                     " bytes left of the in-flight body budget (", budget.limit_bytes(),
+                     " bytes, --http-max-inflight-bytes); retry later"));
+    keep_alive_ = false;
+    parser_.reset();
+    ReleaseCharge();
+    Write(std::move(response));
+  }
+
+  void OnBody() {
     Tcp().expires_never();  // the engine's time is the request's own (its timeout parameter)
     bhttp::request<bhttp::string_body> message = parser_->release();
     parser_.reset();
@@ -199,7 +330,21 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
     if (auto it = message.find("Inference-Header-Content-Length"); it != message.end()) {
       request.inference_header_content_length = std::string(it->value());
     }
-    request.body = std::make_shared<std::string>(std::move(message.body()));
+    // The body's bytes stay charged until its last owner (the engine request) lets it go.
+    const uint64_t charged = std::exchange(charged_, 0);
+    if (charged == 0) {
+      request.body = std::make_shared<std::string>(std::move(message.body()));
+    } else {
+      request.body =
+          std::shared_ptr<std::string>(new std::string(std::move(message.body())),
+                                       [budget = impl_.budget, charged](std::string* body) {
+                                         delete body;
+                                         budget->Release(charged);
+                                       });
+    }
+    client_gone_ = request.client_gone;
+    phase_ = Phase::kInHandler;
+    if (message.method() == bhttp::verb::post) WatchForDisconnect();
     // Members are destroyed in reverse order: the connection before the I/O context it uses.
     struct Hold {
       std::shared_ptr<HttpServer::Impl> impl;
@@ -219,8 +364,52 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
     impl_.handler(std::move(request), std::move(responder));
   }
 
+  // While the handler has the request, waits for the socket to become readable: end of stream or
+  // a reset means the client is gone (client_gone_ is set and the socket closed, so the engine's
+  // answer finds nothing to write to); bytes mean it sent its next request early (pipelining),
+  // which is left for later, and the watch ends. The bytes are peeked, not read, so the watch
+  // never competes with the request reads.
+  void WatchForDisconnect() {
+    watching_ = true;
+    auto self = this->shared_from_this();
+    Tcp().socket().async_wait(tcp::socket::wait_read,
+                              [self, watch = watch_generation_](beast::error_code ec) {
+                                if (watch == self->watch_generation_) self->OnReadable(ec);
+                              });
+  }
+
+  void OnReadable(beast::error_code ec) {
+    if (phase_ != Phase::kInHandler || ec == asio::error::operation_aborted) {
+      watching_ = false;  // answered meanwhile
+      return;
+    }
+    if (!ec) {
+      char byte = 0;
+      beast::error_code peek_ec;
+      tcp::socket& socket = Tcp().socket();
+      socket.non_blocking(true, peek_ec);
+      const size_t peeked =
+          peek_ec ? 0 : socket.receive(asio::buffer(&byte, 1), tcp::socket::message_peek, peek_ec);
+      if (!peek_ec && peeked > 0) {
+        watching_ = false;  // pipelined bytes: not a disconnect
+        return;
+      }
+      if (peek_ec == asio::error::would_block || peek_ec == asio::error::try_again) {
+        WatchForDisconnect();  // a spurious wake-up
+        return;
+      }
+      // peeked == 0 with no error, or asio's eof: the client closed its side.
+    }
+    watching_ = false;
+    client_gone_->store(true, std::memory_order_relaxed);
+    phase_ = Phase::kClosed;
+    Tcp().close();
+  }
+
   void SendErrorAndClose(int status, absl::string_view message) {
     keep_alive_ = false;
+    parser_.reset();
+    ReleaseCharge();
     HttpResponse response;
     response.status = status;
     response.body = ErrorJson(message);
@@ -228,6 +417,15 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
   }
 
   void Write(HttpResponse response) {
+    if (phase_ == Phase::kClosed) return;  // the client went away (or the drain closed it)
+    if (watching_) {
+      beast::error_code ignored;
+      Tcp().socket().cancel(ignored);  // ends the disconnect watch; nothing else is pending
+      watching_ = false;
+    }
+    ++watch_generation_;  // a watch handler still queued belongs to this request, not the next
+    if (impl_.draining.load()) keep_alive_ = false;
+    phase_ = Phase::kWriting;
     auto out = std::make_unique<bhttp::response<bhttp::string_body>>(
         static_cast<bhttp::status>(response.status), 11);
     out->set(bhttp::field::server, "sluice");
@@ -245,7 +443,10 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
 
   void OnWrite(beast::error_code ec) {
     response_.reset();
-    if (ec) return;
+    if (ec) {
+      phase_ = Phase::kClosed;
+      return;
+    }
     if (!keep_alive_) {
       Close();
       return;
@@ -253,15 +454,57 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
     ReadRequest();
   }
 
+  // Ends the connection after its last answer, lingering: reads and drops what the client still
+  // sends (a body the refusal left unread) until it closes, at most linger_max_bytes for at most
+  // linger_timeout_ms; only then is the socket closed, so that no reset overtakes the answer.
+  // Plain TCP shuts down its sending side first (the client sees the end of the answer). TLS
+  // reads through the stream (the bytes are records to decrypt and drop) and answers the client's
+  // close_notify with its own; a client that just goes is closed after it.
   void Close() {
-    if constexpr (kTls) {
-      Tcp().expires_after(std::chrono::seconds(1));
-      auto self = this->shared_from_this();
-      stream_.async_shutdown([self](beast::error_code) { self->Tcp().close(); });
-    } else {
+    phase_ = Phase::kLingering;
+    if constexpr (!kTls) {
       beast::error_code ignored;
       Tcp().socket().shutdown(tcp::socket::shutdown_send, ignored);
     }
+    linger_deadline_ =
+        std::chrono::steady_clock::now() + milliseconds(impl_.options.linger_timeout_ms);
+    buffer_.consume(buffer_.size());
+    Linger();
+  }
+
+  void Linger() {
+    Tcp().expires_at(linger_deadline_);
+    auto self = this->shared_from_this();
+    auto on_read = [self](beast::error_code ec, std::size_t bytes) {
+      self->lingered_bytes_ += bytes;
+      if (!ec && self->lingered_bytes_ < self->impl_.options.linger_max_bytes) {
+        self->Linger();  // the bytes were not committed: the buffer is reused
+        return;
+      }
+      if constexpr (kTls) {
+        if (ec == asio::error::eof) {  // the client's close_notify: answer it, then close
+          self->Tcp().expires_after(std::chrono::seconds(1));
+          self->stream_.async_shutdown([self](beast::error_code) { self->EndLinger(); });
+          return;
+        }
+      }
+      self->EndLinger();
+    };
+    if constexpr (kTls) {
+      stream_.async_read_some(buffer_.prepare(64 * 1024), std::move(on_read));
+    } else {
+      Tcp().async_read_some(buffer_.prepare(64 * 1024), std::move(on_read));
+    }
+  }
+
+  void EndLinger() {
+    phase_ = Phase::kClosed;
+    beast::error_code ignored;
+    Tcp().socket().close(ignored);
+  }
+
+  void ReleaseCharge() {
+    if (charged_ > 0) impl_.budget->Release(std::exchange(charged_, 0));
   }
 
   HttpServer::Impl& impl_;
@@ -271,6 +514,14 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
   std::optional<bhttp::request_parser<bhttp::string_body>> parser_;
   std::unique_ptr<bhttp::response<bhttp::string_body>> response_;
   bool keep_alive_ = true;
+  Phase phase_ = Phase::kIdle;
+  bool first_request_pending_ = true;  // no byte of a request read yet on this connection
+  bool watching_ = false;              // a disconnect watch (async_wait) is pending
+  uint64_t watch_generation_ = 0;      // the request a watch belongs to
+  uint64_t charged_ = 0;               // budget bytes held for the request being read
+  std::shared_ptr<std::atomic<bool>> client_gone_;
+  std::chrono::steady_clock::time_point linger_deadline_;
+  uint64_t lingered_bytes_ = 0;
 };
 
 }  // namespace
@@ -314,15 +565,35 @@ void HttpServer::Impl::RefuseBusy(tcp::socket socket) {
   });
 }
 
+void HttpServer::Impl::DrainSessions(bool stopping_now) {
+  std::vector<std::shared_ptr<SessionBase>> open;
+  {
+    absl::MutexLock lock(&sessions_mu);
+    open.reserve(sessions.size());
+    for (auto& [raw, weak] : sessions) {
+      if (std::shared_ptr<SessionBase> session = weak.lock()) open.push_back(std::move(session));
+    }
+  }
+  for (const std::shared_ptr<SessionBase>& session : open) session->Drain(stopping_now);
+}
+
 HttpServer::HttpServer(HttpServerOptions options, Handler handler)
     : options_(std::move(options)), handler_(std::move(handler)) {}
 
 absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(HttpServerOptions options,
                                                               Handler handler) {
   if (options.threads < 1) return absl::InvalidArgumentError("HTTP threads must be >= 1");
+  if (options.max_inflight_body_bytes < options.max_body_bytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the HTTP in-flight body budget (", options.max_inflight_body_bytes,
+                     " bytes, --http-max-inflight-bytes) is smaller than the largest body (",
+                     options.max_body_bytes, " bytes, ", options.max_body_bytes_flag, ")"));
+  }
   std::unique_ptr<HttpServer> server(new HttpServer(std::move(options), std::move(handler)));
   const HttpServerOptions& o = server->options_;
-  server->impl_ = std::make_shared<Impl>(o, server->handler_, server->connections_);
+  server->budget_ = std::make_shared<ByteBudget>(o.max_inflight_body_bytes);
+  server->impl_ =
+      std::make_shared<Impl>(o, server->handler_, server->connections_, server->budget_);
   Impl& impl = *server->impl_;
   beast::error_code ec;
   if (!o.tls_cert_pem.empty() || !o.tls_key_pem.empty()) {
@@ -380,9 +651,35 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(HttpServerOptions 
 
 HttpServer::~HttpServer() { Stop(); }
 
-void HttpServer::Stop() {
+uint64_t HttpServer::inflight_body_bytes() const {
+  return budget_ != nullptr ? budget_->used_bytes() : 0;
+}
+
+void HttpServer::BeginDrain() {
+  if (stopped_ || impl_ == nullptr || impl_->draining.exchange(true)) return;
+  impl_->DrainSessions(/*stopping=*/false);
+}
+
+void HttpServer::Stop(std::chrono::milliseconds grace) {
   if (stopped_ || impl_ == nullptr) return;
   stopped_ = true;
+  impl_->draining.store(true);
+  impl_->stopping.store(true);
+  // No new connections; then every connection waiting for a request is closed, and the others
+  // (a request being read, in the handler, being answered, lingering) get `grace` to end.
+  asio::post(impl_->accept_strand, [impl = impl_] {
+    beast::error_code ignored;
+    impl->acceptor.close(ignored);
+    impl->accept_retry.cancel();
+  });
+  impl_->DrainSessions(/*stopping=*/true);
+  // Polled: this runs once, at exit, and a condition variable in every connection's destructor
+  // would cost each connection for it.
+  const auto deadline = std::chrono::steady_clock::now() + grace;
+  while (connections_->load(std::memory_order_relaxed) > 0 &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(milliseconds(5));
+  }
   {
     absl::MutexLock lock(&impl_->liveness->mu);
     impl_->liveness->alive = false;
@@ -391,7 +688,7 @@ void HttpServer::Stop() {
   for (std::thread& thread : threads_) thread.join();
   threads_.clear();
   beast::error_code ignored;
-  impl_->acceptor.close(ignored);
+  impl_->acceptor.close(ignored);  // if the posted close did not run (no I/O thread runs now)
   // Destroys every pending operation, and with them the connections they own (unless a
   // Responder still holds the I/O context: then when the last one goes).
   impl_.reset();

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <type_traits>
@@ -12,6 +13,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/echo.h"
 #include "common/json_string.h"
 #include "common/status_macros.h"
 #include "common/wire/bytes_elements.h"
@@ -33,11 +35,36 @@ struct RequestStorage {
   std::vector<std::vector<std::byte>> converted;
 };
 
-// One parser per I/O thread: simdjson reuses its buffers from one document to the next.
-dom::parser& ThreadParser() {
-  thread_local dom::parser parser;
+// One parser per I/O thread, so that simdjson reuses its buffers from one document to the next;
+// but simdjson's DOM parser sizes them for the largest document it has seen (10-14x its size:
+// structural indexes, tape, string buffer) and never gives them back. So its capacity is capped
+// at the JSON limit, and after a document larger than kKeptParserCapacity the parser is freed:
+// between requests an I/O thread keeps at most about 14 MiB.
+constexpr size_t kKeptParserCapacity = size_t{1} << 20;
+
+std::optional<dom::parser>& ThreadParserSlot() {
+  thread_local std::optional<dom::parser> parser;
   return parser;
 }
+
+// The thread's parser for one document, freed at the end of the lease if it grew past
+// kKeptParserCapacity. (simdjson 3.0.1's set_max_capacity() sets the wrong value, so a new cap
+// means a new parser.)
+class ParserLease {
+ public:
+  explicit ParserLease(size_t max_capacity) : slot_(ThreadParserSlot()) {
+    if (!slot_.has_value() || slot_->max_capacity() != max_capacity) slot_.emplace(max_capacity);
+  }
+  ~ParserLease() {
+    if (slot_.has_value() && slot_->capacity() > kKeptParserCapacity) slot_.reset();
+  }
+  ParserLease(const ParserLease&) = delete;
+  ParserLease& operator=(const ParserLease&) = delete;
+  dom::parser& parser() { return *slot_; }
+
+ private:
+  std::optional<dom::parser>& slot_;
+};
 
 absl::Status JsonError(absl::string_view where, simdjson::error_code error) {
   return absl::InvalidArgumentError(
@@ -255,30 +282,45 @@ std::string ErrorJson(absl::string_view message) {
   return out;
 }
 
+absl::StatusOr<size_t> JsonPartSize(size_t body_bytes,
+                                    const std::optional<std::string>& header_length) {
+  if (!header_length.has_value()) return body_bytes;
+  uint64_t parsed = 0;
+  if (!absl::SimpleAtoi(*header_length, &parsed)) {
+    return absl::InvalidArgumentError(absl::StrCat("Inference-Header-Content-Length '",
+                                                   common::EchoInput(*header_length),
+                                                   "' is not a byte count"));
+  }
+  if (parsed > body_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat("Inference-Header-Content-Length ", parsed,
+                                                   " exceeds the body's ", body_bytes, " bytes"));
+  }
+  return static_cast<size_t>(parsed);
+}
+
+size_t ThreadParserCapacityForTest() {
+  const std::optional<dom::parser>& slot = ThreadParserSlot();
+  return slot.has_value() ? slot->capacity() : 0;
+}
+
 absl::StatusOr<std::unique_ptr<engine::InferenceRequest>> ToEngineRequest(
     const std::string& model_name, const std::string& model_version,
     std::shared_ptr<const std::string> body, const std::optional<std::string>& header_length,
-    engine::InferenceRequest::Completion on_complete, OutputEncoding* encoding) {
+    engine::InferenceRequest::Completion on_complete, OutputEncoding* encoding,
+    size_t max_json_bytes) {
   ASSIGN_OR_RETURN(int64_t version, ParseModelVersion(model_version));
   const std::string& text = *body;
-  size_t json_size = text.size();
-  if (header_length.has_value()) {
-    uint64_t parsed = 0;
-    if (!absl::SimpleAtoi(*header_length, &parsed)) {
-      return absl::InvalidArgumentError(absl::StrCat("Inference-Header-Content-Length '",
-                                                     *header_length, "' is not a byte count"));
-    }
-    if (parsed > text.size()) {
-      return absl::InvalidArgumentError(absl::StrCat("Inference-Header-Content-Length ", parsed,
-                                                     " exceeds the body's ", text.size(),
-                                                     " bytes"));
-    }
-    json_size = static_cast<size_t>(parsed);
+  ASSIGN_OR_RETURN(const size_t json_size, JsonPartSize(text.size(), header_length));
+  if (json_size > max_json_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat("the JSON part of the request is ", json_size,
+                                                   " bytes; at most ", max_json_bytes,
+                                                   " (--http-max-json-bytes)"));
   }
   const std::string_view binary(text.data() + json_size, text.size() - json_size);
 
+  ParserLease lease(std::max<size_t>(max_json_bytes, 1));
   dom::element root;
-  if (auto error = ThreadParser().parse(text.data(), json_size).get(root); error) {
+  if (auto error = lease.parser().parse(text.data(), json_size).get(root); error) {
     return JsonError("not valid JSON", error);
   }
   dom::object object;

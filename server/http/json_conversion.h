@@ -30,13 +30,31 @@ struct OutputEncoding {
   std::map<std::string, bool, std::less<>> binary;
 };
 
+// Default of --http-max-json-bytes: the largest JSON part of an infer request. JSON tensors are
+// parsed and converted on an HTTP I/O thread (which serves other connections meanwhile) at about
+// 100-200 MB/s of JSON for numbers, and simdjson allocates 10-14 bytes per JSON byte while it
+// parses; 16 MiB bounds both (well under a second, about 160-220 MiB). Larger tensors belong in
+// Triton's binary tensor extension, which is borrowed from the body without conversion.
+inline constexpr size_t kDefaultMaxJsonBytes = size_t{16} << 20;
+
+// The size of the JSON part of a body of `body_bytes`: all of it, or the
+// Inference-Header-Content-Length header's count (nullopt: absent). InvalidArgument if the header
+// is not a count within the body.
+absl::StatusOr<size_t> JsonPartSize(size_t body_bytes,
+                                    const std::optional<std::string>& header_length);
+
 // Builds the engine request for an infer POST on `model_name` / `model_version` ("" = newest).
 // `body` is the whole request body; `header_length` the Inference-Header-Content-Length header
-// (nullopt: the body is all JSON). Fills `encoding`. InvalidArgument says what is wrong.
+// (nullopt: the body is all JSON). Fills `encoding`. InvalidArgument says what is wrong, also a
+// JSON part over `max_json_bytes` (the routes refuse that with 413 before calling this).
 absl::StatusOr<std::unique_ptr<engine::InferenceRequest>> ToEngineRequest(
     const std::string& model_name, const std::string& model_version,
     std::shared_ptr<const std::string> body, const std::optional<std::string>& header_length,
-    engine::InferenceRequest::Completion on_complete, OutputEncoding* encoding);
+    engine::InferenceRequest::Completion on_complete, OutputEncoding* encoding,
+    size_t max_json_bytes = kDefaultMaxJsonBytes);
+
+// Bytes of document capacity the calling thread's JSON parser holds now (0: none).
+size_t ThreadParserCapacityForTest();
 
 struct EncodedResponse {
   // JSON, followed by the binary outputs if any.

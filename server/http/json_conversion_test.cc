@@ -6,6 +6,7 @@
 #include <memory>
 #include <string>
 
+#include "absl/strings/str_cat.h"
 #include "common/wire/float16.h"
 #include "gtest/gtest.h"
 
@@ -129,6 +130,44 @@ TEST(JsonConversionTest, ResponseJsonAndBinary) {
             R"({"name":"a","datatype":"FP32","shape":[2],"data":[0.5,-1]},)"
             R"({"name":"b","datatype":"FP32","shape":[2],"parameters":{"binary_data_size":8}}]})");
   EXPECT_EQ(encoded.body.size(), json.size() + 8);
+}
+
+// Item 3 of the review: simdjson's DOM parser keeps buffers sized for the largest document it has
+// parsed (10-14x it) for as long as the thread lives. After a large document the thread's
+// parser is freed; small ones keep reusing theirs.
+TEST(JsonConversionTest, ParserBuffersAreGivenBackAfterALargeDocument) {
+  ASSERT_TRUE(Parse(R"({"inputs":[{"name":"x","shape":[1],"datatype":"FP32","data":[1]}]})").ok());
+  const size_t small = ThreadParserCapacityForTest();
+  EXPECT_GT(small, 0u);
+  EXPECT_LE(small, size_t{1} << 20);
+  std::string big = R"({"inputs":[{"name":"x","shape":[1000000],"datatype":"FP32","data":[)";
+  for (int i = 0; i < 1000000; ++i) absl::StrAppend(&big, i == 0 ? "" : ",", "1.5");
+  big += "]}]}";
+  ASSERT_GT(big.size(), size_t{3} << 20);
+  auto parsed = Parse(big);
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ((*parsed)->inputs[0].data.size(), 4000000u);
+  EXPECT_LE(ThreadParserCapacityForTest(), size_t{1} << 20)
+      << "the parser kept the buffers of a " << big.size() << "-byte document";
+  // And the next small document is parsed as before.
+  ASSERT_TRUE(Parse(R"({"inputs":[{"name":"x","shape":[1],"datatype":"FP32","data":[2]}]})").ok());
+}
+
+TEST(JsonConversionTest, JsonPartOverTheLimitIsRefusedUnparsed) {
+  const std::string body =
+      R"({"inputs":[{"name":"x","shape":[2],"datatype":"FP32","data":[1,2]}]})";
+  OutputEncoding encoding;
+  auto refused = ToEngineRequest(
+      "m", "", std::make_shared<const std::string>(body), std::nullopt,
+      [](absl::StatusOr<engine::InferenceResponse>) {}, &encoding, /*max_json_bytes=*/16);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("--http-max-json-bytes"), std::string::npos)
+      << refused.status();
+  // The binary part does not count: only the JSON header is limited.
+  EXPECT_EQ(JsonPartSize(1000, std::string("100")).value_or(0), 100u);
+  EXPECT_EQ(JsonPartSize(1000, std::nullopt).value_or(0), 1000u);
+  EXPECT_FALSE(JsonPartSize(10, std::string("11")).ok());
+  EXPECT_FALSE(JsonPartSize(10, std::string("x")).ok());
 }
 
 }  // namespace
