@@ -19,6 +19,10 @@
 #include "server/model_control.h"
 #include "server/model_repository.h"
 
+namespace sluice::server::shm {
+class SharedMemoryRegistry;
+}
+
 namespace sluice::server::http {
 
 struct HttpRoutesOptions {
@@ -29,6 +33,10 @@ struct HttpRoutesOptions {
   ModelControl* model_control = nullptr;
   // Reported by GET /v2.
   std::string server_version = "0.1.0";
+  // The process's shared-memory regions, shared with gRPC (/v2/systemsharedmemory/...,
+  // /v2/cudasharedmemory/...); borrowed, nullable (then those routes answer 501 and requests
+  // naming a region are refused), must outlive the routes.
+  shm::SharedMemoryRegistry* shared_memory = nullptr;
 };
 
 // Thread-safe; the HTTP server calls Handle() from its I/O threads.
@@ -56,6 +64,9 @@ class HttpRoutes {
              const HttpRequest& request, Responder respond);
   void Repository(const std::string& model, const std::string& action, const HttpRequest& request,
                   Responder respond);
+  // /v2/{system,cuda}sharedmemory[/region/<name>]/{status,register,unregister}.
+  void SharedMemory(bool cuda, const std::string& region, const std::string& action,
+                    const HttpRequest& request, Responder respond);
 
   engine::Engine* const engine_;
   ModelRepository* const repository_;
