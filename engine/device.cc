@@ -6,6 +6,7 @@
 
 #if SLUICE_HAVE_CUDA
 #include "engine/cuda/device_info.h"
+#include "engine/cuda/ipc_memory.h"
 #endif
 
 namespace sluice::engine {
@@ -69,6 +70,20 @@ absl::StatusOr<DeviceSelection> SelectDevice(absl::string_view flag) {
   }
   return absl::InvalidArgumentError(
       absl::StrCat("--device=", flag, " is not one of auto, cpu, cuda:N"));
+}
+
+absl::StatusOr<std::unique_ptr<ImportedDeviceMemory>> OpenCudaIpcMemory(
+    std::span<const std::byte> handle, int device, uint64_t byte_size) {
+#if SLUICE_HAVE_CUDA
+  return cuda::OpenIpcMemory(handle, device, byte_size);
+#else
+  (void)handle;
+  (void)device;
+  (void)byte_size;
+  return absl::FailedPreconditionError(
+      "CUDA shared memory needs a GPU build: this sluice was built without the CUDA backend "
+      "(SLUICE_ENABLE_CUDA=OFF)");
+#endif
 }
 
 }  // namespace sluice::engine

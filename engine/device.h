@@ -4,6 +4,10 @@
 // executor_factory.cc (which builds the executors on the device chosen here), the only code that
 // knows whether this build has CUDA (STYLE rule 20: the #if lives in those two .cc files).
 
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -24,5 +28,27 @@ struct DeviceSelection {
 // (FailedPrecondition when the device is missing or unusable or the build has no CUDA backend,
 // InvalidArgument for anything else).
 absl::StatusOr<DeviceSelection> SelectDevice(absl::string_view flag);
+
+// Device memory another process exported with cudaIpcGetMemHandle, opened in this one (the
+// server's CUDA shared-memory regions). Owns the opened mapping (cudaIpcCloseMemHandle in the
+// destructor). Thread-safe: every call runs on its own stream and waits for it.
+class ImportedDeviceMemory {
+ public:
+  virtual ~ImportedDeviceMemory() = default;
+  virtual int device() const = 0;
+  virtual uint64_t byte_size() const = 0;
+  // Copies [offset, offset + out.size()) to host memory `out` and waits for the copy.
+  // REQUIRES: the range lies within byte_size() (the caller checks). Internal names a CUDA error.
+  virtual absl::Status CopyToHost(uint64_t offset, std::span<std::byte> out) = 0;
+  // Copies host `data` to [offset, offset + data.size()) and waits for the copy. REQUIRES as above.
+  virtual absl::Status CopyFromHost(uint64_t offset, std::span<const std::byte> data) = 0;
+};
+
+// Opens `handle` (the 64 bytes of a cudaIpcMemHandle_t) on GPU `device`; `byte_size` is what the
+// client says the allocation holds (CUDA cannot check it). FailedPrecondition when this build has
+// no CUDA backend; InvalidArgument for a handle of the wrong size or a missing device; Internal
+// naming the CUDA call otherwise (e.g. a handle from a process that has exited).
+absl::StatusOr<std::unique_ptr<ImportedDeviceMemory>> OpenCudaIpcMemory(
+    std::span<const std::byte> handle, int device, uint64_t byte_size);
 
 }  // namespace sluice::engine

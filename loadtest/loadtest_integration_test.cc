@@ -200,6 +200,54 @@ TEST_F(LoadTestAgainstSluice, SyncAndStreamModesAgreeWithTheServer) {
   }
 }
 
+// --shared-memory system (perf_analyzer's mode): every request succeeds through the regions the
+// load tester registers, the output region is too small to be refused as it should be, and the
+// regions are unregistered when the run ends.
+TEST_F(LoadTestAgainstSluice, SharedMemorySystemMode) {
+  const std::string json_path = absl::StrCat(::testing::TempDir(), "shm_", getpid(), ".json");
+  const int64_t before = SuccessCount(*client_, "identity");
+  ToolRun run = RunLoadTest({"-m",
+                             "identity",
+                             "-u",
+                             server_->address(),
+                             "--shape",
+                             "INPUT0:4096",
+                             "--shared-memory",
+                             "system",
+                             "--output-shared-memory-size",
+                             "16384",
+                             "--concurrency",
+                             "4",
+                             "--warmup-ms",
+                             "100",
+                             "--window-ms",
+                             "250",
+                             "--max-windows",
+                             "2",
+                             "--json",
+                             json_path});
+  const int64_t after = SuccessCount(*client_, "identity");
+  ASSERT_EQ(run.exit_code, 0) << run.out << run.err;
+  EXPECT_THAT(run.out, HasSubstr("system shared memory: inputs 16384 B"));
+  const nlohmann::json doc = nlohmann::json::parse(ReadAll(json_path));
+  EXPECT_EQ(doc["totals"]["failed"], 0);
+  EXPECT_EQ(doc["totals"]["succeeded"].get<int64_t>(), after - before);
+  // Gone from the server afterwards.
+  auto stub = inference::GRPCInferenceService::NewStub(
+      grpc::CreateChannel(server_->address(), grpc::InsecureChannelCredentials()));
+  inference::SystemSharedMemoryStatusRequest request;
+  inference::SystemSharedMemoryStatusResponse status;
+  grpc::ClientContext context;
+  ASSERT_TRUE(stub->SystemSharedMemoryStatus(&context, request, &status).ok());
+  EXPECT_TRUE(status.regions().empty());
+
+  // An output region smaller than the output: the probe request fails with the server's reason.
+  ToolRun small = RunLoadTest({"-m", "identity", "-u", server_->address(), "--shape", "INPUT0:4096",
+                               "--shared-memory", "system", "--output-shared-memory-size", "1024"});
+  EXPECT_EQ(small.exit_code, 1);
+  EXPECT_THAT(small.err, HasSubstr("shared_memory_byte_size in region"));
+}
+
 TEST_F(LoadTestAgainstSluice, UnknownModelIsAClearError) {
   ToolRun run = RunLoadTest({"-m", "no_such_model", "-u", server_->address()});
   EXPECT_EQ(run.exit_code, 1) << run.err;

@@ -33,6 +33,7 @@
 #include "loadtest/load_sweep.h"
 #include "loadtest/report_writer.h"
 #include "loadtest/request_builder.h"
+#include "loadtest/shared_memory_setup.h"
 
 namespace sluice::loadtest {
 namespace {
@@ -74,6 +75,8 @@ struct Flags {
   std::string protocol = "grpc";
   std::string http_url;
   bool http_json = false;
+  std::string shared_memory = "none";
+  int64_t output_shared_memory_size = 102400;
 };
 
 void AddFlags(CLI::App& app, Flags& flags) {
@@ -95,6 +98,17 @@ void AddFlags(CLI::App& app, Flags& flags) {
       ->envname("SLUICE_HTTP_URL");
   app.add_flag("--http-json", flags.http_json,
                "With --protocol http: JSON tensors both ways instead of binary ones");
+  app.add_option("--shared-memory", flags.shared_memory,
+                 "none, or system: inputs and outputs travel through POSIX shared-memory regions "
+                 "the load tester makes and registers (Triton's extension, as perf_analyzer's "
+                 "flag of the same name); the server must run on this host. gRPC, plaintext")
+      ->check(CLI::IsMember({"none", "system"}))
+      ->capture_default_str();
+  app.add_option("--output-shared-memory-size", flags.output_shared_memory_size,
+                 "With --shared-memory: bytes reserved for each output (perf_analyzer's flag); "
+                 "at least the output's size")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 34))
+      ->capture_default_str();
   app.add_option("--mode", flags.mode,
                  "sync: a thread per outstanding request, blocking calls; async: gRPC callback "
                  "API; stream: one ModelStreamInfer stream")
@@ -324,6 +338,19 @@ int Run(const Flags& flags, const std::string& command_line) {
 
   absl::StatusOr<inference::ModelInferRequest> request = BuildRequest(*metadata, spec);
   if (!request.ok()) return Fail(request.status().message());
+  // --shared-memory system: the request names regions instead of carrying bytes. Kept until the
+  // run ends (unregistered and unlinked then).
+  std::unique_ptr<SharedMemorySetup> shared_memory;
+  if (flags.shared_memory == "system") {
+    if (flags.protocol != "grpc" || flags.tls.enabled) {
+      return Fail("--shared-memory system needs --protocol grpc over plaintext");
+    }
+    absl::StatusOr<std::unique_ptr<SharedMemorySetup>> setup = SharedMemorySetup::Create(
+        grpc::CreateChannel(flags.url, grpc::InsecureChannelCredentials()), *metadata,
+        flags.output_shared_memory_size, *request);
+    if (!setup.ok()) return Fail(absl::StrCat("--shared-memory: ", setup.status().message()));
+    shared_memory = *std::move(setup);
+  }
   // One request first, so that a request the model rejects fails here with the server's reason
   // rather than as a window of errors. It is counted in the totals (the server counts it too).
   client::InferResult probe = client.Infer(*request);
@@ -364,6 +391,8 @@ int Run(const Flags& flags, const std::string& command_line) {
                                flags.http_json ? " (JSON tensors)" : " (binary tensors)");
   } else {
     context.url = flags.url;
+    if (shared_memory != nullptr)
+      absl::StrAppend(&context.url, " (", shared_memory->description(), ")");
   }
   options.batch_size = RequestBatchSize(*metadata, *request);
   context.model = flags.model;

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "server/infer_conversion.h"
+#include "server/shared_memory/shared_memory_registry.h"
 #include "server/status_convert.h"
 #include "server/stream_infer_reactor.h"
 
@@ -90,6 +91,10 @@ grpc::ServerUnaryReactor* InferenceService::ServerMetadata(
   for (const char* extension : {"model_repository", "model_configuration", "statistics"}) {
     response->add_extensions(extension);
   }
+  if (options_.shared_memory != nullptr) {
+    response->add_extensions("system_shared_memory");
+    response->add_extensions("cuda_shared_memory");
+  }
   return FinishNow(context, grpc::Status::OK);
 }
 
@@ -123,15 +128,18 @@ grpc::ServerUnaryReactor* InferenceService::ModelInfer(grpc::CallbackServerConte
   auto* reactor = new UnaryInferReactor(options_.active_infer_calls);
   // gRPC keeps `request` and `response` alive until Finish(): the engine may borrow the request's
   // raw bytes without a copy.
+  // Outputs placed in shared memory; the completion holds their regions' leases.
+  auto placements = std::make_shared<std::vector<shm::OutputPlacement>>();
   absl::StatusOr<std::unique_ptr<engine::InferenceRequest>> converted = ToEngineRequest(
-      *request, nullptr, [reactor, response](absl::StatusOr<engine::InferenceResponse> result) {
+      *request, nullptr,
+      [reactor, response, placements](absl::StatusOr<engine::InferenceResponse> result) {
         if (!result.ok()) {
           reactor->Finish(ToGrpcStatus(result.status()));
           return;
         }
-        ToProtoResponse(*std::move(result), response);
-        reactor->Finish(grpc::Status::OK);
-      });
+        reactor->Finish(ToGrpcStatus(ToProtoResponse(*std::move(result), *placements, response)));
+      },
+      options_.shared_memory, placements.get());
   if (!converted.ok()) {
     reactor->Finish(ToGrpcStatus(converted.status()));
     return reactor;
@@ -151,6 +159,7 @@ InferenceService::ModelStreamInfer(grpc::CallbackServerContext* context) {
   stream_options.max_pending_bytes = options_.max_stream_pending_bytes;
   stream_options.max_total_pending_bytes = options_.max_pending_stream_bytes_total;
   stream_options.total_pending_bytes = &stream_pending_bytes_;
+  stream_options.shared_memory = options_.shared_memory;
   return NewStreamInferReactor(engine_, context, stream_options);
 }
 
@@ -250,34 +259,72 @@ grpc::ServerUnaryReactor* InferenceService::RepositoryModelUnload(
 }
 
 grpc::ServerUnaryReactor* InferenceService::SystemSharedMemoryStatus(
-    grpc::CallbackServerContext* context, const inference::SystemSharedMemoryStatusRequest*,
-    inference::SystemSharedMemoryStatusResponse*) {
-  return Unimplemented(context, "system shared memory");
+    grpc::CallbackServerContext* context, const inference::SystemSharedMemoryStatusRequest* request,
+    inference::SystemSharedMemoryStatusResponse* response) {
+  if (options_.shared_memory == nullptr) return Unimplemented(context, "system shared memory");
+  absl::StatusOr<std::vector<shm::RegionInfo>> regions =
+      options_.shared_memory->Status(shm::RegionKind::kSystem, request->name());
+  if (!regions.ok()) return FinishNow(context, ToGrpcStatus(regions.status()));
+  for (const shm::RegionInfo& info : *regions) {
+    auto& status = (*response->mutable_regions())[info.name];
+    status.set_name(info.name);
+    status.set_key(info.key);
+    status.set_offset(info.offset);
+    status.set_byte_size(info.byte_size);
+  }
+  return FinishNow(context, grpc::Status::OK);
 }
 grpc::ServerUnaryReactor* InferenceService::SystemSharedMemoryRegister(
-    grpc::CallbackServerContext* context, const inference::SystemSharedMemoryRegisterRequest*,
+    grpc::CallbackServerContext* context,
+    const inference::SystemSharedMemoryRegisterRequest* request,
     inference::SystemSharedMemoryRegisterResponse*) {
-  return Unimplemented(context, "system shared memory");
+  if (options_.shared_memory == nullptr) return Unimplemented(context, "system shared memory");
+  return FinishNow(context,
+                   ToGrpcStatus(options_.shared_memory->RegisterSystem(
+                       request->name(), request->key(), request->offset(), request->byte_size())));
 }
 grpc::ServerUnaryReactor* InferenceService::SystemSharedMemoryUnregister(
-    grpc::CallbackServerContext* context, const inference::SystemSharedMemoryUnregisterRequest*,
+    grpc::CallbackServerContext* context,
+    const inference::SystemSharedMemoryUnregisterRequest* request,
     inference::SystemSharedMemoryUnregisterResponse*) {
-  return Unimplemented(context, "system shared memory");
+  if (options_.shared_memory == nullptr) return Unimplemented(context, "system shared memory");
+  return FinishNow(context, ToGrpcStatus(options_.shared_memory->Unregister(
+                                shm::RegionKind::kSystem, request->name())));
 }
 grpc::ServerUnaryReactor* InferenceService::CudaSharedMemoryStatus(
-    grpc::CallbackServerContext* context, const inference::CudaSharedMemoryStatusRequest*,
-    inference::CudaSharedMemoryStatusResponse*) {
-  return Unimplemented(context, "CUDA shared memory");
+    grpc::CallbackServerContext* context, const inference::CudaSharedMemoryStatusRequest* request,
+    inference::CudaSharedMemoryStatusResponse* response) {
+  if (options_.shared_memory == nullptr) return Unimplemented(context, "CUDA shared memory");
+  absl::StatusOr<std::vector<shm::RegionInfo>> regions =
+      options_.shared_memory->Status(shm::RegionKind::kCuda, request->name());
+  if (!regions.ok()) return FinishNow(context, ToGrpcStatus(regions.status()));
+  for (const shm::RegionInfo& info : *regions) {
+    auto& status = (*response->mutable_regions())[info.name];
+    status.set_name(info.name);
+    status.set_device_id(static_cast<uint64_t>(info.device_id));
+    status.set_byte_size(info.byte_size);
+  }
+  return FinishNow(context, grpc::Status::OK);
 }
 grpc::ServerUnaryReactor* InferenceService::CudaSharedMemoryRegister(
-    grpc::CallbackServerContext* context, const inference::CudaSharedMemoryRegisterRequest*,
+    grpc::CallbackServerContext* context, const inference::CudaSharedMemoryRegisterRequest* request,
     inference::CudaSharedMemoryRegisterResponse*) {
-  return Unimplemented(context, "CUDA shared memory");
+  if (options_.shared_memory == nullptr) return Unimplemented(context, "CUDA shared memory");
+  const std::string& handle = request->raw_handle();
+  return FinishNow(context,
+                   ToGrpcStatus(options_.shared_memory->RegisterCuda(
+                       request->name(),
+                       std::span<const std::byte>(reinterpret_cast<const std::byte*>(handle.data()),
+                                                  handle.size()),
+                       request->device_id(), request->byte_size())));
 }
 grpc::ServerUnaryReactor* InferenceService::CudaSharedMemoryUnregister(
-    grpc::CallbackServerContext* context, const inference::CudaSharedMemoryUnregisterRequest*,
+    grpc::CallbackServerContext* context,
+    const inference::CudaSharedMemoryUnregisterRequest* request,
     inference::CudaSharedMemoryUnregisterResponse*) {
-  return Unimplemented(context, "CUDA shared memory");
+  if (options_.shared_memory == nullptr) return Unimplemented(context, "CUDA shared memory");
+  return FinishNow(context, ToGrpcStatus(options_.shared_memory->Unregister(shm::RegionKind::kCuda,
+                                                                            request->name())));
 }
 grpc::ServerUnaryReactor* InferenceService::TraceSetting(grpc::CallbackServerContext* context,
                                                          const inference::TraceSettingRequest*,

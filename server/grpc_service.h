@@ -15,6 +15,10 @@
 
 namespace sluice::server {
 
+namespace shm {
+class SharedMemoryRegistry;
+}
+
 struct ServiceOptions {
   // RepositoryModelLoad / RepositoryModelUnload are refused unless this is set
   // (--model-control-mode=explicit).
@@ -36,6 +40,10 @@ struct ServiceOptions {
   // Load/unload calls that may wait behind the running one (--model-control-queue-size); beyond
   // it they are answered RESOURCE_EXHAUSTED at once.
   int model_control_queue_size = 16;
+  // The process's shared-memory regions (Triton's system and CUDA shared-memory extensions),
+  // shared with the HTTP front end; borrowed, nullable (then those RPCs answer UNIMPLEMENTED and
+  // requests naming a region are refused), must outlive the service.
+  shm::SharedMemoryRegistry* shared_memory = nullptr;
 };
 
 // Thread-safe; gRPC calls the handlers from its callback threads.
@@ -98,7 +106,7 @@ class InferenceService final : public inference::GRPCInferenceService::CallbackS
       grpc::CallbackServerContext* context, const inference::RepositoryModelUnloadRequest* request,
       inference::RepositoryModelUnloadResponse* response) override;
 
-  // Not implemented yet: answered UNIMPLEMENTED with a message that says so.
+  // Shared memory: the registry's Register/Unregister/Status (ServiceOptions::shared_memory).
   grpc::ServerUnaryReactor* SystemSharedMemoryStatus(
       grpc::CallbackServerContext* context,
       const inference::SystemSharedMemoryStatusRequest* request,
@@ -122,6 +130,7 @@ class InferenceService final : public inference::GRPCInferenceService::CallbackS
       grpc::CallbackServerContext* context,
       const inference::CudaSharedMemoryUnregisterRequest* request,
       inference::CudaSharedMemoryUnregisterResponse* response) override;
+  // Not implemented: answered UNIMPLEMENTED with a message that says so.
   grpc::ServerUnaryReactor* TraceSetting(grpc::CallbackServerContext* context,
                                          const inference::TraceSettingRequest* request,
                                          inference::TraceSettingResponse* response) override;

@@ -13,16 +13,19 @@
 #include "common/status_macros.h"
 #include "common/wire/typed_contents.h"
 #include "engine/model_config.h"
+#include "server/shared_memory/shared_memory_registry.h"
 
 namespace sluice::server {
 namespace {
 
 using engine::DataType;
 
-// Owns the typed inputs converted to raw bytes, and the message the raw inputs point into.
+// Owns the typed inputs converted to raw bytes, and the message the raw inputs point into, and
+// the leases on the shared-memory regions inputs point into.
 struct RequestStorage {
   std::shared_ptr<const void> message;
   std::vector<std::vector<std::byte>> converted;
+  shm::RequestRegions regions;
 };
 
 bool HasTypedContents(const inference::InferTensorContents& c) {
@@ -77,6 +80,45 @@ absl::StatusOr<uint64_t> NonNegativeInteger(const inference::InferParameter& par
       return absl::InvalidArgumentError(
           absl::StrCat("parameter '", name, "' must be an int64_param or uint64_param"));
   }
+}
+
+// The shared-memory parameters of one tensor (`what`: "input 'x'"), nullopt if it names no
+// region. InvalidArgument for a region without a byte size, or parameters of the wrong type.
+absl::StatusOr<std::optional<shm::TensorRegionRef>> RegionRef(
+    const google::protobuf::Map<std::string, inference::InferParameter>& parameters,
+    absl::string_view what) {
+  auto region = parameters.find(std::string(shm::kRegionParameter));
+  auto size = parameters.find(std::string(shm::kByteSizeParameter));
+  auto offset = parameters.find(std::string(shm::kOffsetParameter));
+  if (region == parameters.end()) {
+    if (size != parameters.end() || offset != parameters.end()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          what, ": shared_memory_byte_size/shared_memory_offset without shared_memory_region"));
+    }
+    return std::nullopt;
+  }
+  if (region->second.parameter_choice_case() != inference::InferParameter::kStringParam) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": shared_memory_region must be a string_param"));
+  }
+  if (size == parameters.end()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": shared_memory_region needs shared_memory_byte_size"));
+  }
+  shm::TensorRegionRef ref;
+  ref.region = region->second.string_param();
+  const std::string size_name = absl::StrCat(what, " shared_memory_byte_size");
+  ASSIGN_OR_RETURN(ref.byte_size, NonNegativeInteger(size->second, size_name));
+  if (offset != parameters.end()) {
+    const std::string offset_name = absl::StrCat(what, " shared_memory_offset");
+    ASSIGN_OR_RETURN(ref.offset, NonNegativeInteger(offset->second, offset_name));
+  }
+  return ref;
+}
+
+absl::Status NoRegistry(absl::string_view what) {
+  return absl::InvalidArgumentError(
+      absl::StrCat(what, " names a shared-memory region, but this endpoint has no shared memory"));
 }
 
 }  // namespace
@@ -136,23 +178,41 @@ absl::Status CheckRequestNames(const inference::ModelInferRequest& message) {
 
 absl::StatusOr<std::unique_ptr<engine::InferenceRequest>> ToEngineRequest(
     const inference::ModelInferRequest& message, std::shared_ptr<const void> message_owner,
-    engine::InferenceRequest::Completion on_complete) {
+    engine::InferenceRequest::Completion on_complete, const shm::SharedMemoryRegistry* registry,
+    std::vector<shm::OutputPlacement>* output_placements) {
   if (message.model_name().empty()) {
     return absl::InvalidArgumentError("model_name is empty");
   }
   RETURN_IF_ERROR(CheckRequestNames(message));
   ASSIGN_OR_RETURN(int64_t version, ParseModelVersion(message.model_version()));
+  // Inputs in shared memory have no raw_input_contents entry (tritonclient and perf_analyzer
+  // send one only for the others, in order).
+  std::vector<std::optional<shm::TensorRegionRef>> region_refs(message.inputs_size());
+  int inline_inputs = 0;
+  for (int i = 0; i < message.inputs_size(); ++i) {
+    const auto& input = message.inputs(i);
+    ASSIGN_OR_RETURN(region_refs[i],
+                     RegionRef(input.parameters(), absl::StrCat("input '", input.name(), "'")));
+    if (!region_refs[i].has_value()) ++inline_inputs;
+  }
   const bool raw = message.raw_input_contents_size() > 0;
-  if (raw && message.raw_input_contents_size() != message.inputs_size()) {
+  if (raw && message.raw_input_contents_size() != inline_inputs) {
+    if (inline_inputs == message.inputs_size()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "request has ", message.inputs_size(), " inputs but ", message.raw_input_contents_size(),
+          " raw_input_contents entries; with raw inputs every input needs exactly one"));
+    }
     return absl::InvalidArgumentError(absl::StrCat(
-        "request has ", message.inputs_size(), " inputs but ", message.raw_input_contents_size(),
-        " raw_input_contents entries; with raw inputs every input needs exactly one"));
+        "request has ", inline_inputs, " inputs not in shared memory but ",
+        message.raw_input_contents_size(),
+        " raw_input_contents entries; with raw inputs each of them needs exactly one"));
   }
 
   auto storage = std::make_shared<RequestStorage>();
   storage->message = std::move(message_owner);
   storage->converted.resize(raw ? 0 : message.inputs_size());
   std::vector<engine::TensorView> inputs(message.inputs_size());
+  int raw_index = 0;
   for (int i = 0; i < message.inputs_size(); ++i) {
     const auto& input = message.inputs(i);
     engine::TensorView& view = inputs[i];
@@ -168,19 +228,37 @@ absl::StatusOr<std::unique_ptr<engine::InferenceRequest>> ToEngineRequest(
       return absl::InvalidArgumentError(
           absl::StrCat("input '", input.name(), "': ", elements.status().message()));
     }
-    if (raw) {
+    if (region_refs[i].has_value()) {
+      if (HasTypedContents(input.contents())) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("input '", input.name(),
+                         "' is in shared memory and also has typed contents; send one of them"));
+      }
+      if (registry == nullptr) return NoRegistry(absl::StrCat("input '", input.name(), "'"));
+      ASSIGN_OR_RETURN(view.data, shm::ResolveInput(*registry, *region_refs[i], input.name(),
+                                                    view.dtype, *elements, storage->regions));
+    } else if (raw) {
       if (HasTypedContents(input.contents())) {
         return absl::InvalidArgumentError(absl::StrCat(
             "input '", input.name(),
             "' has typed contents but the request uses raw_input_contents; do not mix the two"));
       }
-      const std::string& bytes = message.raw_input_contents(i);
+      const std::string& bytes = message.raw_input_contents(raw_index++);
       view.data = std::span<const std::byte>(reinterpret_cast<const std::byte*>(bytes.data()),
                                              bytes.size());
     } else {
       RETURN_IF_ERROR(ConvertTyped(input, view.dtype, *elements, storage->converted[i]));
       view.data = storage->converted[i];
     }
+  }
+  for (const auto& output : message.outputs()) {
+    const std::string what = absl::StrCat("output '", output.name(), "'");
+    ASSIGN_OR_RETURN(std::optional<shm::TensorRegionRef> ref, RegionRef(output.parameters(), what));
+    if (!ref.has_value()) continue;
+    if (registry == nullptr || output_placements == nullptr) return NoRegistry(what);
+    ASSIGN_OR_RETURN(shm::OutputPlacement placement,
+                     shm::ResolveOutput(*registry, *ref, output.name()));
+    output_placements->push_back(std::move(placement));
   }
 
   // Triton's scheduling parameters; other request parameters are not sluice's to judge.
@@ -226,6 +304,46 @@ void ToProtoResponse(engine::InferenceResponse&& response, inference::ModelInfer
     out->add_raw_output_contents()->assign(reinterpret_cast<const char*>(tensor.data.data()),
                                            tensor.data.size());
   }
+}
+
+absl::Status ToProtoResponse(engine::InferenceResponse&& response,
+                             const std::vector<shm::OutputPlacement>& placements,
+                             inference::ModelInferResponse* out) {
+  if (placements.empty()) {
+    ToProtoResponse(std::move(response), out);
+    return absl::OkStatus();
+  }
+  ASSIGN_OR_RETURN(std::vector<std::optional<uint64_t>> written,
+                   shm::WriteOutputs(placements, response.outputs));
+  bool any_inline = false;
+  for (const auto& w : written) any_inline = any_inline || !w.has_value();
+  out->set_model_name(std::move(response.model_name));
+  out->set_model_version(absl::StrCat(response.model_version));
+  out->set_id(std::move(response.id));
+  for (size_t i = 0; i < response.outputs.size(); ++i) {
+    engine::Tensor& tensor = response.outputs[i];
+    auto* output = out->add_outputs();
+    output->set_name(tensor.name);
+    output->set_datatype(std::string(engine::DataTypeName(tensor.dtype)));
+    for (int64_t dim : tensor.shape) output->add_shape(dim);
+    if (written[i].has_value()) {
+      const shm::OutputPlacement& placement = *shm::FindPlacement(placements, tensor.name);
+      auto& parameters = *output->mutable_parameters();
+      parameters[std::string(shm::kRegionParameter)].set_string_param(placement.ref.region);
+      parameters[std::string(shm::kByteSizeParameter)].set_int64_param(
+          static_cast<int64_t>(*written[i]));
+      if (placement.ref.offset != 0) {
+        parameters[std::string(shm::kOffsetParameter)].set_int64_param(
+            static_cast<int64_t>(placement.ref.offset));
+      }
+      // Keeps raw_output_contents indexed like outputs for clients that read both.
+      if (any_inline) out->add_raw_output_contents();
+    } else {
+      out->add_raw_output_contents()->assign(reinterpret_cast<const char*>(tensor.data.data()),
+                                             tensor.data.size());
+    }
+  }
+  return absl::OkStatus();
 }
 
 namespace {

@@ -14,8 +14,13 @@
 #include "engine/engine.h"
 #include "engine/inference_request.h"
 #include "proto/grpc_service.pb.h"
+#include "server/shared_memory/tensor_placement.h"
 
 namespace sluice::server {
+
+namespace shm {
+class SharedMemoryRegistry;
+}
 
 // Longest name a request may carry: model, input, requested output, parameter key. Longer names
 // are refused (InvalidArgument, the name echoed cut) before anything else echoes them.
@@ -46,12 +51,30 @@ std::optional<std::chrono::steady_clock::time_point> SteadyDeadline(
 // Builds the engine request for `message`. `message_owner` keeps the message alive while the
 // engine holds views into it (may be null when the caller guarantees that, as a unary gRPC call
 // does until it finishes). InvalidArgument names the tensor and what is wrong.
+//
+// Shared memory (Triton's extension): an input or requested output whose parameters name a
+// `shared_memory_region` (with `shared_memory_byte_size`, optionally `shared_memory_offset`) is
+// resolved in `registry` (nullable: then such a tensor is refused). Inputs become views into the
+// region (raw_input_contents then holds entries only for the other inputs, in order, as
+// tritonclient sends them); outputs get an entry in `output_placements` (required when registry
+// is set), which the caller hands to ToProtoResponse when the request completes. The request's
+// keep-alive holds the input regions' leases.
 absl::StatusOr<std::unique_ptr<engine::InferenceRequest>> ToEngineRequest(
     const inference::ModelInferRequest& message, std::shared_ptr<const void> message_owner,
-    engine::InferenceRequest::Completion on_complete);
+    engine::InferenceRequest::Completion on_complete,
+    const shm::SharedMemoryRegistry* registry = nullptr,
+    std::vector<shm::OutputPlacement>* output_placements = nullptr);
 
 // Fills `out` from the engine's answer: one raw_output_contents entry per output, in order.
 void ToProtoResponse(engine::InferenceResponse&& response, inference::ModelInferResponse* out);
+
+// As above, first writing the outputs that have a placement into their shared-memory regions:
+// such an output carries its region's parameters and no bytes (an empty raw_output_contents
+// entry when other outputs carry bytes, none when every output is in shared memory). An output
+// larger than its placement fails the whole answer (InvalidArgument); `out` is then untouched.
+absl::Status ToProtoResponse(engine::InferenceResponse&& response,
+                             const std::vector<shm::OutputPlacement>& placements,
+                             inference::ModelInferResponse* out);
 
 // The KServe ModelStatistics message for the engine's per-version stats: what gRPC's
 // ModelStatistics answers and what HTTP's .../stats renders as JSON.

@@ -1,5 +1,9 @@
 #include "server/infer_conversion.h"
 
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <chrono>
 #include <cstring>
 #include <functional>
@@ -8,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/echo.h"
 #include "gtest/gtest.h"
+#include "server/shared_memory/shared_memory_registry.h"
 #include "server/status_convert.h"
 
 namespace sluice::server {
@@ -239,6 +244,88 @@ TEST(InferConversionTest, BadPriorityOrTimeoutParametersAreRefused) {
   request.set_model_name("identity");
   (*request.mutable_parameters())["timeout"].set_uint64_param(~uint64_t{0});
   EXPECT_EQ(Convert(request).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+void SetRegion(google::protobuf::Map<std::string, inference::InferParameter>& parameters,
+               const std::string& region, int64_t byte_size, int64_t offset) {
+  parameters["shared_memory_region"].set_string_param(region);
+  parameters["shared_memory_byte_size"].set_int64_param(byte_size);
+  if (offset != 0) parameters["shared_memory_offset"].set_int64_param(offset);
+}
+
+// Inputs in shared memory have no raw_input_contents entry: the entries belong to the other
+// inputs, in order (as tritonclient.grpc sends them); shared-memory inputs are views into the
+// mapping; outputs placed in a region are written there and carry parameters, no bytes.
+TEST(InferConversionTest, SharedMemoryTensorsAsTritonclientSendsThem) {
+  const std::string key = absl::StrCat("/sluice_conv_test_", getpid());
+  const int fd = shm_open(key.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(ftruncate(fd, 4096), 0);
+  auto* base = static_cast<char*>(mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0));
+  ASSERT_NE(base, MAP_FAILED);
+  std::memcpy(base + 100, "abcdefgh", 8);
+  shm::SharedMemoryRegistry registry({});
+  ASSERT_TRUE(registry.RegisterSystem("r", key, 0, 4096).ok());
+
+  ModelInferRequest message;
+  message.set_model_name("m");
+  SetRegion(*AddInput(message, "A", "UINT8", {8})->mutable_parameters(), "r", 8, 100);
+  AddInput(message, "B", "UINT8", {3});
+  SetRegion(*AddInput(message, "C", "UINT8", {8})->mutable_parameters(), "r", 8, 100);
+  message.add_raw_input_contents("xyz");
+  auto* out = message.add_outputs();
+  out->set_name("Y");
+  SetRegion(*out->mutable_parameters(), "r", 16, 200);
+  message.add_outputs()->set_name("Z");
+
+  std::vector<shm::OutputPlacement> placements;
+  auto request = ToEngineRequest(
+      message, nullptr, [](absl::StatusOr<engine::InferenceResponse>) {}, &registry, &placements);
+  ASSERT_TRUE(request.ok()) << request.status();
+  ASSERT_EQ((*request)->inputs.size(), 3u);
+  // A view into the server's own (read-only) mapping of the object, holding the client's bytes.
+  EXPECT_EQ(std::string(reinterpret_cast<const char*>((*request)->inputs[0].data.data()), 8),
+            "abcdefgh");
+  base[100] = 'Z';  // no copy was taken: the client's write shows through
+  EXPECT_EQ(reinterpret_cast<const char*>((*request)->inputs[0].data.data())[0], 'Z');
+  EXPECT_EQ(std::string(reinterpret_cast<const char*>((*request)->inputs[1].data.data()), 3),
+            "xyz");
+  EXPECT_EQ(std::string(reinterpret_cast<const char*>((*request)->inputs[2].data.data()), 8),
+            "Zbcdefgh");
+  ASSERT_EQ(placements.size(), 1u);
+  EXPECT_EQ(placements[0].output, "Y");
+
+  engine::InferenceResponse response;
+  response.model_name = "m";
+  response.outputs.resize(2);
+  response.outputs[0] = {.name = "Y", .dtype = engine::DataType::kUint8, .shape = {4}, .data = {}};
+  response.outputs[0].data = {std::byte{1}, std::byte{2}, std::byte{3}, std::byte{4}};
+  response.outputs[1] = {.name = "Z", .dtype = engine::DataType::kUint8, .shape = {2}, .data = {}};
+  response.outputs[1].data = {std::byte{9}, std::byte{8}};
+  inference::ModelInferResponse proto;
+  ASSERT_TRUE(ToProtoResponse(std::move(response), placements, &proto).ok());
+  EXPECT_EQ(std::string(base + 200, 4), std::string("\x01\x02\x03\x04", 4));
+  ASSERT_EQ(proto.raw_output_contents_size(), 2);
+  EXPECT_EQ(proto.raw_output_contents(0), "");
+  EXPECT_EQ(proto.raw_output_contents(1), std::string("\x09\x08", 2));
+  EXPECT_EQ(proto.outputs(0).parameters().at("shared_memory_byte_size").int64_param(), 4);
+  EXPECT_EQ(proto.outputs(0).parameters().at("shared_memory_offset").int64_param(), 200);
+
+  // Without a registry (an endpoint with no shared memory) such a tensor is refused.
+  auto refused = Convert(message);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  // An entry count that fits neither reading is refused, naming what is expected.
+  message.add_raw_input_contents("extra");
+  auto miscounted = ToEngineRequest(
+      message, nullptr, [](absl::StatusOr<engine::InferenceResponse>) {}, &registry, &placements);
+  ASSERT_FALSE(miscounted.ok());
+  EXPECT_NE(miscounted.status().message().find("1 inputs not in shared memory but 2"),
+            std::string::npos)
+      << miscounted.status();
+  munmap(base, 4096);
+  close(fd);
+  shm_unlink(key.c_str());
 }
 
 TEST(InferConversionTest, ParsesVersions) {

@@ -264,6 +264,33 @@ std::vector<MetricFamily> BuildMetricFamilies(const MetricsInput& input) {
     families.push_back(std::move(requests));
   }
 
+  if (input.shared_memory.has_value()) {
+    const SharedMemorySample& shm = *input.shared_memory;
+    MetricFamily regions = Family(
+        "sluice_shared_memory_regions",
+        "Shared-memory regions clients have registered (Triton's system and CUDA shared-memory "
+        "extensions), by kind; bounded by --shared-memory-max-regions",
+        MetricType::Gauge);
+    AddGauge(regions, {{"kind", "system"}}, static_cast<double>(shm.system_regions));
+    AddGauge(regions, {{"kind", "cuda"}}, static_cast<double>(shm.cuda_regions));
+    families.push_back(std::move(regions));
+    MetricFamily mapped = Family(
+        "sluice_shared_memory_mapped_bytes",
+        "Bytes of client shared memory mapped into the server (registered regions, unregistered "
+        "ones still used by a request, writable mappings of output regions); bounded by "
+        "--shared-memory-max-bytes",
+        MetricType::Gauge);
+    AddGauge(mapped, {}, static_cast<double>(shm.mapped_bytes));
+    families.push_back(std::move(mapped));
+    MetricFamily draining =
+        Family("sluice_shared_memory_draining_regions",
+               "Unregistered shared-memory regions still mapped because a request in flight "
+               "uses them",
+               MetricType::Gauge);
+    AddGauge(draining, {}, static_cast<double>(shm.draining_regions));
+    families.push_back(std::move(draining));
+  }
+
   if (input.process.has_value()) {
     const ProcessSample& p = *input.process;
     auto gauge = [&](std::string name, std::string help, double value) {
@@ -318,12 +345,14 @@ class MetricsExporter::EngineCollectable final : public prometheus::Collectable 
  public:
   EngineCollectable(const engine::Engine& engine, const common::Logger* logger,
                     GpuMetricsSource* gpu_source, const std::atomic<int64_t>* active_infer_calls,
-                    const std::atomic<int64_t>* active_http_infer_requests)
+                    const std::atomic<int64_t>* active_http_infer_requests,
+                    std::function<SharedMemorySample()> shared_memory)
       : engine_(engine),
         logger_(logger),
         gpu_source_(gpu_source),
         active_infer_calls_(active_infer_calls),
-        active_http_infer_requests_(active_http_infer_requests) {}
+        active_http_infer_requests_(active_http_infer_requests),
+        shared_memory_(std::move(shared_memory)) {}
 
   std::vector<MetricFamily> Collect() const override {
     MetricsInput input;
@@ -335,6 +364,7 @@ class MetricsExporter::EngineCollectable final : public prometheus::Collectable 
     if (active_http_infer_requests_ != nullptr) {
       input.active_http_infer_requests = active_http_infer_requests_->load();
     }
+    if (shared_memory_) input.shared_memory = shared_memory_();
     return BuildMetricFamilies(input);
   }
 
@@ -344,6 +374,7 @@ class MetricsExporter::EngineCollectable final : public prometheus::Collectable 
   GpuMetricsSource* const gpu_source_;
   const std::atomic<int64_t>* const active_infer_calls_;
   const std::atomic<int64_t>* const active_http_infer_requests_;
+  const std::function<SharedMemorySample()> shared_memory_;
 };
 
 absl::StatusOr<std::unique_ptr<MetricsExporter>> MetricsExporter::Start(
@@ -363,9 +394,9 @@ absl::StatusOr<std::unique_ptr<MetricsExporter>> MetricsExporter::Start(
       options.address.find(':') != std::string::npos && options.address.front() != '[';
   const std::string listen = ipv6 ? absl::StrCat("[", options.address, "]:", options.port)
                                   : absl::StrCat(options.address, ":", options.port);
-  auto collectable = std::make_shared<EngineCollectable>(engine, logger, options.gpu_source,
-                                                         options.active_infer_calls,
-                                                         options.active_http_infer_requests);
+  auto collectable = std::make_shared<EngineCollectable>(
+      engine, logger, options.gpu_source, options.active_infer_calls,
+      options.active_http_infer_requests, options.shared_memory);
   std::unique_ptr<prometheus::Exposer> exposer;
   // prometheus-cpp reports a failed bind by throwing (civetweb's CivetException); this is the
   // one place our code meets it, and it becomes a Status.

@@ -15,6 +15,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -66,6 +67,16 @@ class GpuMetricsSource {
   virtual std::vector<GpuSample> Sample() = 0;
 };
 
+// The shared-memory registry's readings (server/shared_memory; plain numbers, so that the
+// exporter does not depend on that module).
+struct SharedMemorySample {
+  int64_t system_regions = 0;
+  int64_t cuda_regions = 0;
+  uint64_t mapped_bytes = 0;
+  // Unregistered regions still mapped because a request uses them.
+  int64_t draining_regions = 0;
+};
+
 // Everything one scrape maps.
 struct MetricsInput {
   std::vector<engine::Engine::VersionStats> models;
@@ -76,6 +87,9 @@ struct MetricsInput {
   std::optional<int64_t> active_infer_calls;
   // Open HTTP infer requests; absent: no sluice_http_infer_requests_active.
   std::optional<int64_t> active_http_infer_requests;
+
+  // Absent: no sluice_shared_memory_* families.
+  std::optional<SharedMemorySample> shared_memory;
 };
 
 // The metric families for `input` (pure; the exporter's whole mapping). Every model version gets
@@ -107,6 +121,10 @@ struct MetricsExporterOptions {
   // The HTTP routes' count of open infer requests (HttpRoutesOptions::active_infer_requests);
   // borrowed, nullable, must outlive the exporter.
   const std::atomic<int64_t>* active_http_infer_requests = nullptr;
+
+  // Reads the shared-memory registry at scrape time (fast: one short lock); null: no
+  // sluice_shared_memory_* families. Must stay callable while the exporter lives.
+  std::function<SharedMemorySample()> shared_memory;
 };
 
 class MetricsExporter {

@@ -147,6 +147,20 @@ TEST(MetricsExporterTest, HttpTwinOfTheActiveCallsGauge) {
   EXPECT_THAT(text, HasSubstr("sluice_http_infer_requests_active 5\n"));
 }
 
+TEST(MetricsExporterTest, SharedMemoryGaugesOnlyWithTheirSource) {
+  EXPECT_THAT(SerializeText(BuildMetricFamilies(MetricsInput{})),
+              Not(HasSubstr("sluice_shared_memory")));
+  MetricsInput input;
+  input.shared_memory = SharedMemorySample{
+      .system_regions = 3, .cuda_regions = 1, .mapped_bytes = 12288, .draining_regions = 2};
+  const std::string text = SerializeText(BuildMetricFamilies(input));
+  EXPECT_THAT(text, HasSubstr("# TYPE sluice_shared_memory_regions gauge\n"));
+  EXPECT_THAT(text, HasSubstr("sluice_shared_memory_regions{kind=\"system\"} 3\n"));
+  EXPECT_THAT(text, HasSubstr("sluice_shared_memory_regions{kind=\"cuda\"} 1\n"));
+  EXPECT_THAT(text, HasSubstr("sluice_shared_memory_mapped_bytes 12288\n"));
+  EXPECT_THAT(text, HasSubstr("sluice_shared_memory_draining_regions 2\n"));
+}
+
 // With the NVIDIA driver's NVML: a reading per GPU with its memory; without it (as on the CPU
 // machines CI runs on): a reason that names the library, and so no sluice_gpu_* families.
 TEST(NvmlGpuSourceTest, ReadsEveryGpuOrSaysWhyNot) {

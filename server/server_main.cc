@@ -39,6 +39,7 @@
 #include "server/nvml_gpu_source.h"
 #include "server/process_wide_accept_guard.h"
 #include "server/process_wide_reset_guard.h"
+#include "server/shared_memory/shared_memory_registry.h"
 
 #ifndef SLUICE_DEFAULT_MODEL_REPOSITORY
 #define SLUICE_DEFAULT_MODEL_REPOSITORY "models"
@@ -106,6 +107,10 @@ struct Flags {
   int64_t http_max_body_bytes = int64_t{256} << 20;
   int64_t http_max_inflight_bytes = int64_t{1} << 30;
   int64_t http_max_json_bytes = int64_t{16} << 20;
+  // Shared-memory tensors (issue 16): shm::SharedMemoryRegistryOptions.
+  int shared_memory_max_regions = shm::SharedMemoryRegistryOptions{}.max_regions;
+  int64_t shared_memory_max_bytes =
+      static_cast<int64_t>(shm::SharedMemoryRegistryOptions{}.max_mapped_bytes);
 };
 
 // Plaintext, TLS (--tls-cert/--tls-key) or mutual TLS (and --tls-ca).
@@ -445,6 +450,20 @@ void AddFlags(CLI::App& app, Flags& flags) {
       ->envname("SLUICE_HTTP_MAX_JSON_BYTES")
       ->check(CLI::Range(int64_t{1024}, int64_t{1} << 32))
       ->capture_default_str();
+  // Shared-memory tensors (Triton's system / CUDA shared-memory extensions, issue 16).
+  app.add_option("--shared-memory-max-regions", flags.shared_memory_max_regions,
+                 "Shared-memory regions (system and CUDA together) clients may have registered "
+                 "at once; 0 turns the shared-memory extensions off")
+      ->envname("SLUICE_SHARED_MEMORY_MAX_REGIONS")
+      ->check(CLI::Range(0, 65536))
+      ->capture_default_str();
+  app.add_option("--shared-memory-max-bytes", flags.shared_memory_max_bytes,
+                 "Bytes of client shared memory mapped at once (registered regions, those "
+                 "unregistered but still used by a request, and output regions' writable "
+                 "mappings); a registration past it is refused")
+      ->envname("SLUICE_SHARED_MEMORY_MAX_BYTES")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 50))
+      ->capture_default_str();
   app.add_option("--exit-timeout-secs,--exit-timeout", flags.exit_timeout_secs,
                  "On SIGTERM/SIGINT, how long queued and in-flight requests may take to finish")
       ->envname("SLUICE_EXIT_TIMEOUT_SECS")
@@ -551,6 +570,20 @@ int Run(const Flags& flags) {
     return 1;
   }
 
+  // Shared-memory regions, for gRPC and HTTP alike; before the exporter, which reads its stats.
+  // CUDA regions need the server to run on a GPU (IPC handles open on a device).
+  shm::SharedMemoryRegistryOptions shm_options;
+  shm_options.max_regions = flags.shared_memory_max_regions;
+  shm_options.max_mapped_bytes = static_cast<uint64_t>(flags.shared_memory_max_bytes);
+  if (device->kind == engine::DeviceSelection::Kind::kCuda) {
+    shm_options.open_cuda_ipc = engine::OpenCudaIpcMemory;
+  } else {
+    shm_options.cuda_unavailable_reason =
+        absl::StrCat("this server runs its models on the CPU (", device->description,
+                     "); CUDA IPC handles can only be opened on a GPU");
+  }
+  shm::SharedMemoryRegistry shared_memory(std::move(shm_options));
+
   // Open inference calls: the service (gRPC) and the routes (HTTP) count them, the exporter reads
   // them.
   std::atomic<int64_t> active_infer_calls{0};
@@ -574,6 +607,13 @@ int Run(const Flags& flags) {
     metrics_options.gpu_source = gpu_source.get();
     metrics_options.active_infer_calls = &active_infer_calls;
     if (flags.allow_http) metrics_options.active_http_infer_requests = &active_http_infer_requests;
+    metrics_options.shared_memory = [&shared_memory] {
+      const shm::SharedMemoryStats stats = shared_memory.Stats();
+      return SharedMemorySample{.system_regions = stats.system_regions,
+                                .cuda_regions = stats.cuda_regions,
+                                .mapped_bytes = stats.mapped_bytes,
+                                .draining_regions = stats.draining_regions};
+    };
     absl::StatusOr<std::unique_ptr<MetricsExporter>> exporter =
         MetricsExporter::Start(**engine, log, metrics_options);
     if (!exporter.ok()) {
@@ -613,6 +653,7 @@ int Run(const Flags& flags) {
   service_options.model_control_queue_size = flags.model_control_queue_size;
   service_options.max_stream_pending_bytes = flags.grpc_max_stream_pending_bytes;
   service_options.max_pending_stream_bytes_total = flags.grpc_max_pending_stream_bytes_total;
+  service_options.shared_memory = &shared_memory;
   InferenceService service(engine->get(), repository->get(), service_options);
 
   grpc::EnableDefaultHealthCheckService(true);
@@ -712,6 +753,7 @@ int Run(const Flags& flags) {
   routes_options.server_version = SLUICE_VERSION;
   routes_options.max_json_bytes = static_cast<size_t>(flags.http_max_json_bytes);
   routes_options.active_infer_requests = &active_http_infer_requests;
+  routes_options.shared_memory = &shared_memory;
   http::HttpRoutes routes(engine->get(), repository->get(), routes_options);
 
   if (flags.grpc_watchdog_interval_ms > 0) {

@@ -59,12 +59,18 @@ class StreamInferReactor final
       AddPendingBytes(request_bytes);
     }
     const auto received = steady_clock::now();
-    auto on_complete = [this, id, model_name,
-                        request_bytes](absl::StatusOr<engine::InferenceResponse> result) {
+    // Outputs the request places in shared memory (filled by ToEngineRequest; the lambda holds
+    // their regions' leases until the answer is made).
+    auto placements = std::make_shared<std::vector<shm::OutputPlacement>>();
+    auto on_complete = [this, id, model_name, request_bytes,
+                        placements](absl::StatusOr<engine::InferenceResponse> result) {
       inference::ModelStreamInferResponse response;
       if (result.ok()) {
-        ToProtoResponse(*std::move(result), response.mutable_infer_response());
-      } else {
+        absl::Status written =
+            ToProtoResponse(*std::move(result), *placements, response.mutable_infer_response());
+        if (!written.ok()) result = written;
+      }
+      if (!result.ok()) {
         // Triton's convention: an error travels in error_message and the stream goes on.
         response.set_error_message(std::string(result.status().message()));
         response.mutable_infer_response()->set_id(id);
@@ -73,8 +79,8 @@ class StreamInferReactor final
       OnAnswer(std::move(response), request_bytes);
     };
     const inference::ModelInferRequest& message_ref = *message;
-    absl::StatusOr<std::unique_ptr<engine::InferenceRequest>> request =
-        ToEngineRequest(message_ref, std::move(message), on_complete);
+    absl::StatusOr<std::unique_ptr<engine::InferenceRequest>> request = ToEngineRequest(
+        message_ref, std::move(message), on_complete, options_.shared_memory, placements.get());
     if (!request.ok()) {
       on_complete(request.status());
     } else {

@@ -12,6 +12,10 @@
 
 namespace sluice::server {
 
+namespace shm {
+class SharedMemoryRegistry;
+}
+
 struct StreamInferOptions {
   // Responses a stream may hold (submitted but not yet written) before the server stops reading
   // from it; HTTP/2 flow control then pushes back on the client.
@@ -27,6 +31,9 @@ struct StreamInferOptions {
   // Counts the stream while its reactor lives (sluice_grpc_infer_calls_active); borrowed,
   // nullable, must outlive every stream.
   std::atomic<int64_t>* active_calls = nullptr;
+  // Shared-memory regions requests may name; borrowed, nullable (none: such requests are
+  // refused), must outlive every stream.
+  const shm::SharedMemoryRegistry* shared_memory = nullptr;
 };
 
 // A new reactor for one ModelStreamInfer call; gRPC owns it (it deletes itself in OnDone).

@@ -1,11 +1,13 @@
 #include "server/http/http_routes.h"
 
+#include <algorithm>
 #include <chrono>
 #include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -15,6 +17,7 @@
 #include "proto/grpc_service.pb.h"
 #include "server/http/json_conversion.h"
 #include "server/infer_conversion.h"
+#include "server/shared_memory/shared_memory_registry.h"
 #include "server/status_convert.h"
 
 namespace sluice::server::http {
@@ -194,11 +197,36 @@ void HttpRoutes::Handle(HttpRequest&& request, Responder respond) {
   const size_t n = segments.size();
   if (n == 1) {  // GET /v2: server metadata
     if (!get) return wrong_method("GET");
-    respond(Json(
-        200, {{"name", "sluice"},
-              {"version", options_.server_version},
-              {"extensions",
-               {"model_repository", "model_configuration", "statistics", "binary_tensor_data"}}}));
+    json extensions = {"model_repository", "model_configuration", "statistics",
+                       "binary_tensor_data"};
+    if (options_.shared_memory != nullptr) {
+      extensions.push_back("system_shared_memory");
+      extensions.push_back("cuda_shared_memory");
+    }
+    respond(Json(200, {{"name", "sluice"},
+                       {"version", options_.server_version},
+                       {"extensions", std::move(extensions)}}));
+    return;
+  }
+  if (segments[1] == "systemsharedmemory" || segments[1] == "cudasharedmemory") {
+    // .../status, .../unregister, .../region/<name>/{status,register,unregister}
+    const bool cuda = segments[1] == "cudasharedmemory";
+    std::string region;
+    std::string action;
+    if (n == 3) {
+      action = segments[2];
+    } else if (n == 5 && segments[2] == "region") {
+      region = segments[3];
+      action = segments[4];
+    }
+    const bool needs_region = action == "register";
+    if ((action != "status" && action != "register" && action != "unregister") ||
+        (needs_region && region.empty())) {
+      not_found();
+      return;
+    }
+    if (action == "status" ? !get : !post) return wrong_method(action == "status" ? "GET" : "POST");
+    SharedMemory(cuda, region, action, request, std::move(respond));
     return;
   }
   if (segments[1] == "health" && n == 3 && (segments[2] == "live" || segments[2] == "ready")) {
@@ -292,7 +320,12 @@ void HttpRoutes::Infer(const std::string& model, const std::string& version, Htt
       respond(Error(result.status()));
       return;
     }
-    EncodedResponse encoded = FromEngineResponse(*std::move(result), *encoding);
+    absl::StatusOr<EncodedResponse> encoded_or = EncodeResponse(*std::move(result), *encoding);
+    if (!encoded_or.ok()) {
+      respond(Error(encoded_or.status()));
+      return;
+    }
+    EncodedResponse& encoded = *encoded_or;
     HttpResponse response;
     response.body = std::move(encoded.body);
     if (encoded.header_length.has_value()) {
@@ -304,7 +337,7 @@ void HttpRoutes::Infer(const std::string& model, const std::string& version, Htt
   };
   absl::StatusOr<std::unique_ptr<engine::InferenceRequest>> converted = ToEngineRequest(
       model, version, std::move(request.body), request.inference_header_content_length,
-      std::move(on_complete), encoding.get(), options_.max_json_bytes);
+      std::move(on_complete), encoding.get(), options_.max_json_bytes, options_.shared_memory);
   if (!converted.ok()) {
     respond(Error(converted.status()));
     return;
@@ -450,6 +483,106 @@ void HttpRoutes::Repository(const std::string& model, const std::string& action,
        .abandoned = nullptr,
        .what = absl::StrCat(action, " of model '", model, "'")});
   if (!queued.ok()) respond(Error(queued));
+}
+
+void HttpRoutes::SharedMemory(bool cuda, const std::string& region, const std::string& action,
+                              const HttpRequest& request, Responder respond) {
+  const shm::RegionKind kind = cuda ? shm::RegionKind::kCuda : shm::RegionKind::kSystem;
+  if (options_.shared_memory == nullptr) {
+    respond(Error(501, absl::StrCat("sluice does not serve ", shm::RegionKindName(kind),
+                                    " shared memory on this endpoint")));
+    return;
+  }
+  shm::SharedMemoryRegistry& registry = *options_.shared_memory;
+  if (action == "status") {
+    absl::StatusOr<std::vector<shm::RegionInfo>> regions = registry.Status(kind, region);
+    if (!regions.ok()) {
+      respond(Error(regions.status()));
+      return;
+    }
+    json out = json::array();
+    for (const shm::RegionInfo& info : *regions) {
+      if (cuda) {
+        out.push_back(
+            {{"name", info.name}, {"device_id", info.device_id}, {"byte_size", info.byte_size}});
+      } else {
+        out.push_back({{"name", info.name},
+                       {"key", info.key},
+                       {"offset", info.offset},
+                       {"byte_size", info.byte_size}});
+      }
+    }
+    respond(Json(200, out));
+    return;
+  }
+  if (action == "unregister") {
+    absl::Status status = registry.Unregister(kind, region);
+    respond(status.ok() ? Empty() : Error(status));
+    return;
+  }
+  // register: {"key": "/name", "offset": 0, "byte_size": N} (system) or
+  // {"raw_handle": {"b64": "..."}, "device_id": 0, "byte_size": N} (CUDA), as tritonclient sends.
+  constexpr size_t kMaxRegisterBodyBytes = 64 * 1024;
+  if (request.body->size() > kMaxRegisterBodyBytes) {
+    respond(Error(413, absl::StrCat("shared-memory register body of ", request.body->size(),
+                                    " bytes; at most ", kMaxRegisterBodyBytes)));
+    return;
+  }
+  absl::StatusOr<json> body = OptionalJsonObject(*request.body);
+  if (!body.ok()) {
+    respond(Error(body.status()));
+    return;
+  }
+  auto unsigned_field = [&](const char* field, bool required) -> absl::StatusOr<uint64_t> {
+    auto it = body->find(field);
+    if (it == body->end()) {
+      if (!required) return 0;
+      return absl::InvalidArgumentError(absl::StrCat("request JSON: '", field, "' is missing"));
+    }
+    if (!it->is_number_unsigned()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("request JSON: '", field, "' must be a non-negative integer"));
+    }
+    return it->get<uint64_t>();
+  };
+  absl::StatusOr<uint64_t> byte_size = unsigned_field("byte_size", true);
+  if (!byte_size.ok()) {
+    respond(Error(byte_size.status()));
+    return;
+  }
+  absl::Status status;
+  if (!cuda) {
+    auto key = body->find("key");
+    if (key == body->end() || !key->is_string()) {
+      respond(Error(400, "request JSON: 'key' (string) is missing"));
+      return;
+    }
+    absl::StatusOr<uint64_t> offset = unsigned_field("offset", false);
+    if (!offset.ok()) {
+      respond(Error(offset.status()));
+      return;
+    }
+    status = registry.RegisterSystem(region, key->get<std::string>(), *offset, *byte_size);
+  } else {
+    auto handle = body->find("raw_handle");
+    std::string raw;
+    if (handle == body->end() || !handle->is_object() || !handle->contains("b64") ||
+        !(*handle)["b64"].is_string() ||
+        !absl::Base64Unescape((*handle)["b64"].get<std::string>(), &raw)) {
+      respond(Error(400, "request JSON: 'raw_handle' must be {\"b64\": <base64 string>}"));
+      return;
+    }
+    absl::StatusOr<uint64_t> device = unsigned_field("device_id", false);
+    if (!device.ok()) {
+      respond(Error(device.status()));
+      return;
+    }
+    status = registry.RegisterCuda(
+        region,
+        std::span<const std::byte>(reinterpret_cast<const std::byte*>(raw.data()), raw.size()),
+        static_cast<int64_t>(std::min<uint64_t>(*device, 1u << 20)), *byte_size);
+  }
+  respond(status.ok() ? Empty() : Error(status));
 }
 
 }  // namespace sluice::server::http

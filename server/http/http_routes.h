@@ -20,6 +20,10 @@
 #include "server/model_control.h"
 #include "server/model_repository.h"
 
+namespace sluice::server::shm {
+class SharedMemoryRegistry;
+}
+
 namespace sluice::server::http {
 
 struct HttpRoutesOptions {
@@ -36,6 +40,11 @@ struct HttpRoutesOptions {
   // Borrowed, nullable, must outlive the routes: counts infer requests received and not yet
   // answered (sluice_http_infer_requests_active).
   std::atomic<int64_t>* active_infer_requests = nullptr;
+
+  // The process's shared-memory regions, shared with gRPC (/v2/systemsharedmemory/...,
+  // /v2/cudasharedmemory/...); borrowed, nullable (then those routes answer 501 and requests
+  // naming a region are refused), must outlive the routes.
+  shm::SharedMemoryRegistry* shared_memory = nullptr;
 };
 
 // Thread-safe; the HTTP server calls Handle() from its I/O threads.
@@ -63,6 +72,9 @@ class HttpRoutes {
              const HttpRequest& request, Responder respond);
   void Repository(const std::string& model, const std::string& action, const HttpRequest& request,
                   Responder respond);
+  // /v2/{system,cuda}sharedmemory[/region/<name>]/{status,register,unregister}.
+  void SharedMemory(bool cuda, const std::string& region, const std::string& action,
+                    const HttpRequest& request, Responder respond);
 
   engine::Engine* const engine_;
   ModelRepository* const repository_;

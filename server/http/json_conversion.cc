@@ -21,6 +21,7 @@
 #include "common/wire/raw_value.h"
 #include "engine/model_config.h"
 #include "server/infer_conversion.h"
+#include "server/shared_memory/shared_memory_registry.h"
 #include "simdjson.h"
 
 namespace sluice::server::http {
@@ -29,11 +30,59 @@ namespace {
 using engine::DataType;
 namespace dom = simdjson::dom;
 
-// Owns the request body (binary inputs point into it) and the inputs converted from JSON.
+// Owns the request body (binary inputs point into it), the inputs converted from JSON, and the
+// leases on the shared-memory regions inputs point into.
 struct RequestStorage {
   std::shared_ptr<const std::string> body;
   std::vector<std::vector<std::byte>> converted;
+  shm::RequestRegions regions;
 };
+
+// The shared-memory parameters of one tensor (`what`: "input 'x'") in its `parameters` object,
+// nullopt if it names no region.
+absl::StatusOr<std::optional<shm::TensorRegionRef>> RegionRef(dom::element parameters,
+                                                              absl::string_view what) {
+  dom::element region;
+  dom::element size;
+  dom::element offset;
+  const bool has_region =
+      parameters[std::string_view(shm::kRegionParameter.data(), shm::kRegionParameter.size())].get(
+          region) == simdjson::SUCCESS;
+  const bool has_size =
+      parameters[std::string_view(shm::kByteSizeParameter.data(), shm::kByteSizeParameter.size())]
+          .get(size) == simdjson::SUCCESS;
+  const bool has_offset =
+      parameters[std::string_view(shm::kOffsetParameter.data(), shm::kOffsetParameter.size())].get(
+          offset) == simdjson::SUCCESS;
+  if (!has_region) {
+    if (has_size || has_offset) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          what, ": shared_memory_byte_size/shared_memory_offset without shared_memory_region"));
+    }
+    return std::nullopt;
+  }
+  shm::TensorRegionRef ref;
+  std::string_view name;
+  if (region.get_string().get(name) != simdjson::SUCCESS) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": shared_memory_region must be a string"));
+  }
+  ref.region = std::string(name);
+  if (!has_size || size.get_uint64().get(ref.byte_size) != simdjson::SUCCESS) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, ": shared_memory_region needs shared_memory_byte_size, a non-negative integer"));
+  }
+  if (has_offset && offset.get_uint64().get(ref.offset) != simdjson::SUCCESS) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": shared_memory_offset must be a non-negative integer"));
+  }
+  return ref;
+}
+
+absl::Status NoRegistry(absl::string_view what) {
+  return absl::InvalidArgumentError(
+      absl::StrCat(what, " names a shared-memory region, but this endpoint has no shared memory"));
+}
 
 // One parser per I/O thread, so that simdjson reuses its buffers from one document to the next;
 // but simdjson's DOM parser sizes them for the largest document it has seen (10-14x its size:
@@ -307,7 +356,7 @@ absl::StatusOr<std::unique_ptr<engine::InferenceRequest>> ToEngineRequest(
     const std::string& model_name, const std::string& model_version,
     std::shared_ptr<const std::string> body, const std::optional<std::string>& header_length,
     engine::InferenceRequest::Completion on_complete, OutputEncoding* encoding,
-    size_t max_json_bytes) {
+    size_t max_json_bytes, const shm::SharedMemoryRegistry* registry) {
   ASSIGN_OR_RETURN(int64_t version, ParseModelVersion(model_version));
   const std::string& text = *body;
   ASSIGN_OR_RETURN(const size_t json_size, JsonPartSize(text.size(), header_length));
@@ -405,8 +454,11 @@ absl::StatusOr<std::unique_ptr<engine::InferenceRequest>> ToEngineRequest(
               absl::StrCat("input '", view.name, "': ", elements.status().message()));
         }
         std::optional<uint64_t> binary_size;
+        std::optional<shm::TensorRegionRef> region_ref;
         dom::element input_parameters;
         if (input["parameters"].get(input_parameters) == simdjson::SUCCESS) {
+          ASSIGN_OR_RETURN(region_ref,
+                           RegionRef(input_parameters, absl::StrCat("input '", view.name, "'")));
           dom::element size_element;
           if (input_parameters["binary_data_size"].get(size_element) == simdjson::SUCCESS) {
             uint64_t size = 0;
@@ -419,7 +471,17 @@ absl::StatusOr<std::unique_ptr<engine::InferenceRequest>> ToEngineRequest(
         }
         dom::element data;
         const bool has_data = input["data"].get(data) == simdjson::SUCCESS;
-        if (binary_size.has_value()) {
+        if (region_ref.has_value()) {
+          if (has_data || binary_size.has_value()) {
+            return absl::InvalidArgumentError(
+                absl::StrCat("input '", view.name,
+                             "' is in shared memory and also has 'data' or "
+                             "binary_data_size; send one of them"));
+          }
+          if (registry == nullptr) return NoRegistry(absl::StrCat("input '", view.name, "'"));
+          ASSIGN_OR_RETURN(view.data, shm::ResolveInput(*registry, *region_ref, view.name,
+                                                        view.dtype, *elements, storage->regions));
+        } else if (binary_size.has_value()) {
           if (has_data) {
             return absl::InvalidArgumentError(absl::StrCat(
                 "input '", view.name, "' has both 'data' and binary_data_size; send one of them"));
@@ -478,6 +540,14 @@ absl::StatusOr<std::unique_ptr<engine::InferenceRequest>> ToEngineRequest(
             }
             encoding->binary[name] = binary_flag;
           }
+          ASSIGN_OR_RETURN(std::optional<shm::TensorRegionRef> ref,
+                           RegionRef(parameters, absl::StrCat("output '", name, "'")));
+          if (ref.has_value()) {
+            if (registry == nullptr) return NoRegistry(absl::StrCat("output '", name, "'"));
+            ASSIGN_OR_RETURN(shm::OutputPlacement placement,
+                             shm::ResolveOutput(*registry, *ref, name));
+            encoding->shared_memory.push_back(std::move(placement));
+          }
           if (parameters["classification"].error() == simdjson::SUCCESS) {
             return absl::InvalidArgumentError(
                 absl::StrCat("output '", name, "': the classification extension is not supported"));
@@ -511,8 +581,11 @@ absl::StatusOr<std::unique_ptr<engine::InferenceRequest>> ToEngineRequest(
   return request;
 }
 
-EncodedResponse FromEngineResponse(engine::InferenceResponse&& response,
-                                   const OutputEncoding& encoding) {
+namespace {
+
+// `written`: per output, the bytes written into shared memory (nullopt: the output travels here).
+EncodedResponse Encode(engine::InferenceResponse&& response, const OutputEncoding& encoding,
+                       const std::vector<std::optional<uint64_t>>& written) {
   EncodedResponse encoded;
   std::string& out = encoded.body;
   size_t binary_bytes = 0;
@@ -522,7 +595,9 @@ EncodedResponse FromEngineResponse(engine::InferenceResponse&& response,
     const engine::Tensor& tensor = response.outputs[i];
     auto it = encoding.binary.find(tensor.name);
     binary[i] = it != encoding.binary.end() ? it->second : encoding.binary_default;
-    if (binary[i]) {
+    if (written[i].has_value()) {
+      binary[i] = false;
+    } else if (binary[i]) {
       binary_bytes += tensor.data.size();
     } else {
       json_estimate += tensor.data.size() * 4;
@@ -554,7 +629,19 @@ EncodedResponse FromEngineResponse(engine::InferenceResponse&& response,
       AppendNumber(tensor.shape[d], out);
     }
     out += "]";
-    if (binary[i]) {
+    if (written[i].has_value()) {
+      const shm::OutputPlacement& placement =
+          *shm::FindPlacement(encoding.shared_memory, tensor.name);
+      out += ",\"parameters\":{\"shared_memory_region\":";
+      common::AppendJsonString(out, placement.ref.region);
+      out += ",\"shared_memory_byte_size\":";
+      AppendNumber(*written[i], out);
+      if (placement.ref.offset != 0) {
+        out += ",\"shared_memory_offset\":";
+        AppendNumber(placement.ref.offset, out);
+      }
+      out += "}}";
+    } else if (binary[i]) {
       any_binary = true;
       out += ",\"parameters\":{\"binary_data_size\":";
       AppendNumber(tensor.data.size(), out);
@@ -575,6 +662,21 @@ EncodedResponse FromEngineResponse(engine::InferenceResponse&& response,
     }
   }
   return encoded;
+}
+
+}  // namespace
+
+EncodedResponse FromEngineResponse(engine::InferenceResponse&& response,
+                                   const OutputEncoding& encoding) {
+  const std::vector<std::optional<uint64_t>> none(response.outputs.size());
+  return Encode(std::move(response), encoding, none);
+}
+
+absl::StatusOr<EncodedResponse> EncodeResponse(engine::InferenceResponse&& response,
+                                               const OutputEncoding& encoding) {
+  ASSIGN_OR_RETURN(std::vector<std::optional<uint64_t>> written,
+                   shm::WriteOutputs(encoding.shared_memory, response.outputs));
+  return Encode(std::move(response), encoding, written);
 }
 
 }  // namespace sluice::server::http

@@ -15,10 +15,16 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "engine/inference_request.h"
+#include "server/shared_memory/tensor_placement.h"
+
+namespace sluice::server::shm {
+class SharedMemoryRegistry;
+}
 
 namespace sluice::server::http {
 
@@ -28,6 +34,9 @@ struct OutputEncoding {
   bool binary_default = false;
   // Per requested output: its `binary_data` parameter, if it set one.
   std::map<std::string, bool, std::less<>> binary;
+  // Requested outputs placed in shared memory (their `shared_memory_*` parameters): written into
+  // the client's region by EncodeResponse, which then sends no bytes for them.
+  std::vector<shm::OutputPlacement> shared_memory;
 };
 
 // Default of --http-max-json-bytes: the largest JSON part of an infer request. JSON tensors are
@@ -47,11 +56,14 @@ absl::StatusOr<size_t> JsonPartSize(size_t body_bytes,
 // `body` is the whole request body; `header_length` the Inference-Header-Content-Length header
 // (nullopt: the body is all JSON). Fills `encoding`. InvalidArgument says what is wrong, also a
 // JSON part over `max_json_bytes` (the routes refuse that with 413 before calling this).
+// Inputs and outputs whose parameters name a `shared_memory_region` are resolved in `registry`
+// (nullable: then they are refused); such an input has neither `data` nor binary_data_size.
 absl::StatusOr<std::unique_ptr<engine::InferenceRequest>> ToEngineRequest(
     const std::string& model_name, const std::string& model_version,
     std::shared_ptr<const std::string> body, const std::optional<std::string>& header_length,
     engine::InferenceRequest::Completion on_complete, OutputEncoding* encoding,
-    size_t max_json_bytes = kDefaultMaxJsonBytes);
+    size_t max_json_bytes = kDefaultMaxJsonBytes,
+    const shm::SharedMemoryRegistry* registry = nullptr);
 
 // Bytes of document capacity the calling thread's JSON parser holds now (0: none).
 size_t ThreadParserCapacityForTest();
@@ -65,6 +77,12 @@ struct EncodedResponse {
 };
 EncodedResponse FromEngineResponse(engine::InferenceResponse&& response,
                                    const OutputEncoding& encoding);
+// As FromEngineResponse, first writing the outputs placed in shared memory
+// (encoding.shared_memory) into their regions; each such output carries its region's parameters
+// (shared_memory_region, shared_memory_byte_size = bytes written) and no data. InvalidArgument
+// if a result is larger than its placement.
+absl::StatusOr<EncodedResponse> EncodeResponse(engine::InferenceResponse&& response,
+                                               const OutputEncoding& encoding);
 
 // {"error": "<message>"}, the protocol's error body.
 std::string ErrorJson(absl::string_view message);
