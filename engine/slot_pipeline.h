@@ -123,6 +123,10 @@ class SlotPipeline {
   void Execute(Batch batch);
   // Batches taken and not yet answered.
   int InFlight() const;
+  // Whether Execute() only queues (a lock, a push, a notify): true with an issue thread, false
+  // when Execute() calls the backend's Issue itself. What an executor on this pipeline answers to
+  // the scheduler's "may an RPC thread call Execute?" (Executor::ExecuteOnlyEnqueues on main).
+  bool ExecuteOnlyEnqueues() const { return options_.issue_thread; }
   // Idempotent.
   void Stop();
   // The first fault; OK while healthy.

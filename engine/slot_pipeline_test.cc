@@ -278,6 +278,7 @@ TEST_P(SlotPipelineTest, AnswersInOrderAndReusesASlotOnlyAfterItsAnswers) {
 TEST_P(SlotPipelineTest, InFlightCountsBatchesUntilAnsweredAndSlotsBoundThem) {
   script_.SetGate(&Script::wait_open, false);
   Create(2);
+  EXPECT_EQ(pipeline_->ExecuteOnlyEnqueues(), GetParam());
   Execute("b0");
   Execute("b1");
   EXPECT_FALSE(pipeline_->HasFreeSlot());
