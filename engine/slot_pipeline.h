@@ -24,7 +24,8 @@
 //  1. A fault is an INTERNAL status from Issue (a failed launch, a backend fault in a model run,
 //     the before_batch_for_test hook), from Wait (an error found when the device finished) or from
 //     Scatter (outputs that break the config). Other codes from Issue fail only their batch (bad
-//     input found by a model): no fault. Any error from Wait or Scatter is a fault, made INTERNAL.
+//     input found by a model): no fault. Any error from Wait or Scatter is a fault, made INTERNAL
+//     with its payloads kept (a process-fatal mark, engine/device_fault.h, reaches on_fault).
 //  2. The first fault latches at once, on the thread that found it: from then on HasFreeSlot() is
 //     false for good, and batches taken but not yet issued fail INTERNAL without reaching the
 //     backend ("batch not run, its instance faulted earlier: <first fault>").
@@ -44,7 +45,8 @@
 //
 // Stop(): finishes every batch taken (issued, waited, answered), then joins the pipeline's
 // threads; Execute() is not allowed after it. Thread-safety: as Executor (HasFreeSlot/InFlight
-// from any thread; Execute from one thread, the model's batcher; Stop from the owner).
+// from any thread; Execute from one thread at a time, as the model's scheduler calls it; Stop
+// from the owner).
 
 #include <chrono>
 #include <deque>
