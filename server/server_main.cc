@@ -774,9 +774,12 @@ int Run(const Flags& flags) {
   if (failed > 0) {
     LOG_WARNING(log, failed, " model(s) failed to load; see RepositoryIndex for the reasons");
   }
-  service.SetReady(true);
-  routes.SetReady(true);
-  health->SetServingStatus(true);
+  // A process-fatal device fault during the loads (its SIGUSR1 waits for the sigwait below)
+  // leaves readiness false.
+  const bool ready = !process_fatal.load();
+  service.SetReady(ready);
+  routes.SetReady(ready);
+  health->SetServingStatus(ready);
   LOG_INFO_WAITING(log, "server ready: repository ", (*repository)->root(), ", model control ",
                    flags.model_control_mode);
 
