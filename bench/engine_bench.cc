@@ -63,8 +63,10 @@ struct Flags {
   std::string mode = "both";  // both | pipeline | sync
   double seconds = 0.5;       // per measured point
   int outstanding = 16;       // requests in flight in pipeline mode
-  int executor_slots = 2;     // EngineOptions::executor_slots (the server's default)
-  std::string buckets;        // empty: 1, 2, 4, ..., max_batch_size
+  // Batches in flight per instance on the device that runs (EngineOptions::executor_slots on the
+  // CPU, gpu_executor_slots on a GPU); 0: the engine's default for that device (2, 3).
+  int executor_slots = 0;
+  std::string buckets;  // empty: 1, 2, 4, ..., max_batch_size
   std::string json_path;
 };
 
@@ -236,14 +238,18 @@ absl::StatusOr<Point> Measure(engine::Engine& engine, const std::string& model, 
   return point;
 }
 
-absl::Status Run(const Flags& flags) {
+absl::Status Run(Flags flags) {
   ASSIGN_OR_RETURN(engine::DeviceSelection device, engine::SelectDevice(flags.device));
   const bool on_gpu = device.kind == engine::DeviceSelection::Kind::kCuda;
   const std::string graphs = on_gpu ? flags.graphs : "n/a on CPU";
 
   engine::EngineOptions options;
   options.device = device;
-  options.executor_slots = flags.executor_slots;
+  // The slot count of the executors that run: the CPU one's field does nothing to a GPU run.
+  if (flags.executor_slots > 0) {
+    (on_gpu ? options.gpu_executor_slots : options.executor_slots) = flags.executor_slots;
+  }
+  flags.executor_slots = on_gpu ? options.gpu_executor_slots : options.executor_slots;
   ASSIGN_OR_RETURN(std::unique_ptr<engine::Engine> engine, engine::Engine::Create(options));
 
   std::vector<std::string> modes;
@@ -364,8 +370,10 @@ int main(int argc, char** argv) {
   app.add_option("--outstanding", flags.outstanding, "Requests in flight in pipeline mode")
       ->check(CLI::Range(2, 4096))
       ->capture_default_str();
-  app.add_option("--executor-slots", flags.executor_slots, "Batches in flight per instance")
-      ->check(CLI::Range(1, 64))
+  app.add_option("--executor-slots", flags.executor_slots,
+                 "Batches in flight per instance, on the CPU or the GPU (whichever runs the "
+                 "models); 0: the engine's default for that device (2 on the CPU, 3 on a GPU)")
+      ->check(CLI::Range(0, 64))
       ->capture_default_str();
   app.add_option("--buckets", flags.buckets,
                  "Comma-separated batch buckets (default 1, 2, 4, ..., max_batch_size)");

@@ -52,6 +52,14 @@ class CondVar {
     cv_.wait(lock);
     lock.release();
   }
+  // As Wait(), until `deadline` at the latest.
+  template <typename Clock, typename Duration>
+  void WaitUntil(Mutex* mu, std::chrono::time_point<Clock, Duration> deadline)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    std::unique_lock<std::mutex> lock(mu->mu_, std::adopt_lock);
+    cv_.wait_until(lock, deadline);
+    lock.release();
+  }
   // As Wait(), for at most `timeout`.
   template <typename Rep, typename Period>
   void WaitFor(Mutex* mu, std::chrono::duration<Rep, Period> timeout)

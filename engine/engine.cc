@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "engine/device_fault.h"
 #include "engine/executor_factory.h"
 #include "engine/load_limits.h"
 #include "engine/model_scheduler.h"
@@ -155,6 +156,26 @@ absl::Status Engine::LoadModel(ModelSpec spec) {
 
 void Engine::OnExecutorFault(LoadedModel& model, int instance, const absl::Status& fault) {
   const std::string& name = model.config().name;
+  if (IsProcessFatal(fault)) {
+    // The device context is gone for every model on it: this is not the instance's fault to
+    // keep, but the process's, and the only recovery is a new process.
+    if (process_fatal_.exchange(true)) return;  // logged and handled once
+    BeginDrain();
+    versions_.MarkFaulted(name, model,
+                          absl::StrCat("instance ", instance,
+                                       " hit a process-fatal device fault: ", fault.message()));
+    LOG_ERROR(options_.logger, "process-fatal device fault in model '", name, "' version ",
+              model.version, " instance ", instance, ": ", fault.message(),
+              " (the device context is unusable; every model is failed and the process must be "
+              "restarted)");
+    const absl::Status refusal = absl::UnavailableError(
+        absl::StrCat("the server's device failed and it is restarting: ", fault.message()));
+    for (const auto& [other_name, loaded] : versions_.Select("", -1)) {
+      loaded->scheduler->Fail(refusal);
+    }
+    if (options_.on_process_fatal) options_.on_process_fatal(fault);
+    return;
+  }
   const std::string reason =
       absl::StrCat("instance ", instance, " faulted: ", fault.message(), " (reload to recover)");
   // Another instance faulted first: its reason stands.
@@ -183,7 +204,10 @@ absl::Status Engine::UnloadModelVersion(const std::string& name, int64_t version
 
 void Engine::Submit(std::unique_ptr<InferenceRequest> request) {
   if (draining_.load(std::memory_order_acquire)) {
-    request->Complete(absl::UnavailableError("server is shutting down; not accepting requests"));
+    request->Complete(absl::UnavailableError(
+        process_fatal_.load(std::memory_order_acquire)
+            ? "the server's device failed and it is restarting; not accepting requests"
+            : "server is shutting down; not accepting requests"));
     return;
   }
   absl::StatusOr<std::shared_ptr<LoadedModel>> loaded =

@@ -56,6 +56,14 @@ struct EngineOptions {
   // a CUDA error would (fault_injection.h builds one from SLUICE_TEST_FAULT_INJECT).
   std::function<absl::Status(absl::string_view model, int64_t version, int instance)>
       before_batch_for_test{};
+  // Called once, on an executor thread, when an executor fault is process-fatal
+  // (engine/device_fault.h: a sticky CUDA error, after which the process's device context is
+  // unusable). Before the call the engine has logged the fault once, stopped taking requests
+  // (Submit answers UNAVAILABLE, IsModelReady is false) and failed every model's queue; batches
+  // in flight fail on their own (their waits return the same sticky error). The owner turns
+  // liveness and readiness false, drains and exits non-zero, so that the orchestrator restarts
+  // the process (sluice-server exits 3). Must not block. Empty: only the above.
+  std::function<void(const absl::Status& fault)> on_process_fatal{};
 };
 
 // Thread-safe.
@@ -136,6 +144,8 @@ class Engine {
   // Loaded, faulted and failed versions (engine/model_version_table.h); its own lock.
   ModelVersionTable versions_;
   std::atomic<bool> draining_{false};
+  // Set by the first process-fatal fault (OnExecutorFault); Submit's answer then says why.
+  std::atomic<bool> process_fatal_{false};
   // The collector thread (null when stats_interval is 0); set once by Create(), stopped by
   // Shutdown() before any model is freed.
   std::unique_ptr<StatsCollector> collector_;

@@ -20,6 +20,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "common/clock.h"
+#include "engine/device_fault.h"
 #include "engine/fault_injection.h"
 #include "engine/model_scheduler.h"
 #include "engine/testing/answer.h"
@@ -1197,6 +1198,88 @@ TEST(FaultInjectionTest, ParsesTheSpecAndFiresOnce) {
       std::string(fired.message()),
       HasSubstr("SLUICE_TEST_FAULT_INJECT=simple:2 fired in batch 3 (version 1, instance 1)"));
   for (int i = 0; i < 10; ++i) EXPECT_TRUE(hook("simple", 2, 0).ok());  // once per process
+}
+
+TEST(FaultInjectionTest, ACudaErrorNameClassifiesTheFault) {
+  absl::StatusOr<FaultInjectionSpec> sticky =
+      ParseFaultInjectionSpecForTest("simple:0:cudaErrorIllegalAddress");
+  ASSERT_TRUE(sticky.ok()) << sticky.status();
+  EXPECT_EQ(sticky->model, "simple");
+  EXPECT_EQ(sticky->after_batches, 0);
+  ASSERT_TRUE(sticky->cuda_error.has_value());
+  EXPECT_EQ(sticky->cuda_error->code, 700);
+  const absl::Status fatal = MakeFaultInjectionHookForTest(*sticky)("simple", 1, 0);
+  EXPECT_EQ(fatal.code(), absl::StatusCode::kInternal);
+  EXPECT_TRUE(IsProcessFatal(fatal));
+  EXPECT_THAT(std::string(fatal.message()), HasSubstr("cudaErrorIllegalAddress (700, sticky"));
+
+  absl::StatusOr<FaultInjectionSpec> recoverable =
+      ParseFaultInjectionSpecForTest("a:b:3:cudaErrorLaunchOutOfResources");
+  ASSERT_TRUE(recoverable.ok()) << recoverable.status();
+  EXPECT_EQ(recoverable->model, "a:b");
+  const absl::Status instance_fault = MakeFaultInjectionHookForTest(*recoverable)("a:b", 1, 0);
+  EXPECT_TRUE(instance_fault.ok());  // after 3 batches, not the first
+  EXPECT_FALSE(ParseFaultInjectionSpecForTest("simple:1:cudaErrorNoSuchThing").ok());
+  EXPECT_FALSE(ParseFaultInjectionSpecForTest("simple:cudaErrorIllegalAddress").ok());
+}
+
+TEST(DeviceFaultTest, StickyCodesArePayloadsThatSurviveRewording) {
+  EXPECT_TRUE(IsStickyCudaError(700));
+  EXPECT_TRUE(IsStickyCudaError(719));
+  EXPECT_TRUE(IsStickyCudaError(214));
+  EXPECT_FALSE(IsStickyCudaError(701));
+  EXPECT_FALSE(IsStickyCudaError(2));
+  EXPECT_FALSE(IsStickyCudaError(123456));
+  const absl::Status fatal = MarkProcessFatal(absl::DataLossError("gone"));
+  EXPECT_TRUE(IsProcessFatal(fatal));
+  EXPECT_FALSE(IsProcessFatal(absl::InternalError("gone")));
+  const absl::Status internal = WithInternalCode(fatal);
+  EXPECT_EQ(internal.code(), absl::StatusCode::kInternal);
+  EXPECT_EQ(internal.message(), "gone");
+  EXPECT_TRUE(IsProcessFatal(internal));
+}
+
+// A process-fatal fault (a sticky CUDA error) is the process's, not the instance's: the engine
+// stops taking requests for every model, fails their queues and calls on_process_fatal once.
+TEST_F(EngineTest, ProcessFatalFaultStopsEveryModelAndCallsTheOwnerOnce) {
+  auto fault_next = std::make_shared<std::atomic<bool>>(false);
+  auto fatal_calls = std::make_shared<std::atomic<int>>(0);
+  EngineOptions options;
+  options.before_batch_for_test = [fault_next](absl::string_view model, int64_t,
+                                               int) -> absl::Status {
+    if (model == "simple" && fault_next->exchange(false)) {
+      return MarkProcessFatal(absl::InternalError("cudaErrorIllegalAddress"));
+    }
+    return absl::OkStatus();
+  };
+  options.on_process_fatal = [fatal_calls](const absl::Status& fault) {
+    EXPECT_TRUE(IsProcessFatal(fault));
+    fatal_calls->fetch_add(1);
+  };
+  engine_ = CreateEngine(options);
+  Load(Spec(SimpleConfig("simple")));
+  Load(Spec(IdentityConfig("identity", DataType::kFp32, {2}, 8)));
+  ASSERT_TRUE(Infer(*engine_, "identity", -1,
+                    {{"INPUT0", DataType::kFp32, {1, 2}, ToBytes(std::vector<float>{1, 2})}})
+                  .ok());
+
+  fault_next->store(true);
+  absl::StatusOr<InferenceResponse> failed = Infer(*engine_, "simple", -1, SimpleInputs(1));
+  EXPECT_EQ(failed.status().code(), absl::StatusCode::kInternal);
+  ASSERT_TRUE(Eventually([&] { return fatal_calls->load() == 1; }));
+  EXPECT_TRUE(engine_->draining());
+  EXPECT_FALSE(engine_->IsModelReady("identity", -1));
+  absl::StatusOr<InferenceResponse> refused =
+      Infer(*engine_, "identity", -1,
+            {{"INPUT0", DataType::kFp32, {1, 2}, ToBytes(std::vector<float>{1, 2})}});
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(std::string(refused.status().message()), HasSubstr("device failed"));
+  const std::vector<ModelVersionStatus> list = engine_->ListModels();
+  const ModelVersionStatus* status = FindStatus(list, "simple", 1);
+  ASSERT_NE(status, nullptr);
+  EXPECT_THAT(status->reason, HasSubstr("process-fatal device fault"));
+  EXPECT_TRUE(engine_->WaitIdle(std::chrono::seconds(10)));
+  EXPECT_EQ(fatal_calls->load(), 1);
 }
 
 TEST(EngineCreateTest, RejectsBadOptions) {

@@ -4,19 +4,34 @@
 #include <memory>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 
 namespace sluice::engine {
 
-absl::StatusOr<FaultInjectionSpec> ParseFaultInjectionSpecForTest(absl::string_view text) {
-  const size_t colon = text.rfind(':');
+absl::StatusOr<FaultInjectionSpec> ParseFaultInjectionSpecForTest(absl::string_view full_text) {
+  absl::string_view text = full_text;
   FaultInjectionSpec spec;
+  // An optional CUDA error name last: "<model>:<n>:cudaError...".
+  if (const size_t last = text.rfind(':');
+      last != absl::string_view::npos && absl::StartsWith(text.substr(last + 1), "cudaError")) {
+    spec.cuda_error = FindCudaErrorCode(text.substr(last + 1));
+    if (!spec.cuda_error.has_value()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          kFaultInjectionEnvVar, "='", full_text, "': unknown CUDA error '", text.substr(last + 1),
+          "' (a name such as cudaErrorIllegalAddress, sticky, or "
+          "cudaErrorLaunchOutOfResources, recoverable)"));
+    }
+    text = text.substr(0, last);
+  }
+  const size_t colon = text.rfind(':');
   if (colon == absl::string_view::npos || colon == 0 ||
       !absl::SimpleAtoi(text.substr(colon + 1), &spec.after_batches) || spec.after_batches < 0) {
-    return absl::InvalidArgumentError(absl::StrCat(kFaultInjectionEnvVar, "='", text,
-                                                   "' is not <model>:<after_n_batches> (a model "
-                                                   "name, a colon, a count >= 0)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(kFaultInjectionEnvVar, "='", full_text,
+                     "' is not <model>:<after_n_batches>[:<cuda error name>] (a model name, a "
+                     "colon, a count >= 0, optionally a colon and a cudaError name)"));
   }
   spec.model = std::string(text.substr(0, colon));
   return spec;
@@ -32,9 +47,18 @@ MakeFaultInjectionHookForTest(FaultInjectionSpec spec) {
     if (batches->fetch_add(1, std::memory_order_relaxed) != spec.after_batches) {
       return absl::OkStatus();
     }
-    return absl::InternalError(absl::StrCat(
+    absl::Status fault = absl::InternalError(absl::StrCat(
         kFaultInjectionEnvVar, "=", spec.model, ":", spec.after_batches, " fired in batch ",
-        spec.after_batches + 1, " (version ", version, ", instance ", instance, ")"));
+        spec.after_batches + 1, " (version ", version, ", instance ", instance, ")",
+        spec.cuda_error.has_value()
+            ? absl::StrCat(": ", spec.cuda_error->name, " (", spec.cuda_error->code, ", ",
+                           spec.cuda_error->sticky ? "sticky: the device context is unusable"
+                                                   : "recoverable",
+                           ")")
+            : std::string()));
+    // Classified as engine/cuda/cuda_check.cc classifies a real error of that code.
+    if (spec.cuda_error.has_value() && spec.cuda_error->sticky) return MarkProcessFatal(fault);
+    return fault;
   };
 }
 

@@ -7,15 +7,17 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "engine/device_fault.h"
 
 namespace sluice::engine {
 
-// The environment variable the server reads: "<model>:<after_n_batches>".
+// The environment variable the server reads: "<model>:<after_n_batches>[:<cuda error name>]".
 inline constexpr char kFaultInjectionEnvVar[] = "SLUICE_TEST_FAULT_INJECT";
 
 struct FaultInjectionSpec {
@@ -24,10 +26,14 @@ struct FaultInjectionSpec {
   // Batches of that model that run normally first; the next one faults. Fires once per process,
   // so a reload of the model recovers for good.
   int64_t after_batches = 0;
+  // The CUDA error the fault stands for (engine/device_fault.h), e.g. cudaErrorIllegalAddress:
+  // a sticky one makes the fault process-fatal (the server drains and exits non-zero), a
+  // recoverable one (or none) faults only the instance. The same on every build.
+  std::optional<CudaErrorCode> cuda_error;
 };
 
-// Parses "<model>:<after_n_batches>" (after_n_batches >= 0). InvalidArgument names the variable
-// and what is wrong.
+// Parses "<model>:<after_n_batches>[:<cuda error name>]" (after_n_batches >= 0; the name one of
+// FindCudaErrorCode's). InvalidArgument names the variable and what is wrong.
 absl::StatusOr<FaultInjectionSpec> ParseFaultInjectionSpecForTest(absl::string_view text);
 
 // An EngineOptions::before_batch_for_test hook for `spec`: returns OK for every batch except the

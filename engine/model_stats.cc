@@ -87,7 +87,7 @@ void ModelStats::RecordBatch(const BatchRecord& batch) {
                           .count();
   const uint64_t request_count = batch.requests.size();
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    common::MutexLock lock(&mu_);
     stats_.last_inference_ms = static_cast<uint64_t>(now_ms);
     stats_.inference_count += batch.items;
     stats_.execution_count += 1;
@@ -132,7 +132,7 @@ void ModelStats::RecordBatch(const BatchRecord& batch) {
 void ModelStats::RecordFailure(const InferenceRequest& request, absl::StatusCode code) {
   const auto total = std::chrono::steady_clock::now() - request.received_time;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    common::MutexLock lock(&mu_);
     stats_.fail.Add(total);
     stats_.failures_by_reason[static_cast<size_t>(FailureReasonFromCode(code))] += 1;
   }
@@ -147,7 +147,7 @@ void ModelStats::RecordFailure(const InferenceRequest& request, absl::StatusCode
 }
 
 void ModelStats::RecordDeviceItems(uint64_t items, std::chrono::steady_clock::time_point now) {
-  std::lock_guard<std::mutex> lock(mu_);
+  common::MutexLock lock(&mu_);
   if (last_device_reading_ != std::chrono::steady_clock::time_point{} &&
       now > last_device_reading_ && items >= last_device_items_) {
     stats_.throughput_items_per_second =
@@ -159,7 +159,7 @@ void ModelStats::RecordDeviceItems(uint64_t items, std::chrono::steady_clock::ti
 }
 
 ModelStatsSnapshot ModelStats::Snapshot() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  common::MutexLock lock(&mu_);
   return stats_;
 }
 

@@ -20,8 +20,10 @@
 #include <span>
 #include <string>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
+#include "common/mutex.h"
 
 namespace sluice::common {
 class Logger;
@@ -207,11 +209,11 @@ class ModelStats {
   bool Sampled() const;
 
   const ModelStatsOptions options_;
-  mutable std::mutex mu_;
-  ModelStatsSnapshot stats_;  // guarded by mu_
-  // The collector's previous reading; guarded by mu_.
-  std::chrono::steady_clock::time_point last_device_reading_{};
-  uint64_t last_device_items_ = 0;
+  mutable common::Mutex mu_;
+  ModelStatsSnapshot stats_ ABSL_GUARDED_BY(mu_);
+  // The collector's previous reading.
+  std::chrono::steady_clock::time_point last_device_reading_ ABSL_GUARDED_BY(mu_){};
+  uint64_t last_device_items_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace sluice::engine

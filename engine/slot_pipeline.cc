@@ -7,6 +7,7 @@
 #include "common/check.h"
 #include "common/status_macros.h"
 #include "engine/batch_answers.h"
+#include "engine/device_fault.h"
 
 namespace sluice::engine {
 
@@ -104,6 +105,7 @@ void SlotPipeline::IssueOne(Work& work) {
     if (absl::Status injected = options_.executor.before_batch_for_test(); !injected.ok()) {
       work.issued = absl::InternalError(
           absl::StrCat(options_.label, ": injected test fault: ", injected.message()));
+      CopyPayloads(injected, work.issued);  // an injected sticky code stays process-fatal
       Latch(work.issued);
       return;
     }
@@ -178,7 +180,8 @@ void SlotPipeline::AnswerOne(Work& work) {
     if (status.ok()) {
       status = backend_.Wait(work.slot);
       if (!status.ok()) {
-        status = absl::InternalError(status.message());
+        // INTERNAL, keeping the payloads (a process-fatal mark: engine/device_fault.h).
+        status = WithInternalCode(status);
         Latch(status);
       }
     }
@@ -190,7 +193,7 @@ void SlotPipeline::AnswerOne(Work& work) {
                                                   work.batch.requests.size(), " requests"));
       }
       if (!status.ok()) {
-        status = absl::InternalError(status.message());
+        status = WithInternalCode(status);
         Latch(status);
       }
     }

@@ -24,7 +24,8 @@
 //  1. A fault is an INTERNAL status from Issue (a failed launch, a backend fault in a model run,
 //     the before_batch_for_test hook), from Wait (an error found when the device finished) or from
 //     Scatter (outputs that break the config). Other codes from Issue fail only their batch (bad
-//     input found by a model): no fault. Any error from Wait or Scatter is a fault, made INTERNAL.
+//     input found by a model): no fault. Any error from Wait or Scatter is a fault, made INTERNAL
+//     with its payloads kept (a process-fatal mark, engine/device_fault.h, reaches on_fault).
 //  2. The first fault latches at once, on the thread that found it: from then on HasFreeSlot() is
 //     false for good, and batches taken but not yet issued fail INTERNAL without reaching the
 //     backend ("batch not run, its instance faulted earlier: <first fault>").
@@ -46,7 +47,8 @@
 //
 // Stop(): finishes every batch taken (issued, waited, answered), then joins the pipeline's
 // threads; Execute() is not allowed after it. Thread-safety: as Executor (HasFreeSlot/InFlight
-// from any thread; Execute from one thread, the model's batcher; Stop from the owner).
+// from any thread; Execute from one thread at a time, as the model's scheduler calls it; Stop
+// from the owner).
 
 #include <chrono>
 #include <deque>
@@ -132,6 +134,10 @@ class SlotPipeline {
   void Execute(Batch batch);
   // Batches taken and not yet answered.
   int InFlight() const;
+  // Whether Execute() only queues (a lock, a push, a notify): true with an issue thread, false
+  // when Execute() calls the backend's Issue itself. What an executor on this pipeline answers to
+  // the scheduler's "may an RPC thread call Execute?" (Executor::ExecuteOnlyEnqueues on main).
+  bool ExecuteOnlyEnqueues() const { return options_.issue_thread; }
   // Idempotent.
   void Stop();
   // The first fault; OK while healthy.

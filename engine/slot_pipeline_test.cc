@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "engine/device_fault.h"
 #include "engine/model_stats.h"
 #include "engine/testing/answer.h"
 #include "gmock/gmock.h"
@@ -287,6 +288,7 @@ TEST_P(SlotPipelineTest, AnswersInOrderAndReusesASlotOnlyAfterItsAnswers) {
 TEST_P(SlotPipelineTest, InFlightCountsBatchesUntilAnsweredAndSlotsBoundThem) {
   script_.SetGate(&Script::wait_open, false);
   Create(2);
+  EXPECT_EQ(pipeline_->ExecuteOnlyEnqueues(), GetParam());
   Execute("b0");
   Execute("b1");
   EXPECT_FALSE(pipeline_->HasFreeSlot());
@@ -371,6 +373,28 @@ TEST_P(SlotPipelineTest, FaultFoundAtWaitFailsThatBatchAndLatches) {
   ASSERT_EQ(Faults().size(), 1u);
   EXPECT_EQ(Faults()[0].code(), absl::StatusCode::kInternal);
   EXPECT_EQ(script_.IndexOf("fault"), script_.IndexOf("answer b0") + 1);
+}
+
+// A process-fatal mark (engine/device_fault.h: a sticky CUDA error) survives the pipeline's
+// rewording into INTERNAL, at wait and through the before_batch hook, up to on_fault.
+TEST_P(SlotPipelineTest, ProcessFatalMarkReachesOnFault) {
+  script_.wait_result["b0"] = MarkProcessFatal(absl::DataLossError("cudaErrorIllegalAddress"));
+  Create(1);
+  Execute("b0");
+  ASSERT_TRUE(WaitForFreed(1));
+  ASSERT_EQ(Faults().size(), 1u);
+  EXPECT_EQ(Faults()[0].code(), absl::StatusCode::kInternal);
+  EXPECT_TRUE(IsProcessFatal(Faults()[0]));
+}
+
+TEST_P(SlotPipelineTest, ProcessFatalMarkFromTheHookReachesOnFault) {
+  Create(1, [] { return MarkProcessFatal(absl::InternalError("injected sticky")); });
+  Execute("b0");
+  ASSERT_TRUE(WaitForFreed(1));
+  ASSERT_EQ(Faults().size(), 1u);
+  EXPECT_TRUE(IsProcessFatal(Faults()[0]));
+  EXPECT_THAT(std::string(Faults()[0].message()),
+              HasSubstr("injected test fault: injected sticky"));
 }
 
 TEST_P(SlotPipelineTest, MalformedOutputsAtScatterAreAFault) {

@@ -23,15 +23,15 @@ StatsCollector::~StatsCollector() { Stop(); }
 void StatsCollector::Stop() {
   std::lock_guard<std::mutex> stop_lock(stop_mu_);
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    common::MutexLock lock(&mu_);
     stop_ = true;
   }
-  cv_.notify_all();
+  cv_.SignalAll();
   if (thread_.joinable()) thread_.join();
 }
 
 uint64_t StatsCollector::collections() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  common::MutexLock lock(&mu_);
   return collections_;
 }
 
@@ -39,17 +39,19 @@ void StatsCollector::Loop() {
   // Collections are scheduled on a fixed grid (not "interval after the last one ended") so the
   // throughput's time base does not drift with the collection's own cost.
   auto next = std::chrono::steady_clock::now();
-  std::unique_lock<std::mutex> lock(mu_);
+  mu_.Lock();
   for (;;) {
-    if (cv_.wait_until(lock, next, [&] { return stop_; })) return;
-    lock.unlock();
+    while (!stop_ && std::chrono::steady_clock::now() < next) cv_.WaitUntil(&mu_, next);
+    if (stop_) break;
+    mu_.Unlock();
     collect_(std::chrono::steady_clock::now());
-    lock.lock();
+    mu_.Lock();
     ++collections_;
     next += options_.interval;
     const auto now = std::chrono::steady_clock::now();
     if (next < now) next = now;  // a collection overran: skip the missed ticks
   }
+  mu_.Unlock();
 }
 
 }  // namespace sluice::engine

@@ -21,7 +21,9 @@
 #include <mutex>
 #include <thread>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "common/mutex.h"
 
 namespace sluice::engine {
 
@@ -57,11 +59,11 @@ class StatsCollector {
 
   const StatsCollectorOptions options_;
   const CollectFn collect_;
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
-  bool stop_ = false;         // guarded by mu_
-  uint64_t collections_ = 0;  // guarded by mu_
-  std::mutex stop_mu_;        // serializes Stop(): one caller joins, the others wait
+  mutable common::Mutex mu_;
+  common::CondVar cv_;
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  uint64_t collections_ ABSL_GUARDED_BY(mu_) = 0;
+  std::mutex stop_mu_;  // serializes Stop(): one caller joins, the others wait
   std::thread thread_;
 };
 

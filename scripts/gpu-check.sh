@@ -8,13 +8,20 @@
 #                                         them with every shared library they load except glibc
 #                                         and the CUDA driver/runtime/cuBLAS into ARCHIVE
 #                                         (default build/gpu-check.tar.gz, must stay < 64 MiB).
-#   scripts/gpu-check.sh run ARCHIVE      on the GPU machine: unpacks, runs the GPU tests and the
+#   scripts/gpu-check.sh probe ARCHIVE    on the GPU machine, first (one short device call):
+#                                         unpacks, prints the driver, GPU, CUDA and cuBLASLt
+#                                         versions, and checks that every packed binary starts.
+#   scripts/gpu-check.sh run ARCHIVE      on the GPU machine: probe, then the GPU tests and the
 #                                         engine benchmark against the machine's own CUDA 13
-#                                         libraries, prints a short table. Under 8 minutes.
+#                                         libraries, and a short table. Within GPU_CHECK_BUDGET_S.
+#
+# It cannot pass falsely: the tests run with SLUICE_GPU_TESTS_REQUIRED=1 (a GPU test without a
+# usable GPU fails instead of skipping), and a test binary that passed nothing is a failure.
 #
 # Environment: BUILD_DIR (default build), CUDA_HOME (default /usr/local/cuda),
-# SLUICE_BENCH_ARGS (extra arguments for sluice-engine-bench), GPU_CHECK_TIMEOUT_S (per binary,
-# default 300).
+# SLUICE_BENCH_ARGS (extra arguments for sluice-engine-bench), GPU_CHECK_BUDGET_S (the whole
+# run, default 480, under one 10-minute device call), GPU_CHECK_TIMEOUT_S (per binary, default
+# 150, cut to what is left of the budget), OUT (logs go to $OUT/gpu-check-logs when set).
 set -euo pipefail
 
 here="$(cd "$(dirname "$0")/.." && pwd)"
@@ -85,6 +92,10 @@ pack() {
   done | sort -u)
   strip --strip-debug "$stage"/gpu-check/bin/* "$stage"/gpu-check/lib/* 2>/dev/null || true
   cp "$0" "$stage/gpu-check/gpu-check.sh"
+  {
+    echo "nvcc: $("$cuda_home/bin/nvcc" --version 2>/dev/null | grep -o 'release [0-9.]*' || echo unknown)"
+    echo "git: $(git -C "$here" rev-parse --short HEAD 2>/dev/null || echo unknown)"
+  } >"$stage/gpu-check/BUILD-INFO"
   tar -C "$stage" -czf "$archive" gpu-check
   local bytes
   bytes=$(stat -c %s "$archive")
@@ -96,36 +107,95 @@ pack() {
   fi
 }
 
-# Runs one binary with a time limit; prints its table row and returns its status.
+# Seconds left of the whole run's budget (GPU_CHECK_BUDGET_S, default 480: one device call is
+# at most 10 minutes, and a rerun must still fit in the session's device time).
+budget_left() {
+  echo $((deadline - $(date +%s)))
+}
+
+# Runs one binary with a time limit (GPU_CHECK_TIMEOUT_S, default 150, never past the budget);
+# prints its table row and returns its status. A gtest binary that passed nothing fails: with
+# SLUICE_GPU_TESTS_REQUIRED=1 its GPU tests fail instead of skipping, and a binary whose tests
+# all skipped for another reason must not read as a pass either.
 run_one() {
-  local name="$1"
-  shift
-  local log="$work/$name.log"
-  local start end rc=0
+  local name="$1" kind="$2"
+  shift 2
+  local log="$logs/$name.log"
+  local start end rc=0 limit
+  limit=$(budget_left)
+  ((limit > ${GPU_CHECK_TIMEOUT_S:-150})) && limit=${GPU_CHECK_TIMEOUT_S:-150}
+  if ((limit < 5)); then
+    printf '%-28s %6s %7s %6s %8s  %s\n' "$name" - - - - "not run: budget spent"
+    return 1
+  fi
   start=$(date +%s.%N)
-  timeout "${GPU_CHECK_TIMEOUT_S:-300}" "$@" >"$log" 2>&1 || rc=$?
+  timeout -k 5 "$limit" "$@" >"$log" 2>&1 || rc=$?
   end=$(date +%s.%N)
   local passed skipped failed
   passed=$(grep -oP '^\[  PASSED  \] \K[0-9]+' "$log" | tail -1 || true)
   skipped=$(grep -oP '^\[  SKIPPED \] \K[0-9]+(?= test)' "$log" | tail -1 || true)
   failed=$(grep -oP '^\[  FAILED  \] \K[0-9]+(?= test)' "$log" | tail -1 || true)
+  local result="ok"
+  if ((rc == 124 || rc == 137)); then
+    result="timeout after ${limit} s"
+  elif ((rc != 0)); then
+    result="exit $rc"
+  elif [[ $kind == gtest ]] && ((${passed:-0} == 0)); then
+    result="nothing passed"
+    rc=1
+  fi
   printf '%-28s %6s %7s %6s %8.1f  %s\n' "$name" "${passed:-0}" "${skipped:-0}" "${failed:-0}" \
-    "$(awk -v a="$start" -v b="$end" 'BEGIN { print b - a }')" "$([[ $rc == 0 ]] && echo ok || echo "exit $rc")"
+    "$(awk -v a="$start" -v b="$end" 'BEGIN { print b - a }')" "$result"
   return $rc
 }
 
-run() {
-  local archive="${1:?usage: gpu-check.sh run ARCHIVE}"
-  work="$(mktemp -d)"
-  tar -C "$work" -xzf "$archive"
-  local root="$work/gpu-check"
+# The directory holding libcublasLt.so.13 (it is dlopened, so ldd does not list it): CUDA_HOME's
+# lib64, the loader cache, or a Python wheel's site-packages/nvidia/*/lib (pip's nvidia-cublas).
+find_cublaslt() {
+  local candidate
+  for candidate in "$cuda_home"/lib64/libcublasLt.so.13*; do
+    [[ -e $candidate ]] && { dirname "$candidate"; return 0; }
+  done
+  candidate=$(ldconfig -p 2>/dev/null | awk '/libcublasLt\.so\.13/ { print $NF; exit }')
+  [[ -n $candidate ]] && { dirname "$candidate"; return 0; }
+  local site
+  for site in $(python3 -c 'import site; print(" ".join(site.getsitepackages() + [site.getusersitepackages()]))' 2>/dev/null) \
+    /usr/local/lib/python3*/dist-packages /usr/lib/python3/dist-packages; do
+    for candidate in "$site"/nvidia/*/lib/libcublasLt.so.13*; do
+      [[ -e $candidate ]] && { dirname "$candidate"; return 0; }
+    done
+  done
+  return 1
+}
+
+# Unpacks the archive, sets up the library path, prints what the machine is (driver, GPU, CUDA
+# and cuBLASLt versions) and checks that every packed binary starts here. Sets root.
+probe() {
+  local archive="${1:?usage: gpu-check.sh probe|run ARCHIVE}"
+  local unpack
+  unpack="$(mktemp -d)"
+  tar -C "$unpack" -xzf "$archive"
+  root="$unpack/gpu-check"
   export LD_LIBRARY_PATH="$root/lib:$cuda_home/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-  echo "gpu-check: unpacked in $root"
+  echo "gpu-check: unpacked in $root; logs in $logs"
+  echo "--- versions"
+  [[ -f $root/BUILD-INFO ]] && sed 's/^/built with: /' "$root/BUILD-INFO"
   if command -v nvidia-smi >/dev/null; then
-    nvidia-smi --query-gpu=index,name,driver_version,memory.total --format=csv,noheader || true
+    nvidia-smi --query-gpu=index,name,driver_version,memory.total,compute_cap --format=csv,noheader ||
+      true
+    nvidia-smi | grep -m1 'CUDA Version' || true
   else
-    echo "gpu-check: no nvidia-smi on this machine"
+    echo "no nvidia-smi on this machine"
   fi
+  local cublaslt_dir
+  if cublaslt_dir=$(find_cublaslt); then
+    export LD_LIBRARY_PATH="$cublaslt_dir:$LD_LIBRARY_PATH"
+    echo "cuBLASLt: $(readlink -f "$(ls "$cublaslt_dir"/libcublasLt.so.13* | head -1)")"
+  else
+    echo "gpu-check: no libcublasLt.so.13 in $cuda_home/lib64, the loader cache or a Python" \
+      "wheel (site-packages/nvidia/*/lib); the mlp GPU tests will fail to load it" >&2
+  fi
+  echo "glibc: $(getconf GNU_LIBC_VERSION)"
   # The packed libstdc++ and libgcc_s come from Debian 12 and need glibc 2.36; on an older glibc
   # use the machine's own (the binaries themselves need glibc 2.34 and GCC 12's libstdc++).
   local glibc
@@ -140,18 +210,32 @@ run() {
   if [[ -n "$missing" ]]; then
     echo "gpu-check: libraries or symbol versions not found:" >&2
     echo "$missing" >&2
-    exit 1
+    return 1
   fi
-  # cuBLASLt is loaded with dlopen by the mlp backend, so ldd does not list it: look for it.
-  if ! ls "$cuda_home"/lib64/libcublasLt.so.13* >/dev/null 2>&1 &&
-    ! ldconfig -p 2>/dev/null | grep -q 'libcublasLt.so.13'; then
-    echo "gpu-check: warning: no libcublasLt.so.13 in $cuda_home/lib64 or the loader cache;" \
-      "the mlp GPU tests will fail to load it" >&2
-  fi
+  # Every binary must start here (a loader or ABI problem shows now, not as a test failure).
+  local exe status=0
+  for exe in "$root"/bin/*; do
+    local start_log="$logs/start-$(basename "$exe").log"
+    if [[ $(basename "$exe") == "$bench_target" ]]; then
+      timeout 30 "$exe" --help >"$start_log" 2>&1 || { echo "does not start: $exe" >&2; status=1; }
+    else
+      timeout 30 "$exe" --gtest_list_tests >"$start_log" 2>&1 ||
+        { echo "does not start: $exe (see $start_log)" >&2; status=1; }
+    fi
+  done
+  ((status == 0)) && echo "every packed binary starts here"
+  return $status
+}
+
+run() {
+  local archive="${1:?usage: gpu-check.sh run ARCHIVE}"
+  probe "$archive" || return 1
+  # GPU tests fail instead of skipping when no GPU is usable (tests/gpu/gpu_required.h).
+  export SLUICE_GPU_TESTS_REQUIRED=1
   local status=0
   printf '\n%-28s %6s %7s %6s %8s  %s\n' binary passed skipped failed seconds result
   while read -r test; do
-    run_one "$test" "$root/bin/$test" || status=1
+    run_one "$test" gtest "$root/bin/$test" || status=1
   done <"$root/tests.txt"
   if [[ -x "$root/bin/$bench_target" ]]; then
     # The engine benchmark (bench/engine_bench.cc), graphs on and off: pipeline vs sync per batch
@@ -160,19 +244,20 @@ run() {
     local graphs
     for graphs in on off; do
       # shellcheck disable=SC2086
-      run_one "$bench_target-graphs-$graphs" "$root/bin/$bench_target" \
+      run_one "$bench_target-graphs-$graphs" bench "$root/bin/$bench_target" \
         --model-repository="$root/models" --device=cuda:0 --graphs="$graphs" --seconds=1 \
-        --json="$work/engine-bench-graphs-$graphs.json" ${SLUICE_BENCH_ARGS:-} || status=1
+        --json="$logs/engine-bench-graphs-$graphs.json" ${SLUICE_BENCH_ARGS:-} || status=1
     done
     for graphs in on off; do
       echo
       echo "--- $bench_target --graphs=$graphs"
-      grep '^|' "$work/$bench_target-graphs-$graphs.log" || tail -20 "$work/$bench_target-graphs-$graphs.log"
+      grep '^|' "$logs/$bench_target-graphs-$graphs.log" ||
+        tail -20 "$logs/$bench_target-graphs-$graphs.log"
     done
   else
     echo "(no $bench_target in this archive)"
   fi
-  for log in "$work"/*.log; do
+  for log in "$logs"/*.log; do
     local name
     name="$(basename "$log" .log)"
     if grep -q 'Failure$\|^\[  FAILED  \]' "$log"; then
@@ -187,20 +272,26 @@ run() {
       grep -A1 ': Skipped$' "$log" | grep -v ': Skipped$\|^--$' | sort -u | sed 's/^/    /' || true
     fi
   done
-  if [[ -f "$work/$bench_target.log" ]]; then
-    echo
-    echo "--- $bench_target"
-    cat "$work/$bench_target.log"
-  fi
-  echo "gpu-check: logs in $work"
+  echo "gpu-check: logs in $logs; $(budget_left) s of the ${GPU_CHECK_BUDGET_S:-480} s budget left"
   return $status
 }
 
+# Logs go under $OUT when it is set (the device runner returns what is there, even after a
+# timeout), else next to the unpacked archive.
+root=""
+deadline=$(($(date +%s) + ${GPU_CHECK_BUDGET_S:-480}))
+if [[ ${1:-} == probe || ${1:-} == run ]]; then
+  logs="${OUT:+$OUT/gpu-check-logs}"
+  [[ -n $logs ]] || logs="$(mktemp -d)"
+  mkdir -p "$logs"
+fi
+
 case "${1:-}" in
   pack) pack "${2:-}" ;;
+  probe) probe "${2:-}" ;;
   run) run "${2:-}" ;;
   *)
-    echo "usage: $0 pack [ARCHIVE] | run ARCHIVE" >&2
+    echo "usage: $0 pack [ARCHIVE] | probe ARCHIVE | run ARCHIVE" >&2
     exit 2
     ;;
 esac

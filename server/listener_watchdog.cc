@@ -42,10 +42,10 @@ ListenerWatchdog::~ListenerWatchdog() { Stop(); }
 
 void ListenerWatchdog::Stop() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    common::MutexLock lock(&mu_);
     stop_ = true;
   }
-  cv_.notify_all();
+  cv_.SignalAll();
   if (thread_.joinable()) thread_.join();
 }
 
@@ -54,8 +54,10 @@ void ListenerWatchdog::Loop() {
   bool accepting = true;
   for (;;) {
     {
-      std::unique_lock<std::mutex> lock(mu_);
-      if (cv_.wait_for(lock, options_.interval, [&] { return stop_; })) return;
+      common::MutexLock lock(&mu_);
+      const auto deadline = std::chrono::steady_clock::now() + options_.interval;
+      while (!stop_ && std::chrono::steady_clock::now() < deadline) cv_.WaitUntil(&mu_, deadline);
+      if (stop_) return;
     }
     const grpc::Status status = Probe(options_);
     // Only a deadline means nobody accepted: any answer, UNAVAILABLE from a connection closed

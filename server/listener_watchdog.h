@@ -24,6 +24,9 @@
 #include <string>
 #include <thread>
 
+#include "absl/base/thread_annotations.h"
+#include "common/mutex.h"
+
 namespace sluice::common {
 class Logger;
 }
@@ -61,9 +64,9 @@ class ListenerWatchdog {
   void Loop();
 
   const ListenerWatchdogOptions options_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool stop_ = false;  // guarded by mu_
+  common::Mutex mu_;
+  common::CondVar cv_;
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
   std::thread thread_;
 };
 

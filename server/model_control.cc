@@ -18,7 +18,7 @@ void ModelControl::AnswerOnce(Queued& queued, const absl::Status& status) {
 
 absl::Status ModelControl::Submit(Task task) {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    common::MutexLock lock(&mu_);
     if (stop_) {
       return absl::UnavailableError(
           absl::StrCat("server is shutting down; ", task.what, " was not started"));
@@ -31,7 +31,7 @@ absl::Status ModelControl::Submit(Task task) {
     }
     tasks_.push_back(Queued{std::move(task)});
   }
-  cv_.notify_one();
+  cv_.Signal();
   return absl::OkStatus();
 }
 
@@ -39,14 +39,17 @@ bool ModelControl::Stop(std::chrono::steady_clock::time_point deadline) {
   std::deque<Queued> refused;
   std::shared_ptr<Queued> running;
   {
-    std::unique_lock<std::mutex> lock(mu_);
+    common::MutexLock lock(&mu_);
     stop_ = true;
     refused.swap(tasks_);
-    cv_.notify_one();
+    cv_.Signal();
     if (deadline == std::chrono::steady_clock::time_point::max()) {
-      idle_cv_.wait(lock, [&] { return exited_; });
-    } else if (!idle_cv_.wait_until(lock, deadline, [&] { return exited_; })) {
-      running = running_;
+      while (!exited_) idle_cv_.Wait(&mu_);
+    } else {
+      while (!exited_ && std::chrono::steady_clock::now() < deadline) {
+        idle_cv_.WaitUntil(&mu_, deadline);
+      }
+      if (!exited_) running = running_;
     }
   }
   for (Queued& queued : refused) {
@@ -64,7 +67,7 @@ bool ModelControl::Stop(std::chrono::steady_clock::time_point deadline) {
 }
 
 int ModelControl::PendingForTest() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  common::MutexLock lock(&mu_);
   return static_cast<int>(tasks_.size());
 }
 
@@ -72,12 +75,12 @@ void ModelControl::Loop() {
   for (;;) {
     std::shared_ptr<Queued> queued;
     {
-      std::unique_lock<std::mutex> lock(mu_);
+      common::MutexLock lock(&mu_);
       running_ = nullptr;
-      cv_.wait(lock, [&] { return stop_ || !tasks_.empty(); });
+      while (!stop_ && tasks_.empty()) cv_.Wait(&mu_);
       if (stop_) {  // Stop() answers what is queued
         exited_ = true;
-        idle_cv_.notify_all();
+        idle_cv_.SignalAll();
         return;
       }
       queued = std::make_shared<Queued>(std::move(tasks_.front()));

@@ -23,7 +23,9 @@
 #include <string>
 #include <thread>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
+#include "common/mutex.h"
 
 namespace sluice::server {
 
@@ -76,14 +78,14 @@ class ModelControl {
   void Loop();
 
   const ModelControlOptions options_;
-  mutable std::mutex mu_;
-  std::condition_variable cv_;       // tasks queued, or stopping
-  std::condition_variable idle_cv_;  // the running task finished
-  std::deque<Queued> tasks_;         // guarded by mu_
+  mutable common::Mutex mu_;
+  common::CondVar cv_;       // tasks queued, or stopping
+  common::CondVar idle_cv_;  // the running task finished
+  std::deque<Queued> tasks_ ABSL_GUARDED_BY(mu_);
   // The task being run (answered flag and what), so that Stop() can answer it at its deadline.
-  std::shared_ptr<Queued> running_;  // guarded by mu_
-  bool stop_ = false;                // guarded by mu_
-  bool exited_ = false;              // guarded by mu_; the loop has returned
+  std::shared_ptr<Queued> running_ ABSL_GUARDED_BY(mu_);
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  bool exited_ ABSL_GUARDED_BY(mu_) = false;  // the loop has returned
   std::thread thread_;
 };
 

@@ -502,6 +502,10 @@ int OpenDescriptorCount() {
   return probe;
 }
 
+// Exit code after a process-fatal device fault (engine/device_fault.h): the drain completed, and
+// the process must be restarted. (1: a run-time failure; 2: a bad flag or config.)
+constexpr int kExitProcessFatal = 3;
+
 // How long gRPC may take, once the engine is idle, to flush answers before calls are cancelled.
 constexpr auto kShutdownGrace = std::chrono::milliseconds(1000);
 
@@ -515,11 +519,14 @@ int Run(const Flags& flags) {
   sigemptyset(&ignore_softly.sa_mask);
   sigaction(SIGTERM, &ignore_softly, nullptr);
   sigaction(SIGINT, &ignore_softly, nullptr);
+  sigaction(SIGUSR1, &ignore_softly, nullptr);
   // Block the shutdown signals in every thread; main waits for them with sigwait() below.
+  // SIGUSR1 is the engine's process-fatal device fault waking main (on_process_fatal below).
   sigset_t signals;
   sigemptyset(&signals);
   sigaddset(&signals, SIGTERM);
   sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGUSR1);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
   common::LoggerOptions log_options;
@@ -550,6 +557,14 @@ int Run(const Flags& flags) {
   engine_options.stats_interval =
       std::chrono::milliseconds(flags.allow_metrics ? flags.metrics_interval_ms : 0);
   engine_options.access_log_sample_rate = flags.access_log_sample_rate;
+  // A sticky device error (engine/device_fault.h): the engine has failed every model and stopped
+  // taking requests; main, woken by SIGUSR1, turns liveness and readiness false, drains and exits
+  // with kExitProcessFatal so that the orchestrator restarts the process.
+  std::atomic<bool> process_fatal{false};
+  engine_options.on_process_fatal = [&process_fatal](const absl::Status&) {
+    process_fatal.store(true);
+    kill(getpid(), SIGUSR1);  // blocked in every thread: main's sigwait() takes it
+  };
   // Test-only (engine/fault_injection.h): armed by the environment alone, and said loudly.
   if (const char* inject = std::getenv(engine::kFaultInjectionEnvVar);
       inject != nullptr && *inject != '\0') {
@@ -769,10 +784,11 @@ int Run(const Flags& flags) {
     watchdog_options.logger = log;
     // Liveness on every protocol follows the gRPC listener: an orchestrator probing HTTP restarts
     // a process whose gRPC port died just as one probing gRPC does.
-    watchdog_options.on_change = [health, &service, &routes](bool accepting) {
-      service.SetLive(accepting);
-      routes.SetLive(accepting);
-      health->SetServingStatus("liveness", accepting);
+    watchdog_options.on_change = [health, &service, &routes, &process_fatal](bool accepting) {
+      const bool live = accepting && !process_fatal.load();  // a dead device stays dead
+      service.SetLive(live);
+      routes.SetLive(live);
+      health->SetServingStatus("liveness", live);
     };
     watchdog = ListenerWatchdog::Start(std::move(watchdog_options));
   }
@@ -834,16 +850,37 @@ int Run(const Flags& flags) {
   if (failed > 0) {
     LOG_WARNING(log, failed, " model(s) failed to load; see RepositoryIndex for the reasons");
   }
-  service.SetReady(true);
-  routes.SetReady(true);
-  health->SetServingStatus(true);
+  // A process-fatal device fault during the loads (its SIGUSR1 waits for the sigwait below)
+  // leaves readiness false.
+  const bool ready = !process_fatal.load();
+  service.SetReady(ready);
+  routes.SetReady(ready);
+  health->SetServingStatus(ready);
   LOG_INFO_WAITING(log, "server ready: repository ", (*repository)->root(), ", model control ",
                    flags.model_control_mode);
 
   int signal_number = 0;
-  sigwait(&signals, &signal_number);
-  LOG_INFO_WAITING(log, "received ", signal_number == SIGTERM ? "SIGTERM" : "SIGINT",
-                   ": draining (exit timeout ", flags.exit_timeout_secs, " s)");
+  for (;;) {
+    sigwait(&signals, &signal_number);
+    if (signal_number != SIGUSR1 || process_fatal.load()) break;
+    LOG_WARNING(log, "received SIGUSR1 with no device fault: ignored");
+  }
+  const bool fatal = process_fatal.load();
+  if (fatal) {
+    // Liveness first: the process cannot recover, so the orchestrator must restart it, and a
+    // probe during the drain already says so.
+    service.SetLive(false);
+    routes.SetLive(false);
+    health->SetServingStatus("liveness", false);
+    LOG_ERROR(log,
+              "process-fatal device fault (logged above): liveness and readiness are "
+              "NOT_SERVING; draining (exit timeout ",
+              flags.exit_timeout_secs, " s), then exiting with code ", kExitProcessFatal,
+              " so that the process is restarted");
+  } else {
+    LOG_INFO_WAITING(log, "received ", signal_number == SIGTERM ? "SIGTERM" : "SIGINT",
+                     ": draining (exit timeout ", flags.exit_timeout_secs, " s)");
+  }
   service.SetReady(false);
   routes.SetReady(false);
   health->SetServingStatus(false);
@@ -896,12 +933,13 @@ int Run(const Flags& flags) {
     LOG_INFO_WAITING(log, "sluice-server stopped (control thread abandoned at the exit timeout)");
     logger.Flush();
     std::fflush(nullptr);
-    _exit(0);
+    _exit(fatal ? kExitProcessFatal : 0);
   }
   metrics.reset();  // Prometheus could watch the drain; now its HTTP server stops
-  LOG_INFO_WAITING(log, "sluice-server stopped");
+  LOG_INFO_WAITING(log, "sluice-server stopped",
+                   fatal ? " after a process-fatal device fault" : "");
   // The logger's destructor writes every queued record before the process exits.
-  return 0;
+  return fatal ? kExitProcessFatal : 0;
 }
 
 }  // namespace

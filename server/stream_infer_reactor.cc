@@ -8,6 +8,8 @@
 #include <string>
 #include <utility>
 
+#include "absl/base/thread_annotations.h"
+#include "common/mutex.h"
 #include "server/infer_conversion.h"
 
 namespace sluice::server {
@@ -44,9 +46,13 @@ class StreamInferReactor final
 
   void OnReadDone(bool ok) override {
     if (!ok) {  // the client half-closed (or the call ended)
-      std::unique_lock<std::mutex> lock(mu_);
-      reads_done_ = true;
-      MaybeFinishLocked(lock);
+      bool finish = false;
+      {
+        common::MutexLock lock(&mu_);
+        reads_done_ = true;
+        finish = ShouldFinishLocked();
+      }
+      if (finish) Finish(grpc::Status::OK);
       return;
     }
     std::shared_ptr<inference::ModelInferRequest> message = std::move(read_message_);
@@ -54,7 +60,7 @@ class StreamInferReactor final
     const std::string model_name = message->model_name();
     const int64_t request_bytes = static_cast<int64_t>(message->ByteSizeLong());
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      common::MutexLock lock(&mu_);
       ++outstanding_;
       AddPendingBytes(request_bytes);
     }
@@ -91,7 +97,7 @@ class StreamInferReactor final
     }
     bool read_more = false;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      common::MutexLock lock(&mu_);
       if (MayReadLocked()) {
         read_more = true;
       } else {
@@ -104,8 +110,9 @@ class StreamInferReactor final
   void OnWriteDone(bool ok) override {
     const inference::ModelStreamInferResponse* next = nullptr;
     bool resume_read = false;
+    bool finish = false;
     {
-      std::unique_lock<std::mutex> lock(mu_);
+      common::MutexLock lock(&mu_);
       writes_.pop_front();
       AddPendingBytes(-write_bytes_.front());
       write_bytes_.pop_front();
@@ -130,10 +137,11 @@ class StreamInferReactor final
         read_paused_ = false;
         resume_read = true;
       }
-      if (next == nullptr && !resume_read) {
-        MaybeFinishLocked(lock);
-        return;
-      }
+      if (next == nullptr && !resume_read) finish = ShouldFinishLocked();
+    }
+    if (finish) {
+      Finish(grpc::Status::OK);
+      return;
     }
     if (next != nullptr) StartWrite(next);
     if (resume_read) StartNextRead();
@@ -155,30 +163,37 @@ class StreamInferReactor final
   void OnAnswer(inference::ModelStreamInferResponse response, int64_t request_bytes) {
     const inference::ModelStreamInferResponse* to_write = nullptr;
     const int64_t response_bytes = static_cast<int64_t>(response.ByteSizeLong());
+    bool finish = false;
     {
-      std::unique_lock<std::mutex> lock(mu_);
+      common::MutexLock lock(&mu_);
       --outstanding_;
       AddPendingBytes(-request_bytes);
       if (write_failed_ || finished_) {
-        MaybeFinishLocked(lock);
-        return;
+        finish = ShouldFinishLocked();
+      } else {
+        writes_.push_back(std::move(response));
+        write_bytes_.push_back(response_bytes);
+        AddPendingBytes(response_bytes);
+        if (!writing_) {
+          writing_ = true;
+          to_write = &writes_.front();  // deque references survive push_back/pop_front of others
+        }
       }
-      writes_.push_back(std::move(response));
-      write_bytes_.push_back(response_bytes);
-      AddPendingBytes(response_bytes);
-      if (!writing_) {
-        writing_ = true;
-        to_write = &writes_.front();  // deque references survive push_back/pop_front of others
-      }
+    }
+    if (finish) {
+      Finish(grpc::Status::OK);
+      return;
     }
     if (to_write != nullptr) StartWrite(to_write);
   }
 
-  int InFlightLocked() const { return outstanding_ + static_cast<int>(writes_.size()); }
+  int InFlightLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return outstanding_ + static_cast<int>(writes_.size());
+  }
 
   // Whether to read the next request. A stream that holds nothing may always read one, so that
   // every paused stream has an answer of its own whose write resumes it.
-  bool MayReadLocked() const {
+  bool MayReadLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (InFlightLocked() >= options_.max_in_flight) return false;
     if (pending_bytes_ >= options_.max_pending_bytes) return false;
     if (options_.total_pending_bytes != nullptr && InFlightLocked() > 0 &&
@@ -189,21 +204,21 @@ class StreamInferReactor final
     return true;
   }
 
-  // REQUIRES: mu_ held (or the reactor being destroyed).
-  void AddPendingBytes(int64_t delta) {
+  // REQUIRES: mu_ held (or the reactor being destroyed: clang does not check destructors).
+  void AddPendingBytes(int64_t delta) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     pending_bytes_ += delta;
     if (options_.total_pending_bytes != nullptr) {
       options_.total_pending_bytes->fetch_add(delta, std::memory_order_relaxed);
     }
   }
 
-  // Finishes once reading ended and every submitted request has been answered and written.
-  // Releases `lock` before calling Finish().
-  void MaybeFinishLocked(std::unique_lock<std::mutex>& lock) {
-    if (finished_ || !reads_done_ || outstanding_ > 0 || writing_) return;
+  // Whether the call may finish now: reading ended and every submitted request has been
+  // answered and written. True once (it marks the call finished); the caller then calls
+  // Finish() after releasing mu_ (never under the lock: STYLE rule 16).
+  bool ShouldFinishLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (finished_ || !reads_done_ || outstanding_ > 0 || writing_) return false;
     finished_ = true;
-    lock.unlock();
-    Finish(grpc::Status::OK);
+    return true;
   }
 
   engine::Engine* const engine_;
@@ -214,16 +229,18 @@ class StreamInferReactor final
   // Set by OnCancel; shared with every request this stream submitted.
   const std::shared_ptr<std::atomic<bool>> cancelled_ = std::make_shared<std::atomic<bool>>(false);
 
-  std::mutex mu_;
-  std::deque<inference::ModelStreamInferResponse> writes_;  // guarded by mu_; front is in flight
-  std::deque<int64_t> write_bytes_;  // guarded by mu_; ByteSizeLong of each of writes_
-  int outstanding_ = 0;              // guarded by mu_; submitted, not answered
-  int64_t pending_bytes_ = 0;        // guarded by mu_; outstanding requests + writes_
-  bool writing_ = false;
-  bool reads_done_ = false;
-  bool read_paused_ = false;
-  bool write_failed_ = false;
-  bool finished_ = false;
+  common::Mutex mu_;
+  // Front is in flight.
+  std::deque<inference::ModelStreamInferResponse> writes_ ABSL_GUARDED_BY(mu_);
+  // ByteSizeLong of each of writes_.
+  std::deque<int64_t> write_bytes_ ABSL_GUARDED_BY(mu_);
+  int outstanding_ ABSL_GUARDED_BY(mu_) = 0;        // submitted, not answered
+  int64_t pending_bytes_ ABSL_GUARDED_BY(mu_) = 0;  // outstanding requests + writes_
+  bool writing_ ABSL_GUARDED_BY(mu_) = false;
+  bool reads_done_ ABSL_GUARDED_BY(mu_) = false;
+  bool read_paused_ ABSL_GUARDED_BY(mu_) = false;
+  bool write_failed_ ABSL_GUARDED_BY(mu_) = false;
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 }  // namespace

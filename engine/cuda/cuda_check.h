@@ -16,6 +16,9 @@ namespace sluice::engine::cuda {
 
 // INTERNAL status naming the call, e.g. "cudaMalloc(&p, n) failed at engine/cuda/x.cc:12:
 // out of memory (cudaErrorMemoryAllocation)". Out-of-memory maps to RESOURCE_EXHAUSTED (STYLE 8).
+// A sticky error (engine/device_fault.h: the context is unusable) is marked process-fatal
+// (MarkProcessFatal); a recoverable one is cleared from the thread's last-error state, so that
+// it is not reported again by the next launch's cudaGetLastError().
 absl::Status CudaError(cudaError_t error, const char* expr, const char* file, int line);
 // The same for a cuBLAS / cuBLASLt status; CUBLAS_STATUS_ALLOC_FAILED maps to RESOURCE_EXHAUSTED.
 absl::Status CublasError(cublasStatus_t status, const char* expr, const char* file, int line);

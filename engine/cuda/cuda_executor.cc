@@ -10,6 +10,7 @@
 #include "common/status_macros.h"
 #include "engine/batch_answers.h"
 #include "engine/cuda/cuda_check.h"
+#include "engine/device_fault.h"
 
 namespace sluice::engine::cuda {
 namespace {
@@ -145,14 +146,39 @@ absl::Status CudaExecutor::Initialize() {
               .input_device = std::move(input_device),
               .output_device = std::move(output_device)};
     for (int e = 0; e < kEvents; ++e) {
-      ASSIGN_OR_RETURN(CudaEvent event, CudaEvent::Create(device_, /*timing=*/true));
+      // The completion thread waits on kOutEnd: a blocking-sync event, so that the wait sleeps
+      // in the driver instead of spinning a core for the whole batch (issue 15 item 2). The flag
+      // is per event rather than cudaSetDeviceFlags(cudaDeviceScheduleBlockingSync): that one
+      // must be set before the context exists and changes every wait of every thread (and
+      // library) in the process on that device; the event flag changes exactly the waits we
+      // chose, whoever created the context first.
+      ASSIGN_OR_RETURN(CudaEvent event, e == kOutEnd
+                                            ? CudaEvent::CreateBlocking(device_, /*timing=*/true)
+                                            : CudaEvent::Create(device_, /*timing=*/true));
       slot.events.push_back(std::move(event));
     }
     slot.graphs.resize(buckets_.size());
     slots_.push_back(std::move(slot));
   }
+  ASSIGN_OR_RETURN(stats_done_, CudaEvent::CreateBlocking(device_, /*timing=*/false));
   for (int s = 0; s < options_.executor.slot_count; ++s) RETURN_IF_ERROR(WarmUpSlot(s));
-  // Warm-up ran no counter kernel, but start from a known zero.
+  // Then every (slot, bucket) once through the whole batch sequence a real batch runs (H2D copy,
+  // graph or kernels, counter kernel, D2H copy, the six events, the blocking wait): with lazy
+  // module loading (the default) the counter kernel and the copies would otherwise first run on
+  // the first real batch, and the model would be READY before all of its code had loaded.
+  for (int s = 0; s < options_.executor.slot_count; ++s) {
+    std::memset(slots_[s].input_staging.get(), 0, slots_[s].input_staging.bytes());
+    for (size_t b = 0; b < buckets_.size(); ++b) {
+      const int bucket = static_cast<int>(b);
+      absl::Status issued = IssueOnStreams(s, bucket, layouts_[b].rows);
+      if (issued.ok()) issued = Wait(s);
+      if (!issued.ok()) {
+        return absl::Status(issued.code(), absl::StrCat("warming up batch bucket ", buckets_[b],
+                                                        " (slot ", s, "): ", issued.message()));
+      }
+    }
+  }
+  // The warm-up batches counted: start from a known zero.
   CUDA_RETURN_IF_ERROR(
       cudaMemsetAsync(counters_.get(), 0, sizeof(DeviceCounters), compute_stream_.get()));
   CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(compute_stream_.get()));
@@ -289,18 +315,21 @@ absl::Status CudaExecutor::Issue(int s, const Batch& batch) {
     }
   }
   slots_[s].bucket = bucket;
+  // The batcher thread serves this model's instances only; every call sets its device first.
+  ScopedDevice scoped(device_, ScopedDevice::Restore::kNo);
   RETURN_IF_ERROR(Gather(batch, s, bucket));
   absl::Status issued = IssueOnStreams(s, bucket, items);
   if (!issued.ok() && issued.code() != absl::StatusCode::kInternal) {
     // Part of the batch may already be queued on the streams (an out-of-memory error from a
     // launch, say): the slot must not be reused, so this is a fault like any other CUDA error.
-    issued = absl::InternalError(issued.message());
+    issued = WithInternalCode(issued);
   }
   return issued;
 }
 
 absl::Status CudaExecutor::Wait(int s) {
-  ScopedDevice scoped(device_);
+  // The completion thread is this executor's own: it keeps the device.
+  ScopedDevice scoped(device_, ScopedDevice::Restore::kNo);
   // The one wait of the pipeline: the slot's last event (its output copy).
   const cudaError_t waited = cudaEventSynchronize(slots_[s].events[kOutEnd].get());
   if (waited != cudaSuccess) {
@@ -341,14 +370,18 @@ absl::Status CudaExecutor::Scatter(int s, const Batch& batch, SlotAnswers& answe
 }
 
 absl::StatusOr<DeviceCounters> CudaExecutor::ReadCounters() {
-  std::lock_guard<std::mutex> lock(counters_mu_);
-  ScopedDevice scoped(device_);
+  common::MutexLock lock(&counters_mu_);
+  // The collector thread reads every executor's counters, each call setting its own device.
+  ScopedDevice scoped(device_, ScopedDevice::Restore::kNo);
   // Its own stream: the read neither waits for nor delays the batches. The counters are 64-bit
   // words updated atomically, so a read racing a batch sees each word before or after it.
   CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(counters_host_.get(), counters_.get(),
                                        sizeof(DeviceCounters), cudaMemcpyDeviceToHost,
                                        stats_stream_.get()));
-  CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stats_stream_.get()));
+  // A blocking-sync event rather than cudaStreamSynchronize, whose wait follows the device's
+  // schedule flag (spinning, by default): the read-back sleeps like the completion waits.
+  CUDA_RETURN_IF_ERROR(cudaEventRecord(stats_done_->get(), stats_stream_.get()));
+  CUDA_RETURN_IF_ERROR(cudaEventSynchronize(stats_done_->get()));
   DeviceCounters counters;
   std::memcpy(&counters, counters_host_.get(), sizeof(counters));
   last_items_ = counters.items;
@@ -358,7 +391,7 @@ absl::StatusOr<DeviceCounters> CudaExecutor::ReadCounters() {
 uint64_t CudaExecutor::ReadItemCounter() {
   absl::StatusOr<DeviceCounters> counters = ReadCounters();
   if (counters.ok()) return counters->items;
-  std::lock_guard<std::mutex> lock(counters_mu_);
+  common::MutexLock lock(&counters_mu_);
   return last_items_;
 }
 

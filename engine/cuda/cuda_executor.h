@@ -32,7 +32,9 @@
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "common/mutex.h"
 #include "engine/cuda/cuda_handles.h"
 #include "engine/cuda/cuda_model.h"
 #include "engine/cuda/kernels/device_counters.cuh"
@@ -59,10 +61,13 @@ std::vector<int> BatchBuckets(const ModelConfig& config);
 class CudaExecutor final : public Executor, private SlotBackend {
  public:
   // Allocates the streams, counters and slots, warms up every (slot, bucket) with zeros, captures
-  // the graphs (if on) and replays each once, then starts the completion thread: when Create
-  // returns, every bucket has run. `model_config` is borrowed and must outlive the executor.
-  // InvalidArgument for bad options or more buckets than DeviceCounters::kMaxBuckets;
-  // Unimplemented for tensors the GPU does not run; INTERNAL / RESOURCE_EXHAUSTED for CUDA errors.
+  // the graphs (if on) and replays each once, runs every (slot, bucket) once more through the
+  // whole batch sequence (copies, graph or kernels, counter kernel, events, the blocking wait),
+  // zeroes the counters, then starts the completion thread: when Create returns, every kernel and
+  // copy a batch uses has run (lazy module loading cannot defer one to the first real batch).
+  // `model_config` is borrowed and must outlive the executor. InvalidArgument for bad options or
+  // more buckets than DeviceCounters::kMaxBuckets; Unimplemented for tensors the GPU does not run;
+  // INTERNAL / RESOURCE_EXHAUSTED for CUDA errors.
   static absl::StatusOr<std::unique_ptr<CudaExecutor>> Create(
       const ModelConfig& model_config, std::unique_ptr<CudaModelInstance> model,
       CudaExecutorOptions options);
@@ -141,11 +146,13 @@ class CudaExecutor final : public Executor, private SlotBackend {
   CudaStream stats_stream_;
   DeviceBuffer counters_;
   PinnedHostBuffer counters_host_;
+  // Recorded after the counters' copy on the stats stream; ReadCounters waits on it (blocking).
+  std::optional<CudaEvent> stats_done_;
   std::vector<Slot> slots_;
 
   std::atomic<bool> inject_fault_{false};
-  std::mutex counters_mu_;   // serializes counter reads (one pinned buffer)
-  uint64_t last_items_ = 0;  // guarded by counters_mu_
+  common::Mutex counters_mu_;  // serializes counter reads (one pinned buffer)
+  uint64_t last_items_ ABSL_GUARDED_BY(counters_mu_) = 0;
   // Last member: destroyed (stopped, its thread joined) before the slots and streams it uses.
   std::unique_ptr<SlotPipeline> pipeline_;
 };

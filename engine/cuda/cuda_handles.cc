@@ -4,9 +4,12 @@
 
 namespace sluice::engine::cuda {
 
-ScopedDevice::ScopedDevice(int device) {
-  CUDA_LOG_IF_ERROR(cudaGetDevice(&previous_));
-  if (previous_ != device) CUDA_LOG_IF_ERROR(cudaSetDevice(device));
+ScopedDevice::ScopedDevice(int device, Restore restore) {
+  int current = -1;
+  CUDA_LOG_IF_ERROR(cudaGetDevice(&current));
+  if (current != device) CUDA_LOG_IF_ERROR(cudaSetDevice(device));
+  // Nothing to restore when nothing changed, or when the thread keeps `device` (kNo).
+  previous_ = restore == Restore::kYes && current != device ? current : -1;
 }
 
 ScopedDevice::~ScopedDevice() {
@@ -30,6 +33,14 @@ absl::StatusOr<CudaEvent> CudaEvent::Create(int device, bool timing) {
   cudaEvent_t event = nullptr;
   CUDA_RETURN_IF_ERROR(
       cudaEventCreateWithFlags(&event, timing ? cudaEventDefault : cudaEventDisableTiming));
+  return CudaEvent(device, event);
+}
+
+absl::StatusOr<CudaEvent> CudaEvent::CreateBlocking(int device, bool timing) {
+  ScopedDevice scoped(device);
+  cudaEvent_t event = nullptr;
+  const unsigned flags = cudaEventBlockingSync | (timing ? 0u : cudaEventDisableTiming);
+  CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&event, flags));
   return CudaEvent(device, event);
 }
 

@@ -17,7 +17,14 @@ namespace sluice::engine::cuda {
 // Makes `device` current for the guard's lifetime, then restores the previous one.
 class ScopedDevice {
  public:
-  explicit ScopedDevice(int device);
+  enum class Restore { kYes, kNo };
+  // Makes `device` current. kYes restores the previous one at scope end. kNo leaves `device`
+  // current: for threads whose every CUDA call is preceded by its own ScopedDevice (the
+  // executor's completion thread, the model's batcher thread, the stats collector). Restoring
+  // there buys nothing, and on a fresh thread (current device 0 by default) it would make the
+  // thread create a context on GPU 0 (cudaSetDevice initializes the device's primary context
+  // since CUDA 12) while it serves another GPU.
+  explicit ScopedDevice(int device, Restore restore = Restore::kYes);
   ~ScopedDevice();
   ScopedDevice(const ScopedDevice&) = delete;
   ScopedDevice& operator=(const ScopedDevice&) = delete;
@@ -48,6 +55,9 @@ class CudaEvent {
   // `timing`: the event records timestamps (for cudaEventElapsedTime); otherwise it is created
   // with cudaEventDisableTiming, the cheapest kind for pure ordering.
   static absl::StatusOr<CudaEvent> Create(int device, bool timing);
+  // As Create(); cudaEventSynchronize on it blocks the calling thread (cudaEventBlockingSync)
+  // instead of spinning a core until the event fires. For the events a thread waits on.
+  static absl::StatusOr<CudaEvent> CreateBlocking(int device, bool timing);
   cudaEvent_t get() const { return event_.get(); }
 
  private:

@@ -1,7 +1,9 @@
 // `mlp` on the GPU: the weights engine/models/mlp_model.cc loads and checks, uploaded once per
 // instance; one cuBLASLt GEMM per layer with the bias + activation fused into its epilogue where
 // cuBLASLt has that epilogue (RELU_BIAS, GELU_BIAS for the tanh form, BIAS), else a default
-// epilogue followed by one fused bias + activation kernel (dense_epilogue.cu).
+// epilogue followed by one fused bias + activation kernel (dense_epilogue.cu). The same fallback
+// when cuBLASLt offers no algorithm for a fused epilogue at some batch bucket (it depends on the
+// GPU, types and shapes): the load goes on with the plain GEMM and our kernel.
 //
 // Precision: weights stored as F16/BF16 compute in that type on tensor cores with FP32
 // accumulation (activations between layers in the same 16-bit type, the last layer's output in
@@ -84,6 +86,8 @@ struct GpuLayer {
   // Set when the epilogue could not fuse the activation: applied by LaunchBiasActivation (with
   // the bias when the epilogue did not add it either).
   bool separate_epilogue = false;
+  // The fused epilogue had no cuBLASLt algorithm, so separate_epilogue was set instead.
+  bool epilogue_fallback = false;
   DeviceActivation activation = DeviceActivation::kNone;
   bool softmax = false;
 };
@@ -225,27 +229,54 @@ absl::Status CudaMlpInstance::AddLayer(const cpu::DenseLayer& dense, bool last, 
       layer.activation = ToDevice(dense.activation);
       break;
   }
+  // One algorithm per bucket for the layer's descriptor as it stands; NotFound if cuBLASLt has
+  // none for some bucket (then nothing is kept).
+  auto pick_algorithms = [&]() -> absl::Status {
+    std::vector<MatrixLayout> bs;
+    std::vector<MatrixLayout> ds;
+    std::vector<cublasLtMatmulAlgo_t> algos;
+    for (int rows : buckets_) {
+      ASSIGN_OR_RETURN(MatrixLayout b,
+                       MatrixLayout::Create(CudaType(compute_type_), layer.in, rows, layer.in));
+      ASSIGN_OR_RETURN(MatrixLayout d,
+                       MatrixLayout::Create(CudaType(output_type), layer.out, rows, layer.out));
+      absl::StatusOr<cublasLtMatmulAlgo_t> algo =
+          PickMatmulAlgo(handle_.get(), layer.desc, layer.a, b, d, kWorkspaceBytes);
+      if (!algo.ok()) {
+        return absl::Status(algo.status().code(),
+                            absl::StrCat("layer ", dense.name, " (", layer.out, "x", layer.in,
+                                         ") at ", rows, " rows: ", algo.status().message()));
+      }
+      bs.push_back(std::move(b));
+      ds.push_back(std::move(d));
+      algos.push_back(*algo);
+    }
+    layer.b = std::move(bs);
+    layer.d = std::move(ds);
+    layer.algo = std::move(algos);
+    return absl::OkStatus();
+  };
   RETURN_IF_ERROR(layer.desc.Set(CUBLASLT_MATMUL_DESC_EPILOGUE, epilogue));
   if (has_bias && !layer.separate_epilogue) {
     const void* bias_pointer = layer.bias->get();
     RETURN_IF_ERROR(layer.desc.Set(CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias_pointer));
   }
-  for (int rows : buckets_) {
-    ASSIGN_OR_RETURN(MatrixLayout b,
-                     MatrixLayout::Create(CudaType(compute_type_), layer.in, rows, layer.in));
-    ASSIGN_OR_RETURN(MatrixLayout d,
-                     MatrixLayout::Create(CudaType(output_type), layer.out, rows, layer.out));
-    absl::StatusOr<cublasLtMatmulAlgo_t> algo =
-        PickMatmulAlgo(handle_.get(), layer.desc, layer.a, b, d, kWorkspaceBytes);
-    if (!algo.ok()) {
-      return absl::Status(algo.status().code(),
-                          absl::StrCat("layer ", dense.name, " (", layer.out, "x", layer.in,
-                                       ") at ", rows, " rows: ", algo.status().message()));
-    }
-    layer.b.push_back(std::move(b));
-    layer.d.push_back(std::move(d));
-    layer.algo.push_back(*algo);
+  absl::Status picked = pick_algorithms();
+  if (absl::IsNotFound(picked) && epilogue != CUBLASLT_EPILOGUE_DEFAULT) {
+    // No algorithm for the fused epilogue at some bucket (it depends on the GPU, the types and
+    // the shapes): a plain GEMM, then our own bias + activation kernel, computes the same layer,
+    // so the load goes on instead of failing. Softmax, if any, still runs after it.
+    epilogue = CUBLASLT_EPILOGUE_DEFAULT;
+    layer.separate_epilogue = true;
+    layer.activation = dense.activation == Activation::kSoftmax ? DeviceActivation::kNone
+                                                                : ToDevice(dense.activation);
+    layer.epilogue_fallback = true;
+    RETURN_IF_ERROR(layer.desc.Set(CUBLASLT_MATMUL_DESC_EPILOGUE, epilogue));
+    const void* no_bias = nullptr;
+    RETURN_IF_ERROR(layer.desc.Set(CUBLASLT_MATMUL_DESC_BIAS_POINTER, no_bias));
+    picked = pick_algorithms();
   }
+  RETURN_IF_ERROR(picked);
   layers_.push_back(std::move(layer));
   return absl::OkStatus();
 }

@@ -235,7 +235,9 @@ void HttpRoutes::Handle(HttpRequest&& request, Responder respond) {
     // as the protocol has it.
     if (segments[2] == "live") {
       respond(live_.load() ? Empty()
-                           : Error(400, "server is not live: its gRPC listener stopped accepting"));
+                           : Error(400,
+                                   "server is not live: its gRPC listener stopped accepting, or "
+                                   "its device failed (see its log)"));
       return;
     }
     const bool yes = ready_.load() && !engine_->draining();

@@ -11,16 +11,14 @@
 #include "engine/cuda/kernels/add_sub.cuh"
 #include "engine/cuda/kernels/device_counters.cuh"
 #include "gtest/gtest.h"
+#include "tests/gpu/gpu_required.h"
 
 namespace sluice::engine::cuda {
 namespace {
 
 class CudaKernelsTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    auto devices = ListDevices();
-    if (!devices.ok()) GTEST_SKIP() << "no usable GPU: " << devices.status();
-  }
+  void SetUp() override { SLUICE_SKIP_WITHOUT_GPU(); }
 };
 
 TEST_F(CudaKernelsTest, AddSubMatchesTheCpuDefinition) {

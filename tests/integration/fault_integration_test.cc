@@ -189,12 +189,93 @@ TEST(FaultIntegrationTest, FaultFailsTheBatchMarksTheModelNotReadyAndReloadRecov
   EXPECT_EQ((*server)->Stop().value_or(-1), 0) << (*server)->Log();
 }
 
+// A sticky device error (engine/device_fault.h; injected here as cudaErrorIllegalAddress, which
+// the CPU build classifies exactly as the CUDA executor classifies a real one) ends the process:
+// the batch fails INTERNAL naming the code, liveness turns false, the fault is logged once, and
+// the server drains and exits 3 by itself so that the orchestrator restarts it.
+TEST(FaultIntegrationTest, StickyDeviceErrorDrainsAndExitsNonZero) {
+  ScopedEnv inject("SLUICE_TEST_FAULT_INJECT", "simple:1:cudaErrorIllegalAddress");
+  auto server = ServerProcess::Start({"--model-repository=" + testing::BundledModelRepository(),
+                                      "--model-control-mode=explicit", "--load-model=simple",
+                                      "--load-model=identity"});
+  ASSERT_TRUE(server.ok()) << server.status();
+  ASSERT_NE((*server)->http_port(), 0);
+  EXPECT_EQ(testing::HttpGet((*server)->http_port(), "/v2/health/live").status, 200);
+  auto created = InferenceClient::Create((*server)->address());
+  ASSERT_TRUE(created.ok()) << created.status();
+  std::unique_ptr<InferenceClient> client = *std::move(created);
+
+  auto first = client->Infer(SimpleRequest(100));
+  ASSERT_TRUE(first.ok()) << first.status();
+  auto faulted = client->Infer(SimpleRequest(200));
+  EXPECT_EQ(faulted.status().code(), absl::StatusCode::kInternal);
+  EXPECT_THAT(std::string(faulted.status().message()), HasSubstr("cudaErrorIllegalAddress (700"));
+
+  // Liveness turns false before the drain ends: this client keeps its connection open, so the
+  // gRPC shutdown grace (1 s) holds the HTTP front end up long enough to see it.
+  int live = 200;
+  ASSERT_TRUE(Eventually([&] {
+    live = testing::HttpGet((*server)->http_port(), "/v2/health/live").status;
+    return live != 200;
+  }));
+  EXPECT_EQ(live, 400) << "0: the HTTP front end stopped before liveness was seen false";
+  // The process ends by itself (signal 0 only waits), with the process-fatal exit code.
+  absl::StatusOr<int> code = (*server)->Stop(std::chrono::seconds(30), /*signal=*/0);
+  ASSERT_TRUE(code.ok()) << code.status() << (*server)->Log();
+  EXPECT_EQ(*code, 3) << (*server)->Log();
+  const std::string log = (*server)->Log();
+  size_t logged = 0;
+  for (size_t at = log.find("process-fatal device fault in model"); at != std::string::npos;
+       at = log.find("process-fatal device fault in model", at + 1)) {
+    ++logged;
+  }
+  EXPECT_EQ(logged, 1u) << log;
+  EXPECT_THAT(log, HasSubstr("liveness and readiness are NOT_SERVING"));
+}
+
+// A recoverable device error (cudaErrorLaunchOutOfResources) faults only the instance: the model
+// goes not ready, the other model and liveness are untouched, and the server stops normally.
+TEST(FaultIntegrationTest, RecoverableDeviceErrorFaultsOnlyTheInstance) {
+  ScopedEnv inject("SLUICE_TEST_FAULT_INJECT", "simple:0:cudaErrorLaunchOutOfResources");
+  auto server = ServerProcess::Start({"--model-repository=" + testing::BundledModelRepository(),
+                                      "--model-control-mode=explicit", "--load-model=simple",
+                                      "--load-model=identity"});
+  ASSERT_TRUE(server.ok()) << server.status();
+  auto created = InferenceClient::Create((*server)->address());
+  ASSERT_TRUE(created.ok()) << created.status();
+  std::unique_ptr<InferenceClient> client = *std::move(created);
+
+  auto faulted = client->Infer(SimpleRequest(100));
+  EXPECT_EQ(faulted.status().code(), absl::StatusCode::kInternal);
+  EXPECT_THAT(std::string(faulted.status().message()),
+              HasSubstr("cudaErrorLaunchOutOfResources (701, recoverable)"));
+  ASSERT_TRUE(Eventually([&] { return !client->ModelReady("simple").value_or(true); }))
+      << (*server)->Log();
+  ModelInferRequest identity;
+  identity.set_model_name("identity");
+  ASSERT_TRUE(AddInput(identity, "INPUT0", {1, 3}, std::vector<float>{1, 2, 3}).ok());
+  auto echoed = client->Infer(identity);
+  ASSERT_TRUE(echoed.ok()) << echoed.status();
+  EXPECT_TRUE(client->ServerLive().value_or(false));
+  EXPECT_EQ(testing::HttpGet((*server)->http_port(), "/v2/health/live").status, 200);
+  EXPECT_EQ((*server)->Stop().value_or(-1), 0) << (*server)->Log();
+  EXPECT_THAT((*server)->Log(), ::testing::Not(HasSubstr("process-fatal")));
+}
+
 // A malformed spec stops the server at start-up rather than arming something unintended.
 TEST(FaultIntegrationTest, MalformedInjectionSpecRefusesToStart) {
   ScopedEnv inject("SLUICE_TEST_FAULT_INJECT", "simple");
   auto server = ServerProcess::Start({"--model-repository=" + testing::BundledModelRepository()});
   ASSERT_FALSE(server.ok());
   EXPECT_THAT(std::string(server.status().message()), HasSubstr("<model>:<after_n_batches>"));
+}
+
+TEST(FaultIntegrationTest, UnknownCudaErrorNameRefusesToStart) {
+  ScopedEnv inject("SLUICE_TEST_FAULT_INJECT", "simple:1:cudaErrorNoSuchThing");
+  auto server = ServerProcess::Start({"--model-repository=" + testing::BundledModelRepository()});
+  ASSERT_FALSE(server.ok());
+  EXPECT_THAT(std::string(server.status().message()),
+              HasSubstr("unknown CUDA error 'cudaErrorNoSuchThing'"));
 }
 
 }  // namespace

@@ -29,10 +29,13 @@ __global__ void CountBatchKernel(DeviceCounters* counters, int items, int bucket
 
 void CountBatch(DeviceCounters* counters, int items, int bucket, const float* outputs,
                 int64_t output_count, cudaStream_t stream) {
-  const int64_t wanted = (output_count + kThreads - 1) / kThreads;
+  // No outputs to scan (a model that does not count non-finite values): one block bumps the
+  // batch counters; the grid is sized from what the kernel actually reads, never from a count
+  // it ignores.
+  const int64_t scanned = outputs == nullptr ? 0 : output_count;
+  const int64_t wanted = (scanned + kThreads - 1) / kThreads;
   const int blocks = static_cast<int>(wanted < 1 ? 1 : (wanted > 1024 ? 1024 : wanted));
-  CountBatchKernel<<<blocks, kThreads, 0, stream>>>(counters, items, bucket, outputs,
-                                                    outputs == nullptr ? 0 : output_count);
+  CountBatchKernel<<<blocks, kThreads, 0, stream>>>(counters, items, bucket, outputs, scanned);
 }
 
 __global__ void NeverRunsKernel() {}
