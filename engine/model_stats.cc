@@ -77,7 +77,7 @@ bool ModelStats::Sampled() const {
 }
 
 void ModelStats::RecordBatchTokens(int64_t tokens) {
-  std::lock_guard<std::mutex> lock(mu_);
+  common::MutexLock lock(&mu_);
   stats_.batch_tokens.Observe(kBatchTokensBucketBounds, static_cast<double>(tokens));
 }
 
