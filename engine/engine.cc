@@ -83,7 +83,10 @@ Engine::Engine(EngineOptions options) : options_(options) {}
 
 Engine::~Engine() { Shutdown(); }
 
-absl::StatusOr<std::shared_ptr<Engine::LoadedModel>> Engine::Build(const ModelSpec& spec) {
+absl::StatusOr<std::shared_ptr<Engine::LoadedModel>> Engine::Build(const ModelSpec& given) {
+  // Backends that read their inputs and outputs from their files complete the config first.
+  ModelSpec spec = given;
+  ASSIGN_OR_RETURN(spec.config, CompleteModelConfig(given));
   RETURN_IF_ERROR(ValidateModelConfig(spec.config));
   RETURN_IF_ERROR(CheckLoadLimits(spec.config, spec.limits));  // before anything is allocated
   auto loaded = std::make_shared<LoadedModel>(
@@ -301,7 +304,10 @@ void Engine::Submit(std::unique_ptr<InferenceRequest> request) {
     return;
   }
   LoadedModel& model = **loaded;
-  if (absl::Status status = ValidateAndBindRequest(model.config(), *request); !status.ok()) {
+  absl::Status status = model.model->validates_requests()
+                            ? model.model->ValidateAndBindRequest(*request)
+                            : ValidateAndBindRequest(model.config(), *request);
+  if (!status.ok()) {
     model.stats.RecordFailure(*request, status.code());
     request->Complete(std::move(status));
     return;

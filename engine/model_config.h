@@ -46,6 +46,12 @@ struct QueuePolicyConfig {
 
 enum class InstanceKind { kAuto, kCpu, kGpu };
 
+struct RaggedBatchingConfig {
+  // Real tokens (the sum of the requests' token_count) per batch at most. A request with more
+  // tokens than this alone runs in a batch of its own.
+  int64_t max_batch_tokens = 0;
+};
+
 struct ModelConfig {
   std::string name;
   // Which backend runs it: "simple", "identity", ...
@@ -57,6 +63,10 @@ struct ModelConfig {
   std::vector<TensorSpec> outputs;
   // Absent: each request runs alone, as Triton's default scheduler does.
   std::optional<DynamicBatchingConfig> dynamic_batching;
+  // Sequence models (the encoder): requests of different sequence lengths may share a batch,
+  // bounded by max_batch_size sequences and max_batch_tokens real tokens. Absent: requests share
+  // a batch only when their shapes match.
+  std::optional<RaggedBatchingConfig> ragged_batching;
   // Triton's default_queue_policy: the policy of every priority level that has none of its own.
   QueuePolicyConfig queue_policy;
   // Triton's priority_levels: 0 = one queue, no priorities. Otherwise levels 1..priority_levels,

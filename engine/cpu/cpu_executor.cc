@@ -203,6 +203,9 @@ void CpuExecutor::ExecutorLoop() {
             absl::StrCat("model '", config_.name, "': injected test fault: ", injected.message()));
       } else {
         const auto t0 = Clock::now();
+        if (instance_->runs_ragged()) {
+          RunRagged(work);
+        } else {
         absl::StatusOr<std::vector<TensorView>> inputs = Gather(work.batch, slots_[work.slot]);
         const auto t1 = Clock::now();
         if (inputs.ok()) {
@@ -213,6 +216,7 @@ void CpuExecutor::ExecutorLoop() {
         const auto t2 = Clock::now();
         work.input_time = t1 - t0;
         work.infer_time = t2 - t1;
+        }
         if (!work.outputs.ok() && work.outputs.status().code() == absl::StatusCode::kInternal) {
           // The ModelInstance contract: INTERNAL is a fault of the backend, not of the request.
           work.outputs = absl::InternalError(
@@ -265,7 +269,7 @@ absl::Status CpuExecutor::Finish(Work& work) {
   const auto t0 = Clock::now();
   absl::Status status = work.outputs.status();
   absl::Status malformed = absl::OkStatus();
-  if (status.ok()) {
+  if (status.ok() && !instance_->runs_ragged()) {
     malformed = CheckOutputs(config_, *work.outputs, batch.items);
     status = malformed;
   }
@@ -277,9 +281,16 @@ absl::Status CpuExecutor::Finish(Work& work) {
     return malformed;
   }
 
-  std::vector<Tensor>& outputs = *work.outputs;
   std::vector<InferenceResponse> responses(batch.requests.size());
-  if (batch.requests.size() == 1) {
+  if (instance_->runs_ragged()) {
+    if (absl::Status malformed = FinishRagged(work, responses); !malformed.ok()) {
+      for (auto& request : batch.requests) {
+        options_.stats->RecordFailure(*request, malformed.code());
+        request->Complete(malformed);
+      }
+      return malformed;
+    }
+  } else if (std::vector<Tensor>& outputs = *work.outputs; batch.requests.size() == 1) {
     // The whole output belongs to the one request.
     const InferenceRequest& request = *batch.requests.front();
     InferenceResponse& response = responses.front();
@@ -328,6 +339,59 @@ absl::Status CpuExecutor::Finish(Work& work) {
                                .requests = timings_});
   for (size_t r = 0; r < batch.requests.size(); ++r) {
     batch.requests[r]->Complete(std::move(responses[r]));
+  }
+  return absl::OkStatus();
+}
+
+void CpuExecutor::RunRagged(Work& work) {
+  // Sequence models (the encoder) read each request's own inputs, of its own length: nothing to
+  // gather, and the model packs them itself.
+  const auto t0 = Clock::now();
+  std::vector<const InferenceRequest*> requests;
+  requests.reserve(work.batch.requests.size());
+  for (const auto& request : work.batch.requests) requests.push_back(request.get());
+  absl::StatusOr<std::vector<std::vector<Tensor>>> outputs = instance_->RunRagged(requests);
+  work.infer_time = Clock::now() - t0;
+  if (outputs.ok()) {
+    work.per_request = *std::move(outputs);
+    work.outputs = std::vector<Tensor>{};
+  } else {
+    work.outputs = outputs.status();
+  }
+}
+
+absl::Status CpuExecutor::FinishRagged(Work& work, std::vector<InferenceResponse>& responses) {
+  const Batch& batch = work.batch;
+  if (work.per_request.size() != batch.requests.size()) {
+    return absl::InternalError(absl::StrCat("model '", config_.name, "': backend returned outputs for ",
+                                            work.per_request.size(), " requests, the batch has ",
+                                            batch.requests.size()));
+  }
+  for (size_t r = 0; r < batch.requests.size(); ++r) {
+    const InferenceRequest& request = *batch.requests[r];
+    std::vector<Tensor>& outputs = work.per_request[r];
+    if (outputs.size() != config_.outputs.size()) {
+      return absl::InternalError(absl::StrCat("model '", config_.name, "': backend returned ",
+                                              outputs.size(), " outputs, the config has ",
+                                              config_.outputs.size()));
+    }
+    for (size_t index : SelectedOutputs(request, config_)) {
+      Tensor& out = outputs[index];
+      const TensorSpec& spec = config_.outputs[index];
+      absl::StatusOr<int64_t> elements = ElementCount(out.shape);
+      const bool ok = out.name == spec.name && out.dtype == spec.dtype && elements.ok() &&
+                      out.shape.size() == spec.dims.size() + 1 &&
+                      out.shape[0] == request.batch_size && out.dtype != DataType::kBytes &&
+                      *FixedByteSize(out.dtype, *elements) == out.data.size();
+      if (!ok) {
+        return absl::InternalError(absl::StrCat("model '", config_.name, "': backend output '",
+                                                out.name, "' of shape ", ShapeToString(out.shape),
+                                                " does not match config output '", spec.name,
+                                                "' for a request of ", request.batch_size,
+                                                " items"));
+      }
+      responses[r].outputs.push_back(std::move(out));
+    }
   }
   return absl::OkStatus();
 }

@@ -57,6 +57,9 @@ class CpuExecutor final : public Executor {
     Batch batch;
     int slot = -1;
     absl::StatusOr<std::vector<Tensor>> outputs = std::vector<Tensor>{};
+    // Ragged models (ModelInstance::runs_ragged): each request's own outputs, config order; then
+    // `outputs` only carries the status.
+    std::vector<std::vector<Tensor>> per_request;
     std::chrono::nanoseconds input_time{0};
     std::chrono::nanoseconds infer_time{0};
     // This batch faulted the executor (the first fault): on_fault follows its answers.
@@ -70,8 +73,12 @@ class CpuExecutor final : public Executor {
   void CompletionLoop();
   // Gathers the batch's inputs into views (zero-copy for a batch of one request).
   absl::StatusOr<std::vector<TensorView>> Gather(const Batch& batch, Slot& slot);
+  // Runs a ragged model's batch: no gather, each request's inputs as they are.
+  void RunRagged(Work& work);
   // Answers the batch; returns the fault it found (malformed outputs), OK otherwise.
   absl::Status Finish(Work& work);
+  // Finish's part for ragged models: checks and hands each request its own outputs.
+  absl::Status FinishRagged(Work& work, std::vector<InferenceResponse>& responses);
   // Records the executor's first fault; returns whether `fault` was the first. Takes mu_.
   bool MarkFaulted(const absl::Status& fault);
 
