@@ -143,10 +143,20 @@ class Reference:
                else transformers.AutoModel)
         self.model = cls.from_pretrained(folder, torch_dtype=torch.float32).eval()
         self.classifier = classifier
+        # sentence-transformers' own Pooling and Normalize modules, configured from the folder's
+        # files, on transformers' hidden states (the random checkpoints carry no tokenizer, which
+        # SentenceTransformer(folder) would load).
         self.st = None
-        if os.path.exists(os.path.join(folder, "modules.json")):
-            self.st = sentence_transformers.SentenceTransformer(folder, device="cpu")
-            self.st.to(torch.float32)
+        modules_path = os.path.join(folder, "modules.json")
+        if os.path.exists(modules_path):
+            with open(modules_path) as f:
+                types = [m["type"] for m in json.load(f)]
+            self.st = []
+            if "sentence_transformers.models.Pooling" in types:
+                with open(os.path.join(folder, "1_Pooling", "config.json")) as f:
+                    self.st.append(sentence_transformers.models.Pooling(**json.load(f)))
+            if "sentence_transformers.models.Normalize" in types:
+                self.st.append(sentence_transformers.models.Normalize())
 
     @torch.no_grad()
     def __call__(self, ids, mask, types=None):
@@ -160,16 +170,20 @@ class Reference:
             result = self.model(**kwargs, output_hidden_states=True)
             out["logits"] = result.logits.numpy()
             out["last_hidden_state"] = result.hidden_states[-1].numpy()
+            base = getattr(self.model, "bert", None)
+            if base is not None and base.pooler is not None:
+                out["pooler_output"] = base.pooler(result.hidden_states[-1]).numpy()
         else:
             result = self.model(**kwargs)
             out["last_hidden_state"] = result.last_hidden_state.numpy()
             if getattr(result, "pooler_output", None) is not None:
                 out["pooler_output"] = result.pooler_output.numpy()
         if self.st is not None:
-            features = {"input_ids": ids_t, "attention_mask": mask_t}
-            if types is not None:
-                features["token_type_ids"] = kwargs["token_type_ids"]
-            out["embedding"] = self.st(features)["sentence_embedding"].numpy()
+            features = {"token_embeddings": torch.tensor(out["last_hidden_state"]),
+                        "attention_mask": mask_t}
+            for module in self.st:
+                features = module(features)
+            out["embedding"] = features["sentence_embedding"].numpy()
         else:
             out["embedding"] = out["last_hidden_state"][:, 0, :]
         return out
@@ -250,7 +264,10 @@ class EncoderReferenceTest(unittest.TestCase):
                 expected = {"last_hidden_state", "embedding"}
                 if options.get("classifier"):
                     expected.add("logits")
-                elif not options.get("no_pooler"):
+                # BertForSequenceClassification keeps its pooler (the head reads it); RoBERTa's
+                # has none.
+                if (not options.get("no_pooler") and
+                        not (options.get("classifier") and options["arch"] == "roberta")):
                     expected.add("pooler_output")
                 self.assertEqual(set(outputs), expected)
                 with_types = options["arch"] == "bert"
@@ -264,13 +281,14 @@ class EncoderReferenceTest(unittest.TestCase):
                     inputs, requested = self.request(name, ids, mask, types)
                     box = {}
                     self.client.async_infer(name, inputs,
-                                            lambda r, e, box=box: box.update(r=r, e=e),
+                                            lambda result, error, box=box: box.update(r=result, e=error),
                                             outputs=requested)
                     pending.append((box, ids, mask, types))
                 deadline = time.monotonic() + 60
                 for box, ids, mask, types in pending:
                     while "r" not in box and time.monotonic() < deadline:
                         time.sleep(0.005)
+                    self.assertIn("r", box, f"{name}: no answer")
                     self.assertIsNone(box.get("e"), f"{name}: {box.get('e')}")
                     self.check(name, box["r"], ids, mask, types, outputs)
                 # Mix 2: one request of rows padded to one length, masks of different lengths and
@@ -293,12 +311,13 @@ class EncoderReferenceTest(unittest.TestCase):
                     inputs, requested = self.request(name, ids, mask, None, outputs=[output])
                     box = {}
                     self.client.async_infer(name, inputs,
-                                            lambda r, e, box=box: box.update(r=r, e=e),
+                                            lambda result, error, box=box: box.update(r=result, e=error),
                                             outputs=requested)
                     pending.append((box, ids, mask, output))
                 for box, ids, mask, output in pending:
                     while "r" not in box and time.monotonic() < deadline:
                         time.sleep(0.005)
+                    self.assertIn("r", box, f"{name}: no answer")
                     self.assertIsNone(box.get("e"), f"{name}: {box.get('e')}")
                     self.check(name, box["r"], ids, mask, None, [output])
                     for other in outputs:
