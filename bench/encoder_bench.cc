@@ -126,7 +126,9 @@ int Main(int argc, char** argv) {
     std::uniform_int_distribution<int64_t> token(1000 % vocab, vocab - 1);
     for (int64_t& id : ids) id = token(rng);
     std::vector<engine::TensorView> inputs = {
-        {"input_ids", engine::DataType::kInt64, {batch, seq},
+        {"input_ids",
+         engine::DataType::kInt64,
+         {batch, seq},
          std::span<const std::byte>(reinterpret_cast<const std::byte*>(ids.data()),
                                     ids.size() * 8)}};
     (void)(*instance)->Run(inputs);  // warm-up (scratch sized)
@@ -143,8 +145,8 @@ int Main(int argc, char** argv) {
       elapsed = std::chrono::duration<double>(Clock::now() - start).count();
     } while (elapsed < seconds);
     const double per_sequence_flops =
-        static_cast<double>(layers) * (2.0 * seq * hidden * 4 * hidden +
-                                       4.0 * seq * hidden * inter + 4.0 * seq * seq * hidden);
+        static_cast<double>(layers) *
+        (2.0 * seq * hidden * 4 * hidden + 4.0 * seq * hidden * inter + 4.0 * seq * seq * hidden);
     const double sequences_per_s = static_cast<double>(runs * batch) / elapsed;
     std::cout << nlohmann::json{{"batch", batch},
                                 {"seq", seq},

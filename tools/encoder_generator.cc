@@ -63,8 +63,8 @@ absl::Status WriteEncoderCheckpoint(const EncoderCheckpointOptions& o, const std
     }
   }
   if (o.hidden_size % o.heads != 0) {
-    return absl::InvalidArgumentError(absl::StrCat("hidden size ", o.hidden_size,
-                                                   " is not a multiple of heads ", o.heads));
+    return absl::InvalidArgumentError(
+        absl::StrCat("hidden size ", o.hidden_size, " is not a multiple of heads ", o.heads));
   }
   if (o.dtype != DataType::kFp32 && o.dtype != DataType::kFp16 && o.dtype != DataType::kBf16) {
     return absl::InvalidArgumentError("dtype must be FP32, FP16 or BF16");
@@ -127,9 +127,10 @@ absl::Status WriteEncoderCheckpoint(const EncoderCheckpointOptions& o, const std
       root / "config.json",
       absl::StrCat("{\n  \"architectures\": [\"BertModel\"],\n  \"model_type\": \"bert\",\n",
                    "  \"hidden_size\": ", h, ",\n  \"num_hidden_layers\": ", o.layers,
-                   ",\n  \"num_attention_heads\": ", o.heads, ",\n  \"intermediate_size\": ",
-                   o.intermediate_size, ",\n  \"hidden_act\": \"gelu\",\n  \"vocab_size\": ",
-                   o.vocab_size, ",\n  \"max_position_embeddings\": ", o.max_position_embeddings,
+                   ",\n  \"num_attention_heads\": ", o.heads,
+                   ",\n  \"intermediate_size\": ", o.intermediate_size,
+                   ",\n  \"hidden_act\": \"gelu\",\n  \"vocab_size\": ", o.vocab_size,
+                   ",\n  \"max_position_embeddings\": ", o.max_position_embeddings,
                    ",\n  \"type_vocab_size\": ", o.type_vocab_size,
                    ",\n  \"layer_norm_eps\": 1e-12,\n  \"pad_token_id\": 0,\n",
                    "  \"position_embedding_type\": \"absolute\",\n  \"torch_dtype\": \"",

@@ -206,16 +206,16 @@ void CpuExecutor::ExecutorLoop() {
         if (instance_->runs_ragged()) {
           RunRagged(work);
         } else {
-        absl::StatusOr<std::vector<TensorView>> inputs = Gather(work.batch, slots_[work.slot]);
-        const auto t1 = Clock::now();
-        if (inputs.ok()) {
-          work.outputs = instance_->Run(*inputs);
-        } else {
-          work.outputs = inputs.status();
-        }
-        const auto t2 = Clock::now();
-        work.input_time = t1 - t0;
-        work.infer_time = t2 - t1;
+          absl::StatusOr<std::vector<TensorView>> inputs = Gather(work.batch, slots_[work.slot]);
+          const auto t1 = Clock::now();
+          if (inputs.ok()) {
+            work.outputs = instance_->Run(*inputs);
+          } else {
+            work.outputs = inputs.status();
+          }
+          const auto t2 = Clock::now();
+          work.input_time = t1 - t0;
+          work.infer_time = t2 - t1;
         }
         if (!work.outputs.ok() && work.outputs.status().code() == absl::StatusCode::kInternal) {
           // The ModelInstance contract: INTERNAL is a fault of the backend, not of the request.
@@ -363,9 +363,9 @@ void CpuExecutor::RunRagged(Work& work) {
 absl::Status CpuExecutor::FinishRagged(Work& work, std::vector<InferenceResponse>& responses) {
   const Batch& batch = work.batch;
   if (work.per_request.size() != batch.requests.size()) {
-    return absl::InternalError(absl::StrCat("model '", config_.name, "': backend returned outputs for ",
-                                            work.per_request.size(), " requests, the batch has ",
-                                            batch.requests.size()));
+    return absl::InternalError(
+        absl::StrCat("model '", config_.name, "': backend returned outputs for ",
+                     work.per_request.size(), " requests, the batch has ", batch.requests.size()));
   }
   for (size_t r = 0; r < batch.requests.size(); ++r) {
     const InferenceRequest& request = *batch.requests[r];
@@ -384,11 +384,10 @@ absl::Status CpuExecutor::FinishRagged(Work& work, std::vector<InferenceResponse
                       out.shape[0] == request.batch_size && out.dtype != DataType::kBytes &&
                       *FixedByteSize(out.dtype, *elements) == out.data.size();
       if (!ok) {
-        return absl::InternalError(absl::StrCat("model '", config_.name, "': backend output '",
-                                                out.name, "' of shape ", ShapeToString(out.shape),
-                                                " does not match config output '", spec.name,
-                                                "' for a request of ", request.batch_size,
-                                                " items"));
+        return absl::InternalError(
+            absl::StrCat("model '", config_.name, "': backend output '", out.name, "' of shape ",
+                         ShapeToString(out.shape), " does not match config output '", spec.name,
+                         "' for a request of ", request.batch_size, " items"));
       }
       responses[r].outputs.push_back(std::move(out));
     }

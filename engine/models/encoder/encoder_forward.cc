@@ -12,8 +12,8 @@ namespace {
 // y[rows, out] = x[rows, in] x w[out, in]^T (nn.Linear's layout, read transposed by the GEMM).
 void Linear(const float* x, int64_t rows, int in, const std::vector<float>& w, int out, float* y) {
   if (rows == 0) return;
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(rows), out, in, 1.0f, x,
-              in, w.data(), in, 0.0f, y, out);
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(rows), out, in, 1.0f, x, in,
+              w.data(), in, 0.0f, y, out);
 }
 
 // x[row] = LayerNorm(y[row] + bias + x[row]) for every row, in one pass over each row: the
@@ -97,8 +97,8 @@ void SequenceAttention(const EncoderNetwork& net, const PackedBatch& batch, cons
     const float* q = qkv + begin * ld + head * d;
     const float* k = q + h;
     const float* v = q + 2 * h;
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, n, d, scale, q, ld, k, ld, 0.0f,
-                scores, n);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, n, d, scale, q, ld, k, ld, 0.0f, scores,
+                n);
     for (int i = 0; i < n; ++i) {
       float* row = scores + static_cast<int64_t>(i) * n;
       float max = -std::numeric_limits<float>::infinity();
@@ -265,8 +265,7 @@ void PoolerOutput(const EncoderNetwork& net, const PackedBatch& batch, EncoderWo
   }
 }
 
-void Logits(const EncoderNetwork& net, const PackedBatch& batch, EncoderWorkspace& ws,
-            float* out) {
+void Logits(const EncoderNetwork& net, const PackedBatch& batch, EncoderWorkspace& ws, float* out) {
   const int h = net.hidden;
   const int sequences = batch.sequences();
   const int labels = net.num_labels;
@@ -276,14 +275,14 @@ void Logits(const EncoderNetwork& net, const PackedBatch& batch, EncoderWorkspac
   } else {
     // RobertaClassificationHead: dense + tanh on the first token, then out_proj.
     GatherFirstTokens(net, batch, ws.hidden_.data(), ws.first_tokens_.data());
-    Linear(ws.first_tokens_.data(), sequences, h, net.classifier_dense_weight, h,
-           ws.head_.data());
+    Linear(ws.first_tokens_.data(), sequences, h, net.classifier_dense_weight, h, ws.head_.data());
     for (int64_t i = 0; i < int64_t{sequences} * h; ++i) {
       ws.head_[i] = std::tanh(ws.head_[i] + net.classifier_dense_bias[i % h]);
     }
   }
   Linear(ws.head_.data(), sequences, h, net.classifier_weight, labels, out);
-  for (int64_t i = 0; i < int64_t{sequences} * labels; ++i) out[i] += net.classifier_bias[i % labels];
+  for (int64_t i = 0; i < int64_t{sequences} * labels; ++i)
+    out[i] += net.classifier_bias[i % labels];
 }
 
 }  // namespace sluice::engine::models::encoder

@@ -44,17 +44,16 @@ absl::StatusOr<encoder::EncoderLoadOptions> LoadOptions(const ModelConfig& confi
   encoder::EncoderLoadOptions options;
   for (const auto& [key, value] : config.parameters) {
     if (key != kMaxBatchTokensParam && key != kNormalizeParam) {
-      return absl::InvalidArgumentError(absl::StrCat("unknown parameter '", key, "' (known: ",
-                                                     kMaxBatchTokensParam, ", ", kNormalizeParam,
-                                                     ")"));
+      return absl::InvalidArgumentError(absl::StrCat("unknown parameter '", key,
+                                                     "' (known: ", kMaxBatchTokensParam, ", ",
+                                                     kNormalizeParam, ")"));
     }
   }
   auto it = config.parameters.find(std::string(kNormalizeParam));
   if (it != config.parameters.end()) {
     if (it->second != "true" && it->second != "false") {
-      return absl::InvalidArgumentError(absl::StrCat("parameter '", kNormalizeParam, "' = '",
-                                                     it->second,
-                                                     "' must be \"true\" or \"false\""));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "parameter '", kNormalizeParam, "' = '", it->second, "' must be \"true\" or \"false\""));
     }
     options.normalize = it->second == "true";
   }
@@ -85,7 +84,8 @@ std::vector<TensorSpec> ExpectedOutputs(const EncoderNetwork& net) {
   std::vector<TensorSpec> outputs = {
       {std::string(kLastHiddenState), DataType::kFp32, {-1, net.hidden}},
       {std::string(kEmbedding), DataType::kFp32, {net.embedding_size()}}};
-  if (net.has_pooler()) outputs.push_back({std::string(kPoolerOutput), DataType::kFp32, {net.hidden}});
+  if (net.has_pooler())
+    outputs.push_back({std::string(kPoolerOutput), DataType::kFp32, {net.hidden}});
   if (net.classifier != encoder::ClassifierKind::kNone) {
     outputs.push_back({std::string(kLogits), DataType::kFp32, {net.num_labels}});
   }
@@ -110,31 +110,28 @@ absl::Status CheckDeclared(const TensorSpec& declared, const std::vector<TensorS
                            const char* kind, const EncoderNetwork& net) {
   const TensorSpec* want = Find(expected, declared.name);
   if (want == nullptr) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        kind, " '", declared.name, "' is declared, but this ", net.model_type,
-        " checkpoint gives only: ", Names(expected),
-        declared.name == kLogits ? " (no classification head 'classifier.*')"
-        : declared.name == kPoolerOutput ? " (no 'pooler.dense')"
-        : declared.name == kTokenTypeIds ? " (type_vocab_size <= 1: no token types)"
-                                         : ""));
+    return absl::InvalidArgumentError(
+        absl::StrCat(kind, " '", declared.name, "' is declared, but this ", net.model_type,
+                     " checkpoint gives only: ", Names(expected),
+                     declared.name == kLogits         ? " (no classification head 'classifier.*')"
+                     : declared.name == kPoolerOutput ? " (no 'pooler.dense')"
+                     : declared.name == kTokenTypeIds ? " (type_vocab_size <= 1: no token types)"
+                                                      : ""));
   }
   const bool int_input = want->dtype == DataType::kInt64;
   if (declared.dtype != want->dtype && !(int_input && declared.dtype == DataType::kInt32)) {
-    return absl::InvalidArgumentError(absl::StrCat(kind, " '", declared.name, "' is declared ",
-                                                   DataTypeName(declared.dtype),
-                                                   ", the checkpoint gives ",
-                                                   DataTypeName(want->dtype),
-                                                   int_input ? " (or INT32)" : ""));
+    return absl::InvalidArgumentError(absl::StrCat(
+        kind, " '", declared.name, "' is declared ", DataTypeName(declared.dtype),
+        ", the checkpoint gives ", DataTypeName(want->dtype), int_input ? " (or INT32)" : ""));
   }
   bool dims_ok = declared.dims.size() == want->dims.size();
   for (size_t d = 0; dims_ok && d < want->dims.size(); ++d) {
     dims_ok = declared.dims[d] == want->dims[d] || declared.dims[d] == -1;
   }
   if (!dims_ok) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(kind, " '", declared.name, "' is declared with dims ",
-                     ShapeToString(declared.dims), ", the checkpoint gives ",
-                     ShapeToString(want->dims), " (without the batch dimension)"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        kind, " '", declared.name, "' is declared with dims ", ShapeToString(declared.dims),
+        ", the checkpoint gives ", ShapeToString(want->dims), " (without the batch dimension)"));
   }
   return absl::OkStatus();
 }
@@ -390,8 +387,8 @@ absl::Status EncoderModel::ValidateAndBindRequest(InferenceRequest& request) con
   for (size_t i = 0; i < request.inputs.size(); ++i) {
     const TensorView& input = request.inputs[i];
     if (config_.FindInput(input.name) == nullptr) {
-      return Fail(absl::StrCat("has no input named '", input.name, "' (inputs: ",
-                               Names(config_.inputs), ")"));
+      return Fail(absl::StrCat("has no input named '", input.name,
+                               "' (inputs: ", Names(config_.inputs), ")"));
     }
     for (size_t j = 0; j < i; ++j) {
       if (request.inputs[j].name == input.name) {
@@ -399,8 +396,8 @@ absl::Status EncoderModel::ValidateAndBindRequest(InferenceRequest& request) con
       }
     }
     if (input.dtype != DataType::kInt64 && input.dtype != DataType::kInt32) {
-      return Fail(absl::StrCat("input '", input.name, "' has data type ",
-                               DataTypeName(input.dtype), ", the model expects INT64 (or INT32)"));
+      return Fail(absl::StrCat("input '", input.name, "' has data type ", DataTypeName(input.dtype),
+                               ", the model expects INT64 (or INT32)"));
     }
     if (input.shape.size() != 2) {
       return Fail(absl::StrCat("input '", input.name, "' has shape ", ShapeToString(input.shape),
@@ -448,8 +445,8 @@ absl::Status EncoderModel::ValidateAndBindRequest(InferenceRequest& request) con
     for (int64_t i = 0; i < count; ++i) {
       const int64_t type = IntAt(*in.types, i);
       if (type < 0 || type >= net.type_vocab_size) {
-        return Fail(absl::StrCat("input '", kTokenTypeIds, "' [", i / seq, ",", i % seq, "] = ",
-                                 type, " is outside [0, ", net.type_vocab_size,
+        return Fail(absl::StrCat("input '", kTokenTypeIds, "' [", i / seq, ",", i % seq,
+                                 "] = ", type, " is outside [0, ", net.type_vocab_size,
                                  ") (type_vocab_size)"));
       }
     }
@@ -458,8 +455,8 @@ absl::Status EncoderModel::ValidateAndBindRequest(InferenceRequest& request) con
     for (int64_t i = 0; i < count; ++i) {
       const int64_t value = IntAt(*in.mask, i);
       if (value != 0 && value != 1) {
-        return Fail(absl::StrCat("input '", kAttentionMask, "' [", i / seq, ",", i % seq, "] = ",
-                                 value, "; a mask holds only 0 and 1"));
+        return Fail(absl::StrCat("input '", kAttentionMask, "' [", i / seq, ",", i % seq,
+                                 "] = ", value, "; a mask holds only 0 and 1"));
       }
     }
   }
@@ -475,8 +472,8 @@ absl::Status EncoderModel::ValidateAndBindRequest(InferenceRequest& request) con
   for (size_t i = 0; i < request.requested_outputs.size(); ++i) {
     const std::string& name = request.requested_outputs[i];
     if (config_.FindOutput(name) == nullptr) {
-      return Fail(absl::StrCat("has no output named '", name, "' (outputs: ",
-                               Names(config_.outputs), ")"));
+      return Fail(
+          absl::StrCat("has no output named '", name, "' (outputs: ", Names(config_.outputs), ")"));
     }
     for (size_t j = 0; j < i; ++j) {
       if (request.requested_outputs[j] == name) {

@@ -1,7 +1,10 @@
 // The encoder backend through the engine API on tiny checkpoints written here (HF names and
 // layout): config completion, load errors, request validation, and the packed-batch properties
 // (a sequence's answer independent of its batch-mates, trailing padding equal to no padding,
-// INT32 = INT64). Numerics against Hugging Face itself: tests/integration/encoder_reference_test.py.
+// INT32 = INT64). Numerics against Hugging Face itself:
+// tests/integration/encoder_reference_test.py.
+
+#include "engine/models/encoder/encoder_model.h"
 
 #include <cmath>
 #include <cstring>
@@ -16,7 +19,6 @@
 #include "absl/strings/str_cat.h"
 #include "engine/backend.h"
 #include "engine/engine.h"
-#include "engine/models/encoder/encoder_model.h"
 #include "engine/models/safetensors.h"
 #include "engine/testing/answer.h"
 #include "gmock/gmock.h"
@@ -262,8 +264,7 @@ class EncoderEngineTest : public EncoderModelTest {
       const std::vector<std::tuple<std::string, Shape, std::vector<int64_t>>>& inputs,
       std::vector<std::string> outputs = {}, DataType dtype = DataType::kInt64) {
     auto answer = std::make_shared<testing::Answer>();
-    auto request =
-        std::make_unique<InferenceRequest>("m", -1, testing::Answer::Into(answer));
+    auto request = std::make_unique<InferenceRequest>("m", -1, testing::Answer::Into(answer));
     auto owned = std::make_shared<std::vector<std::vector<std::byte>>>();
     for (const auto& [name, shape, values] : inputs) {
       if (dtype == DataType::kInt64) {
@@ -275,8 +276,8 @@ class EncoderEngineTest : public EncoderModelTest {
       }
     }
     for (size_t i = 0; i < inputs.size(); ++i) {
-      request->inputs.push_back(TensorView{std::get<0>(inputs[i]), dtype, std::get<1>(inputs[i]),
-                                           (*owned)[i]});
+      request->inputs.push_back(
+          TensorView{std::get<0>(inputs[i]), dtype, std::get<1>(inputs[i]), (*owned)[i]});
     }
     request->keepalive = owned;
     request->requested_outputs = std::move(outputs);

@@ -51,8 +51,7 @@ absl::StatusOr<Json> ReadJsonFile(const fs::path& path) {
   ASSIGN_OR_RETURN(std::string text, ReadSmallFile(path));
   Json json = Json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (json.is_discarded() || !json.is_object()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("'", path.string(), "' is not a JSON object"));
+    return absl::InvalidArgumentError(absl::StrCat("'", path.string(), "' is not a JSON object"));
   }
   return json;
 }
@@ -63,8 +62,7 @@ absl::StatusOr<int64_t> IntField(const Json& json, const fs::path& path, const c
   auto it = json.find(key);
   if (it == json.end() || it->is_null()) {
     if (fallback.has_value()) return *fallback;
-    return absl::InvalidArgumentError(
-        absl::StrCat("'", path.string(), "' has no \"", key, "\""));
+    return absl::InvalidArgumentError(absl::StrCat("'", path.string(), "' has no \"", key, "\""));
   }
   if (!it->is_number_integer()) {
     return absl::InvalidArgumentError(
@@ -72,8 +70,8 @@ absl::StatusOr<int64_t> IntField(const Json& json, const fs::path& path, const c
   }
   const int64_t value = it->get<int64_t>();
   if (value < min || value > max) {
-    return absl::InvalidArgumentError(absl::StrCat("'", path.string(), "': \"", key, "\" = ",
-                                                   value, " is outside [", min, ", ", max, "]"));
+    return absl::InvalidArgumentError(absl::StrCat("'", path.string(), "': \"", key, "\" = ", value,
+                                                   " is outside [", min, ", ", max, "]"));
   }
   return value;
 }
@@ -83,8 +81,7 @@ absl::StatusOr<std::string> StringField(const Json& json, const fs::path& path, 
   auto it = json.find(key);
   if (it == json.end() || it->is_null()) {
     if (fallback.has_value()) return *fallback;
-    return absl::InvalidArgumentError(
-        absl::StrCat("'", path.string(), "' has no \"", key, "\""));
+    return absl::InvalidArgumentError(absl::StrCat("'", path.string(), "' has no \"", key, "\""));
   }
   if (!it->is_string()) {
     return absl::InvalidArgumentError(
@@ -137,10 +134,10 @@ absl::Status ReadSentenceTransformersFiles(const fs::path& folder, EncoderNetwor
   net.pooling.mean_sqrt_len = BoolField(pooling, "pooling_mode_mean_sqrt_len_tokens");
   for (const char* unsupported : {"pooling_mode_weightedmean_tokens", "pooling_mode_lasttoken"}) {
     if (BoolField(pooling, unsupported)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "'", pooling_path.string(), "': \"", unsupported,
-          "\" is not supported (supported: cls_token, max_tokens, mean_tokens, "
-          "mean_sqrt_len_tokens)"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("'", pooling_path.string(), "': \"", unsupported,
+                       "\" is not supported (supported: cls_token, max_tokens, mean_tokens, "
+                       "mean_sqrt_len_tokens)"));
     }
   }
   if (net.pooling.count() == 0) {
@@ -176,9 +173,9 @@ absl::Status ReadConfigJson(const fs::path& folder, EncoderNetwork& net) {
   ASSIGN_OR_RETURN(const std::string position_type,
                    StringField(json, path, "position_embedding_type", "absolute"));
   if (position_type != "absolute") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("'", path.string(), "': position_embedding_type '", position_type,
-                     "' is not supported (only \"absolute\")"));
+    return absl::InvalidArgumentError(absl::StrCat("'", path.string(),
+                                                   "': position_embedding_type '", position_type,
+                                                   "' is not supported (only \"absolute\")"));
   }
   ASSIGN_OR_RETURN(int64_t hidden,
                    IntField(json, path, "hidden_size", std::nullopt, 1, kMaxDimension));
@@ -190,8 +187,8 @@ absl::Status ReadConfigJson(const fs::path& folder, EncoderNetwork& net) {
                    IntField(json, path, "intermediate_size", std::nullopt, 1, kMaxDimension));
   ASSIGN_OR_RETURN(int64_t vocab,
                    IntField(json, path, "vocab_size", std::nullopt, 1, int64_t{1} << 24));
-  ASSIGN_OR_RETURN(int64_t positions, IntField(json, path, "max_position_embeddings",
-                                               std::nullopt, 1, kMaxDimension));
+  ASSIGN_OR_RETURN(int64_t positions,
+                   IntField(json, path, "max_position_embeddings", std::nullopt, 1, kMaxDimension));
   ASSIGN_OR_RETURN(int64_t types, IntField(json, path, "type_vocab_size", 2, 0, 1 << 16));
   ASSIGN_OR_RETURN(int64_t pad, IntField(json, path, "pad_token_id", 0, 0, vocab - 1));
   if (hidden % heads != 0) {
@@ -242,12 +239,13 @@ absl::Status ReadConfigJson(const fs::path& folder, EncoderNetwork& net) {
       const long long index = std::strtoll(key.c_str(), &end, 10);
       if (end == key.c_str() || *end != '\0' || index < 0 || index >= kMaxDimension ||
           !value.is_string()) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "'", path.string(), "': id2label entry '", key, "' is not index -> label name"));
+        return absl::InvalidArgumentError(absl::StrCat("'", path.string(), "': id2label entry '",
+                                                       key, "' is not index -> label name"));
       }
       by_index[index] = value.get<std::string>();
     }
-    if (!by_index.empty() && by_index.rbegin()->first + 1 == static_cast<int64_t>(by_index.size())) {
+    if (!by_index.empty() &&
+        by_index.rbegin()->first + 1 == static_cast<int64_t>(by_index.size())) {
       for (auto& [index, label] : by_index) net.labels.push_back(std::move(label));
     }
   }
@@ -280,10 +278,9 @@ class WeightSource {
     }
     const std::string shown = head ? name : prefix_ + name;
     if (tensor == nullptr) {
-      return absl::InvalidArgumentError(absl::StrCat("safetensors file '", file_.path(),
-                                                     "' has no tensor '", shown,
-                                                     "' (config.json needs it with shape ",
-                                                     ShapeToString(shape), ")"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("safetensors file '", file_.path(), "' has no tensor '", shown,
+                       "' (config.json needs it with shape ", ShapeToString(shape), ")"));
     }
     if (tensor->shape != shape) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -328,10 +325,9 @@ absl::Status DescribeHeads(const SafetensorsFile& file, EncoderNetwork& net) {
     net.classifier = ClassifierKind::kBert;
     classifier = linear;
     if (!net.has_pooler()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("safetensors file '", file.path(),
-                       "' has 'classifier.weight' but no pooler ('", prefix,
-                       "pooler.dense.weight'), which BERT's classification head reads"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "safetensors file '", file.path(), "' has 'classifier.weight' but no pooler ('", prefix,
+          "pooler.dense.weight'), which BERT's classification head reads"));
     }
   }
   if (classifier != nullptr) {
@@ -343,10 +339,10 @@ absl::Status DescribeHeads(const SafetensorsFile& file, EncoderNetwork& net) {
     }
     net.num_labels = static_cast<int>(classifier->shape[0]);
     if (!net.labels.empty() && static_cast<int>(net.labels.size()) != net.num_labels) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "config.json's id2label names ", net.labels.size(), " labels but tensor '",
-          classifier->name, "' has ", net.num_labels, " (shape ",
-          ShapeToString(classifier->shape), ")"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("config.json's id2label names ", net.labels.size(), " labels but tensor '",
+                       classifier->name, "' has ", net.num_labels, " (shape ",
+                       ShapeToString(classifier->shape), ")"));
     }
   }
   bool one_dtype = true;
@@ -356,19 +352,18 @@ absl::Status DescribeHeads(const SafetensorsFile& file, EncoderNetwork& net) {
     if (tensor.dtype == DataType::kInt64) continue;
     one_dtype &= tensor.dtype == first;
   }
-  net.stored_dtype = one_dtype && (first == DataType::kFp16 || first == DataType::kBf16)
-                         ? first
-                         : DataType::kFp32;
+  net.stored_dtype =
+      one_dtype && (first == DataType::kFp16 || first == DataType::kBf16) ? first : DataType::kFp32;
   return absl::OkStatus();
 }
 
 int64_t WeightBytes(const EncoderNetwork& net) {
   const int64_t h = net.hidden;
   const int64_t i = net.intermediate;
-  int64_t floats = (int64_t{net.vocab_size} + net.max_position_embeddings + net.type_vocab_size +
-                    2) * h;
-  floats += int64_t{net.layers} * (3 * h * h + 3 * h + h * h + h + 2 * h + i * h + i + h * i + h +
-                                   2 * h);
+  int64_t floats =
+      (int64_t{net.vocab_size} + net.max_position_embeddings + net.type_vocab_size + 2) * h;
+  floats +=
+      int64_t{net.layers} * (3 * h * h + 3 * h + h * h + h + 2 * h + i * h + i + h * i + h + 2 * h);
   if (net.has_pooler()) floats += h * h + h;
   if (net.classifier == ClassifierKind::kRoberta) floats += h * h + h;
   if (net.classifier != ClassifierKind::kNone) floats += int64_t{net.num_labels} * (h + 1);
@@ -385,9 +380,9 @@ absl::StatusOr<std::shared_ptr<EncoderNetwork>> Describe(const fs::path& folder,
   RETURN_IF_ERROR(DescribeHeads(file, *net));
   net->weight_bytes = WeightBytes(*net);
   if (net->weight_bytes > options.max_weight_bytes) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "config.json describes ", net->weight_bytes, " bytes of FP32 weights, over the limit of ",
-        options.max_weight_bytes));
+    return absl::InvalidArgumentError(absl::StrCat("config.json describes ", net->weight_bytes,
+                                                   " bytes of FP32 weights, over the limit of ",
+                                                   options.max_weight_bytes));
   }
   return net;
 }
@@ -396,9 +391,10 @@ absl::StatusOr<SafetensorsFile> OpenWeights(const fs::path& folder) {
   const fs::path config = folder / "config.json";
   std::error_code ec;
   if (!fs::exists(config, ec)) {
-    return absl::NotFoundError(absl::StrCat(
-        "no '", config.string(), "' (the encoder backend serves a Hugging Face checkpoint folder: "
-                                 "config.json and model.safetensors)"));
+    return absl::NotFoundError(
+        absl::StrCat("no '", config.string(),
+                     "' (the encoder backend serves a Hugging Face checkpoint folder: "
+                     "config.json and model.safetensors)"));
   }
   return SafetensorsFile::Open((folder / "model.safetensors").string());
 }
@@ -409,8 +405,8 @@ absl::Status ReadWeights(const SafetensorsFile& file, EncoderNetwork& net) {
   const int64_t inter = net.intermediate;
   ASSIGN_OR_RETURN(net.word_embeddings,
                    w.Get("embeddings.word_embeddings.weight", {net.vocab_size, h}));
-  ASSIGN_OR_RETURN(net.position_embeddings,
-                   w.Get("embeddings.position_embeddings.weight", {net.max_position_embeddings, h}));
+  ASSIGN_OR_RETURN(net.position_embeddings, w.Get("embeddings.position_embeddings.weight",
+                                                  {net.max_position_embeddings, h}));
   if (net.type_vocab_size > 0) {
     ASSIGN_OR_RETURN(net.type_embeddings,
                      w.Get("embeddings.token_type_embeddings.weight", {net.type_vocab_size, h}));
@@ -437,8 +433,7 @@ absl::Status ReadWeights(const SafetensorsFile& file, EncoderNetwork& net) {
     ASSIGN_OR_RETURN(layer.attention_norm_gamma,
                      w.Get(p + "attention.output.LayerNorm.weight", {h}));
     ASSIGN_OR_RETURN(layer.attention_norm_beta, w.Get(p + "attention.output.LayerNorm.bias", {h}));
-    ASSIGN_OR_RETURN(layer.intermediate_weight,
-                     w.Get(p + "intermediate.dense.weight", {inter, h}));
+    ASSIGN_OR_RETURN(layer.intermediate_weight, w.Get(p + "intermediate.dense.weight", {inter, h}));
     ASSIGN_OR_RETURN(layer.intermediate_bias, w.Get(p + "intermediate.dense.bias", {inter}));
     ASSIGN_OR_RETURN(layer.output_weight, w.Get(p + "output.dense.weight", {h, inter}));
     ASSIGN_OR_RETURN(layer.output_bias, w.Get(p + "output.dense.bias", {h}));

@@ -55,8 +55,8 @@ enum class ClassifierKind {
 };
 
 struct EncoderLayer {
-  std::vector<float> qkv_weight;  // [3H, H]: query rows, then key rows, then value rows
-  std::vector<float> qkv_bias;    // [3H]
+  std::vector<float> qkv_weight;            // [3H, H]: query rows, then key rows, then value rows
+  std::vector<float> qkv_bias;              // [3H]
   std::vector<float> attention_out_weight;  // [H, H]
   std::vector<float> attention_out_bias;    // [H]
   std::vector<float> attention_norm_gamma;  // [H]
