@@ -481,6 +481,11 @@ absl::Status EncoderModel::ValidateAndBindRequest(InferenceRequest& request) con
       }
     }
   }
+  // Config order, as the generic validation binds them (the batcher compares inputs by index).
+  std::stable_sort(request.inputs.begin(), request.inputs.end(),
+                   [&](const TensorView& a, const TensorView& b) {
+                     return config_.FindInput(a.name) < config_.FindInput(b.name);
+                   });
   request.batch_size = static_cast<int>(rows);
   request.token_count = tokens;
   return absl::OkStatus();
