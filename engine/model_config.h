@@ -106,7 +106,8 @@ inline constexpr int kMaxPriorityLevels = 1000;
 // Checks the parts every backend relies on: a name, at least one input and output, unique tensor
 // names, valid data types, dims >= -1, max_batch_size >= 0, preferred sizes within
 // [1, max_batch_size], instance count >= 1, priority levels within
-// [0, kMaxPriorityLevels] with the default level and every per-level policy inside them. Messages
+// [0, kMaxPriorityLevels] with the default level and every per-level policy inside them,
+// max_batch_tokens >= 1 when ragged_batching is present. Messages
 // name the model and the field.
 absl::Status ValidateModelConfig(const ModelConfig& config);
 
