@@ -326,6 +326,40 @@ TEST_F(EncoderEngineTest, SequenceIndependentOfBatchMatesAndPadding) {
   EXPECT_EQ(narrow->outputs[0].shape, (Shape{1, kHidden}));
 }
 
+TEST_F(EncoderEngineTest, RequestsOfDifferentLengthsInFlightTogether) {
+  // Each alone first, then all submitted at once: the token budget lets them share batches
+  // (ragged batching), and each answer must equal its answer alone.
+  std::vector<std::vector<int64_t>> sequences;
+  std::vector<std::vector<float>> alone;
+  for (int length : {1, 3, 16, 7, 12, 2}) {
+    std::vector<int64_t> ids(static_cast<size_t>(length));
+    for (int i = 0; i < length; ++i) ids[i] = (length * 7 + i * 3) % kVocab;
+    auto result = Infer({{"input_ids", {1, length}, ids}}, {"embedding"});
+    ASSERT_TRUE(result.ok()) << result.status();
+    alone.push_back(Floats(result->outputs[0]));
+    sequences.push_back(std::move(ids));
+  }
+  std::vector<std::shared_ptr<testing::Answer>> answers;
+  auto owned = std::make_shared<std::vector<std::vector<std::byte>>>();
+  owned->reserve(sequences.size());
+  for (const auto& ids : sequences) {
+    auto answer = std::make_shared<testing::Answer>();
+    auto request = std::make_unique<InferenceRequest>("m", -1, testing::Answer::Into(answer));
+    owned->push_back(Int64Bytes(ids));
+    request->inputs.push_back(TensorView{
+        "input_ids", DataType::kInt64, {1, static_cast<int64_t>(ids.size())}, owned->back()});
+    request->keepalive = owned;
+    request->requested_outputs = {"embedding"};
+    engine_->Submit(std::move(request));
+    answers.push_back(answer);
+  }
+  for (size_t i = 0; i < answers.size(); ++i) {
+    auto result = answers[i]->WaitForResult(std::chrono::seconds(30));
+    ASSERT_TRUE(result.ok()) << result.status();
+    EXPECT_LT(RelErr(Floats(result->outputs[0]), alone[i]), 1e-5) << "sequence " << i;
+  }
+}
+
 TEST_F(EncoderEngineTest, BadRequestsNameTensorAndLimit) {
   struct Case {
     std::vector<std::tuple<std::string, Shape, std::vector<int64_t>>> inputs;
