@@ -243,6 +243,33 @@ TEST_F(EncoderModelTest, LegacyGammaBetaAndPrefixAccepted) {
   EXPECT_EQ(Floats((*ra)[0]), Floats((*rb)[0]));
 }
 
+TEST_F(EncoderModelTest, NormalizeParameter) {
+  const std::string folder = Write(TinyBert());
+  Input in;
+  in.Add("input_ids", {1, 3}, {2, 3, 4});
+  for (const char* value : {"true", "false"}) {
+    ModelConfig config;
+    config.parameters["normalize"] = value;
+    auto model = CreateEncoderModel(Spec(folder, config));
+    ASSERT_TRUE(model.ok()) << model.status();
+    auto instance = (*model)->CreateInstance(0);
+    auto out = (*instance)->Run(in.views);
+    ASSERT_TRUE(out.ok()) << out.status();
+    ASSERT_EQ((*out)[1].name, "embedding");
+    double squares = 0;
+    for (float v : Floats((*out)[1])) squares += double{v} * v;
+    if (std::string(value) == "true") {
+      EXPECT_NEAR(squares, 1.0, 1e-5);
+    } else {
+      EXPECT_GT(std::abs(squares - 1.0), 1e-3);
+    }
+  }
+  ModelConfig bad;
+  bad.parameters["normalize"] = "yes";
+  EXPECT_THAT(CreateEncoderModel(Spec(folder, bad)).status().message(),
+              HasSubstr("'normalize' = 'yes'"));
+}
+
 class EncoderEngineTest : public EncoderModelTest {
  protected:
   void SetUp() override {
