@@ -105,12 +105,17 @@ absl::StatusOr<inference::ModelInferRequest> MakeRandomRequest(
     absl::StatusOr<std::string> raw = RandomInput(tensor.datatype(), shape, seed + i);
     const bool int_type = tensor.datatype() == "INT64" || tensor.datatype() == "INT32";
     if (raw.ok() && int_type &&
-        (tensor.name() == "attention_mask" || tensor.name() == "token_type_ids")) {
-      // A sequence model's mask and segment ids: every token real, one segment.
+        (tensor.name() == "input_ids" || tensor.name() == "attention_mask" ||
+         tensor.name() == "token_type_ids")) {
+      // A sequence model's token ids in [0, 64) (inside any vocabulary; the signed draw has
+      // negatives), its mask all ones (every token real), its segment ids 0. Little-endian.
       const size_t width = tensor.datatype() == "INT64" ? 8 : 4;
-      std::fill(raw->begin(), raw->end(), '\0');
-      if (tensor.name() == "attention_mask") {
-        for (size_t at = 0; at < raw->size(); at += width) (*raw)[at] = 1;  // little-endian 1
+      for (size_t at = 0; at < raw->size(); at += width) {
+        const char low = (*raw)[at];
+        std::fill(raw->begin() + static_cast<ptrdiff_t>(at),
+                  raw->begin() + static_cast<ptrdiff_t>(at + width), '\0');
+        if (tensor.name() == "input_ids") (*raw)[at] = static_cast<char>(low & 63);
+        if (tensor.name() == "attention_mask") (*raw)[at] = 1;
       }
     }
     if (!raw.ok()) {

@@ -267,7 +267,9 @@ TEST(MakeRandomRequestTest, SequenceModelInputs) {
   absl::StatusOr<inference::ModelInferRequest> request = MakeRandomRequest(metadata, 2, 1, 5);
   ASSERT_TRUE(request.ok()) << request.status();
   for (int i = 0; i < 3; ++i) EXPECT_THAT(request->inputs(i).shape(), ElementsAre(2, 5));
-  for (int64_t id : *FromRawBytes<int64_t>(request->raw_input_contents(0))) {
+  const std::vector<int64_t> ids = *FromRawBytes<int64_t>(request->raw_input_contents(0));
+  EXPECT_EQ(ids.size(), 10u);
+  for (int64_t id : ids) {
     EXPECT_GE(id, 0);
     EXPECT_LT(id, 64);
   }

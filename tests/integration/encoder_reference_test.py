@@ -262,6 +262,10 @@ class EncoderReferenceTest(unittest.TestCase):
                 self.assertLess(err, TOLERANCE, f"{name} {output}: relative error {err}")
             WORST[output] = max(WORST.get(output, 0.0), err)
 
+    def execution_count(self, name):
+        stats = self.client.get_inference_statistics(name, as_json=True)["model_stats"][0]
+        return int(stats.get("execution_count", 0))
+
     def outputs_of(self, name):
         config = self.client.get_model_config(name, as_json=True)["config"]
         return [o["name"] for o in config["output"]]
@@ -282,7 +286,9 @@ class EncoderReferenceTest(unittest.TestCase):
                 self.assertEqual(set(outputs), expected)
                 with_types = options["arch"] == "bert"
                 low = 3 if options["arch"] == "roberta" else 0  # keep RoBERTa's pad id 1 out
-                # Mix 1: single sequences of many lengths in flight together.
+                # Mix 1: single sequences of many lengths in flight together: the token budget
+                # (ragged_batching) lets them share batches.
+                before = self.execution_count(name)
                 pending = []
                 for length in (1, 2, 7, 16, 33, MAX_SEQ):
                     ids = rng.integers(low, VOCAB, size=(1, length))
@@ -303,6 +309,8 @@ class EncoderReferenceTest(unittest.TestCase):
                     self.assertIn("r", box, f"{name}: no answer")
                     self.assertIsNone(box.get("e"), f"{name}: {box.get('e')}")
                     self.check(name, box["r"], ids, mask, types, outputs)
+                self.assertLess(self.execution_count(name) - before, 6,
+                                f"{name}: six requests of different lengths never shared a batch")
                 # Mix 2: one request of rows padded to one length, masks of different lengths and
                 # an interior zero; INT32 on the wire.
                 ids = rng.integers(low, VOCAB, size=(4, 20))

@@ -243,6 +243,33 @@ TEST_F(EncoderModelTest, LegacyGammaBetaAndPrefixAccepted) {
   EXPECT_EQ(Floats((*ra)[0]), Floats((*rb)[0]));
 }
 
+TEST_F(EncoderModelTest, NormalizeParameter) {
+  const std::string folder = Write(TinyBert());
+  Input in;
+  in.Add("input_ids", {1, 3}, {2, 3, 4});
+  for (const char* value : {"true", "false"}) {
+    ModelConfig config;
+    config.parameters["normalize"] = value;
+    auto model = CreateEncoderModel(Spec(folder, config));
+    ASSERT_TRUE(model.ok()) << model.status();
+    auto instance = (*model)->CreateInstance(0);
+    auto out = (*instance)->Run(in.views);
+    ASSERT_TRUE(out.ok()) << out.status();
+    ASSERT_EQ((*out)[1].name, "embedding");
+    double squares = 0;
+    for (float v : Floats((*out)[1])) squares += double{v} * v;
+    if (std::string(value) == "true") {
+      EXPECT_NEAR(squares, 1.0, 1e-5);
+    } else {
+      EXPECT_GT(std::abs(squares - 1.0), 1e-3);
+    }
+  }
+  ModelConfig bad;
+  bad.parameters["normalize"] = "yes";
+  EXPECT_THAT(CreateEncoderModel(Spec(folder, bad)).status().message(),
+              HasSubstr("'normalize' = 'yes'"));
+}
+
 class EncoderEngineTest : public EncoderModelTest {
  protected:
   void SetUp() override {
@@ -324,6 +351,40 @@ TEST_F(EncoderEngineTest, SequenceIndependentOfBatchMatesAndPadding) {
   ASSERT_TRUE(narrow.ok()) << narrow.status();
   EXPECT_EQ(Floats(narrow->outputs[0]), Floats(alone_a->outputs[1]));
   EXPECT_EQ(narrow->outputs[0].shape, (Shape{1, kHidden}));
+}
+
+TEST_F(EncoderEngineTest, RequestsOfDifferentLengthsInFlightTogether) {
+  // Each alone first, then all submitted at once: the token budget lets them share batches
+  // (ragged batching), and each answer must equal its answer alone.
+  std::vector<std::vector<int64_t>> sequences;
+  std::vector<std::vector<float>> alone;
+  for (int length : {1, 3, 16, 7, 12, 2}) {
+    std::vector<int64_t> ids(static_cast<size_t>(length));
+    for (int i = 0; i < length; ++i) ids[i] = (length * 7 + i * 3) % kVocab;
+    auto result = Infer({{"input_ids", {1, length}, ids}}, {"embedding"});
+    ASSERT_TRUE(result.ok()) << result.status();
+    alone.push_back(Floats(result->outputs[0]));
+    sequences.push_back(std::move(ids));
+  }
+  std::vector<std::shared_ptr<testing::Answer>> answers;
+  auto owned = std::make_shared<std::vector<std::vector<std::byte>>>();
+  owned->reserve(sequences.size());
+  for (const auto& ids : sequences) {
+    auto answer = std::make_shared<testing::Answer>();
+    auto request = std::make_unique<InferenceRequest>("m", -1, testing::Answer::Into(answer));
+    owned->push_back(Int64Bytes(ids));
+    request->inputs.push_back(TensorView{
+        "input_ids", DataType::kInt64, {1, static_cast<int64_t>(ids.size())}, owned->back()});
+    request->keepalive = owned;
+    request->requested_outputs = {"embedding"};
+    engine_->Submit(std::move(request));
+    answers.push_back(answer);
+  }
+  for (size_t i = 0; i < answers.size(); ++i) {
+    auto result = answers[i]->WaitForResult(std::chrono::seconds(30));
+    ASSERT_TRUE(result.ok()) << result.status();
+    EXPECT_LT(RelErr(Floats(result->outputs[0]), alone[i]), 1e-5) << "sequence " << i;
+  }
 }
 
 TEST_F(EncoderEngineTest, BadRequestsNameTensorAndLimit) {

@@ -1,9 +1,11 @@
 #include "engine/models/encoder/encoder_network.h"
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <utility>
 
