@@ -10,6 +10,8 @@
   transformers) with the bundled embedder's tokenizer.json: `text` + `text_pair` give the ids and
   token types of Hugging Face `tokenizers`' pair encoding (longest-first truncation included),
   and logits equal transformers' on them.
+- The same text over HTTP/REST (JSON and binary BYTES) gives the gRPC answer.
+- A full tokenizer pool answers RESOURCE_EXHAUSTED at once, and the server keeps serving.
 - Errors through the real server, which keeps serving: text and token ids together, invalid UTF-8
   (names the batch item), text_pair without text, wrong datatype, over-long text with truncation
   off (names the limit), and the tokenize phase counted in Prometheus.
@@ -23,6 +25,7 @@ import re
 import shutil
 import sys
 import tempfile
+import time
 import unittest
 import urllib.request
 
@@ -31,6 +34,7 @@ import sentence_transformers
 import tokenizers
 import torch
 import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -196,6 +200,58 @@ class TextEmbeddingTest(unittest.TestCase):
         self.assertEqual(ok.as_numpy("embedding").shape, (1, 384))
         ok = self.infer("minilm", [ids], ["embedding"])
         self.assertEqual(ok.as_numpy("embedding").shape, (1, 384))
+
+    def test_http_text_gives_the_grpc_answer(self):
+        sentences = ["A man is eating food.", "ok"]
+        want = self.infer("minilm", [text_input("text", sentences)], ["embedding"])
+        http = httpclient.InferenceServerClient(self.server.url)
+        try:
+            for binary in (False, True):
+                tensor = httpclient.InferInput("text", [2, 1], "BYTES")
+                tensor.set_data_from_numpy(
+                    np.array([[s.encode()] for s in sentences], dtype=np.object_),
+                    binary_data=binary)
+                got = http.infer("minilm", [tensor],
+                                 outputs=[httpclient.InferRequestedOutput("embedding")])
+                self.assertLess(rel_err(got.as_numpy("embedding"), want.as_numpy("embedding")),
+                                1e-6, f"binary={binary}")
+        finally:
+            http.close()
+
+    def test_full_tokenizer_pool_is_resource_exhausted_at_once(self):
+        # One tokenizer thread and a queue of one: of many concurrent 1 MB texts (each takes
+        # milliseconds to tokenize before truncation), some find the pool full.
+        server = SluiceServer(ARGS.server, self.root, timeout_s=120,
+                              extra_args=["--tokenizer-threads=1", "--tokenizer-queue-size=1"])
+        client = grpcclient.InferenceServerClient(f"127.0.0.1:{server.grpc_port}")
+        try:
+            big = ("word " * 200000).strip()
+            results = []
+            for _ in range(24):
+                client.async_infer("minilm", [text_input("text", [big])],
+                                   lambda result, error: results.append((result, error)),
+                                   outputs=[grpcclient.InferRequestedOutput("embedding")])
+            deadline = time.monotonic() + 120
+            while len(results) < 24 and time.monotonic() < deadline:
+                time.sleep(0.01)
+            self.assertEqual(len(results), 24)
+            errors = [e for _, e in results if e is not None]
+            self.assertTrue(errors, "no request found the tokenizer pool full")
+            for error in errors:
+                self.assertIn("RESOURCE_EXHAUSTED", str(error.status()), str(error))
+                self.assertIn("tokenization queue is full", str(error))
+            self.assertTrue(any(e is None for _, e in results))
+            ok = self.infer_on(client, "minilm", ["still serving"])
+            self.assertEqual(ok.shape, (1, 384))
+        finally:
+            client.close()
+            self.assertEqual(server.stop(), 0)
+
+    @staticmethod
+    def infer_on(client, model, strings):
+        return client.infer(model, [text_input("text", strings)],
+                            outputs=[grpcclient.InferRequestedOutput("embedding")]
+                            ).as_numpy("embedding")
 
     def test_tokenize_phase_in_prometheus(self):
         self.infer("minilm", [text_input("text", ["count me"])], ["embedding"])
