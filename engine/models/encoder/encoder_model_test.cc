@@ -434,7 +434,8 @@ class EncoderTextTest : public EncoderModelTest {
            "a\nb\nc\n!\n,\ncafe\nx\ny\nz\n##z\n";
     ModelConfig config;
     config.dynamic_batching = DynamicBatchingConfig{};
-    ASSERT_TRUE(engine_->LoadModel(Spec(folder, config)).ok());
+    const absl::Status loaded = engine_->LoadModel(Spec(folder, config));
+    ASSERT_TRUE(loaded.ok()) << loaded;
   }
   void TearDown() override {
     engine_.reset();
