@@ -414,7 +414,10 @@ int Run(const Flags& flags, const std::string& command_line) {
   context.batch_size = options.batch_size;
   context.inputs = DescribeInputs(*request);
   context.input_fill =
-      spec.input_json.empty() ? flags.input_data : absl::StrCat("from ", flags.input_data);
+      !flags.text_file.empty()
+          ? absl::StrCat("one of ", options.request_variants.size(), " lines of ", flags.text_file)
+      : spec.input_json.empty() ? flags.input_data
+                                : absl::StrCat("from ", flags.input_data);
   context.request_bytes = RequestPayloadBytes(*request);
   context.warmup_ms = options.warmup_ms;
   context.window_ms = options.window_ms;
