@@ -6,10 +6,12 @@
 
 #include "engine/models/encoder/encoder_model.h"
 
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <memory>
 #include <random>
@@ -454,12 +456,13 @@ class EncoderTextTest : public EncoderModelTest {
     return out;
   }
 
-  absl::StatusOr<InferenceResponse> InferText(const std::vector<std::string>& text,
-                                              const std::vector<std::string>& pair = {},
-                                              std::vector<std::string> outputs = {},
-                                              bool with_ids = false) {
+  absl::StatusOr<InferenceResponse> InferText(
+      const std::vector<std::string>& text, const std::vector<std::string>& pair = {},
+      std::vector<std::string> outputs = {}, bool with_ids = false,
+      const std::function<void(InferenceRequest&)>& adjust = nullptr) {
     auto answer = std::make_shared<testing::Answer>();
     auto request = std::make_unique<InferenceRequest>("m", -1, testing::Answer::Into(answer));
+    if (adjust) adjust(*request);
     auto owned = std::make_shared<std::vector<std::vector<std::byte>>>();
     owned->reserve(3);
     const int64_t n = static_cast<int64_t>(text.size());
@@ -569,6 +572,24 @@ TEST_F(EncoderTextTest, BadTextRequestsAreInvalidArgument) {
   EXPECT_THAT(pairs.status().message(), HasSubstr("one pair per batch item"));
 
   EXPECT_TRUE(InferText({"hello"}).ok());  // still serving
+}
+
+TEST_F(EncoderTextTest, CancelledOrExpiredWhileWaitingForTokenizationIsNotTokenized) {
+  auto cancelled = InferText({"hello"}, {}, {}, false, [](InferenceRequest& request) {
+    request.cancelled = std::make_shared<const std::atomic<bool>>(true);
+  });
+  ASSERT_FALSE(cancelled.ok());
+  EXPECT_TRUE(absl::IsCancelled(cancelled.status())) << cancelled.status();
+  EXPECT_THAT(cancelled.status().message(), HasSubstr("tokenization"));
+  auto expired = InferText({"hello"}, {}, {}, false, [](InferenceRequest& request) {
+    request.deadline = std::chrono::steady_clock::now() - std::chrono::seconds(1);
+  });
+  ASSERT_FALSE(expired.ok());
+  EXPECT_TRUE(absl::IsDeadlineExceeded(expired.status())) << expired.status();
+  auto stats = engine_->GetStats("m", -1);
+  ASSERT_TRUE(stats.ok());
+  EXPECT_EQ(stats->front().stats.tokenize.count, 0u);  // neither was tokenized
+  EXPECT_EQ(stats->front().stats.fail.count, 2u);
 }
 
 }  // namespace
