@@ -273,6 +273,8 @@ int ModelScheduler::PickExecutor(bool* idle) const {
 
 bool ModelScheduler::Compatible(const InferenceRequest& a, const InferenceRequest& b) const {
   if (any_shapes_batch_) return true;
+  // Models with optional inputs (the encoder's attention_mask) bind requests with fewer inputs.
+  if (a.inputs.size() != b.inputs.size()) return false;
   for (size_t i = 0; i < a.inputs.size(); ++i) {
     const Shape& sa = a.inputs[i].shape;
     const Shape& sb = b.inputs[i].shape;

@@ -121,13 +121,30 @@ std::vector<TensorView> CpuExecutor::Gather(const Batch& batch, Slot& slot) {
 absl::Status CpuExecutor::Issue(int s, const Batch& batch) {
   Slot& slot = slots_[s];
   slot.outputs.clear();
+  slot.per_request.clear();
   const auto t0 = Clock::now();
-  const std::vector<TensorView> inputs = Gather(batch, slot);
-  const auto t1 = Clock::now();
-  absl::StatusOr<std::vector<Tensor>> outputs = instance_->Run(inputs);
-  const auto t2 = Clock::now();
-  slot.input_time = t1 - t0;
-  slot.infer_time = t2 - t1;
+  absl::StatusOr<std::vector<Tensor>> outputs = std::vector<Tensor>{};
+  if (instance_->runs_ragged()) {
+    // A sequence model packs the requests' tokens itself: nothing to gather.
+    std::vector<const InferenceRequest*> requests;
+    requests.reserve(batch.requests.size());
+    for (const auto& request : batch.requests) requests.push_back(request.get());
+    absl::StatusOr<std::vector<std::vector<Tensor>>> per_request = instance_->RunRagged(requests);
+    if (per_request.ok()) {
+      slot.per_request = *std::move(per_request);
+    } else {
+      outputs = per_request.status();
+    }
+    slot.input_time = std::chrono::nanoseconds{0};
+    slot.infer_time = Clock::now() - t0;
+  } else {
+    const std::vector<TensorView> inputs = Gather(batch, slot);
+    const auto t1 = Clock::now();
+    outputs = instance_->Run(inputs);
+    const auto t2 = Clock::now();
+    slot.input_time = t1 - t0;
+    slot.infer_time = t2 - t1;
+  }
   if (!outputs.ok()) {
     if (outputs.status().code() == absl::StatusCode::kInternal) {
       // The ModelInstance contract: INTERNAL is a fault of the backend, not of the request.
@@ -144,7 +161,50 @@ absl::Status CpuExecutor::Issue(int s, const Batch& batch) {
 // The model ran to completion inside Issue.
 absl::Status CpuExecutor::Wait(int /*s*/) { return absl::OkStatus(); }
 
+absl::Status CpuExecutor::ScatterRagged(Slot& slot, const Batch& batch, SlotAnswers& answers) {
+  const auto t0 = Clock::now();
+  std::vector<std::vector<Tensor>> per_request = std::move(slot.per_request);
+  slot.per_request.clear();
+  if (per_request.size() != batch.requests.size()) {
+    return absl::InternalError(absl::StrCat("model '", config_.name,
+                                            "': backend returned outputs for ", per_request.size(),
+                                            " requests, the batch has ", batch.requests.size()));
+  }
+  answers.responses.resize(batch.requests.size());
+  for (size_t r = 0; r < batch.requests.size(); ++r) {
+    const InferenceRequest& request = *batch.requests[r];
+    std::vector<Tensor>& outputs = per_request[r];
+    if (outputs.size() != config_.outputs.size()) {
+      return absl::InternalError(absl::StrCat("model '", config_.name, "': backend returned ",
+                                              outputs.size(), " outputs, the config has ",
+                                              config_.outputs.size()));
+    }
+    for (size_t index : SelectedOutputs(request, config_)) {
+      Tensor& out = outputs[index];
+      const TensorSpec& spec = config_.outputs[index];
+      absl::StatusOr<int64_t> elements = ElementCount(out.shape);
+      const bool ok = out.name == spec.name && out.dtype == spec.dtype &&
+                      out.dtype != DataType::kBytes && elements.ok() &&
+                      out.shape.size() == spec.dims.size() + 1 &&
+                      out.shape[0] == request.batch_size &&
+                      *FixedByteSize(out.dtype, *elements) == out.data.size();
+      if (!ok) {
+        return absl::InternalError(
+            absl::StrCat("model '", config_.name, "': backend output '", out.name, "' of shape ",
+                         ShapeToString(out.shape), " does not match config output '", spec.name,
+                         "' for a request of ", request.batch_size, " items"));
+      }
+      answers.responses[r].outputs.push_back(std::move(out));
+    }
+  }
+  answers.input_time = slot.input_time;
+  answers.infer_time = slot.infer_time;
+  answers.output_time = Clock::now() - t0;
+  return absl::OkStatus();
+}
+
 absl::Status CpuExecutor::Scatter(int s, const Batch& batch, SlotAnswers& answers) {
+  if (instance_->runs_ragged()) return ScatterRagged(slots_[s], batch, answers);
   // Taken out of the slot: nothing of this batch outlives its answers.
   std::vector<Tensor> outputs = std::move(slots_[s].outputs);
   slots_[s].outputs.clear();

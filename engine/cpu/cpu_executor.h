@@ -54,6 +54,8 @@ class CpuExecutor final : public Executor, private SlotBackend {
     // CUDA executor play this part).
     std::vector<std::vector<std::byte>> input_staging;
     std::vector<Tensor> outputs;
+    // Ragged models (ModelInstance::runs_ragged): each request's own outputs, in config order.
+    std::vector<std::vector<Tensor>> per_request;
     std::chrono::nanoseconds input_time{0};
     std::chrono::nanoseconds infer_time{0};
   };
@@ -69,6 +71,9 @@ class CpuExecutor final : public Executor, private SlotBackend {
 
   // Gathers the batch's inputs into views (zero-copy for a batch of one request).
   std::vector<TensorView> Gather(const Batch& batch, Slot& slot);
+  // Scatter for ragged models (sequence models, the encoder): no gather before, no slicing after;
+  // checks each request's own outputs and hands them over.
+  absl::Status ScatterRagged(Slot& slot, const Batch& batch, SlotAnswers& answers);
 
   const ModelConfig& config_;
   const std::unique_ptr<ModelInstance> instance_;

@@ -18,6 +18,7 @@
 #include "server/http/json_conversion.h"
 #include "server/infer_conversion.h"
 #include "server/shared_memory/shared_memory_registry.h"
+#include "server/model_config_parser.h"
 #include "server/status_convert.h"
 
 namespace sluice::server::http {
@@ -385,6 +386,7 @@ void HttpRoutes::Model(const std::string& model, const std::string& version_text
       respond(Error(config.status()));
       return;
     }
+    ApplyCompletedConfig(*info->config, *config);
     respond(Json(200, MessageToJson(*config)));
     return;
   }
