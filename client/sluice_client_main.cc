@@ -218,7 +218,6 @@ absl::StatusOr<int> RunStats(InferenceClient& client, const std::string& model,
                                  model_stats.inference_count(), model_stats.execution_count());
     line("success", s.success());
     line("fail", s.fail());
-    if (s.tokenize().count() > 0) line("tokenize", s.tokenize());
     line("queue", s.queue());
     line("compute_input", s.compute_input());
     line("compute_infer", s.compute_infer());
