@@ -1,5 +1,6 @@
 #include "client/random_input.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -76,9 +77,14 @@ absl::StatusOr<std::string> RandomInput(absl::string_view datatype, absl::Span<c
 }
 
 absl::StatusOr<inference::ModelInferRequest> MakeRandomRequest(
-    const inference::ModelMetadataResponse& metadata, int64_t batch_size, uint64_t seed) {
+    const inference::ModelMetadataResponse& metadata, int64_t batch_size, uint64_t seed,
+    int64_t sequence_length) {
   if (batch_size < 1) {
     return absl::InvalidArgumentError(absl::StrCat("batch size ", batch_size, " is not >= 1"));
+  }
+  if (sequence_length < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("sequence length ", sequence_length, " is not >= 1"));
   }
   inference::ModelInferRequest request;
   request.set_model_name(metadata.name());
@@ -86,9 +92,24 @@ absl::StatusOr<inference::ModelInferRequest> MakeRandomRequest(
     const auto& tensor = metadata.inputs(i);
     std::vector<int64_t> shape(tensor.shape().begin(), tensor.shape().end());
     for (size_t d = 0; d < shape.size(); ++d) {
-      if (shape[d] < 0) shape[d] = d == 0 ? batch_size : 1;
+      if (shape[d] < 0) shape[d] = d == 0 ? batch_size : sequence_length;
     }
     absl::StatusOr<std::string> raw = RandomInput(tensor.datatype(), shape, seed + i);
+    const bool int_type = tensor.datatype() == "INT64" || tensor.datatype() == "INT32";
+    if (raw.ok() && int_type &&
+        (tensor.name() == "input_ids" || tensor.name() == "attention_mask" ||
+         tensor.name() == "token_type_ids")) {
+      // A sequence model's token ids in [0, 64) (inside any vocabulary; the signed draw has
+      // negatives), its mask all ones (every token real), its segment ids 0. Little-endian.
+      const size_t width = tensor.datatype() == "INT64" ? 8 : 4;
+      for (size_t at = 0; at < raw->size(); at += width) {
+        const char low = (*raw)[at];
+        std::fill(raw->begin() + static_cast<ptrdiff_t>(at),
+                  raw->begin() + static_cast<ptrdiff_t>(at + width), '\0');
+        if (tensor.name() == "input_ids") (*raw)[at] = static_cast<char>(low & 63);
+        if (tensor.name() == "attention_mask") (*raw)[at] = 1;
+      }
+    }
     if (!raw.ok()) {
       return absl::InvalidArgumentError(
           absl::StrCat("input '", tensor.name(), "': ", raw.status().message()));

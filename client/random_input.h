@@ -21,10 +21,13 @@ absl::StatusOr<std::string> RandomInput(absl::string_view datatype, absl::Span<c
                                         uint64_t seed);
 
 // A request for `metadata.name()` with one random input per metadata input (RandomInput with seed
-// `seed + input index`). Each -1 dimension becomes 1, except a leading -1 (the batch dimension of
-// a model with max_batch_size > 0), which becomes `batch_size`.
-// REQUIRES: batch_size >= 1 (InvalidArgument otherwise).
+// `seed + input index`). Each -1 dimension becomes `sequence_length`, except a leading -1 (the
+// batch dimension of a model with max_batch_size > 0), which becomes `batch_size`. Inputs with
+// the Triton BERT names of sequence models get values such a model accepts: `attention_mask` all
+// ones, `token_type_ids` all zeros, `input_ids` random in [0, 64) (inside any vocabulary).
+// REQUIRES: batch_size >= 1 and sequence_length >= 1 (InvalidArgument otherwise).
 absl::StatusOr<inference::ModelInferRequest> MakeRandomRequest(
-    const inference::ModelMetadataResponse& metadata, int64_t batch_size = 1, uint64_t seed = 0);
+    const inference::ModelMetadataResponse& metadata, int64_t batch_size = 1, uint64_t seed = 0,
+    int64_t sequence_length = 1);
 
 }  // namespace sluice::client

@@ -49,6 +49,7 @@ struct InferFlags {
   std::string id;
   std::string input_json;
   bool random = false;
+  int64_t sequence_length = 1;
   int64_t batch = 1;
   uint64_t seed = 0;
   std::vector<std::string> outputs;
@@ -159,7 +160,8 @@ absl::StatusOr<int> RunInfer(InferenceClient& client, const InferFlags& flags) {
                    client.ModelMetadata(flags.model, flags.version));
   inference::ModelInferRequest request;
   if (flags.random) {
-    ASSIGN_OR_RETURN(request, MakeRandomRequest(metadata, flags.batch, flags.seed));
+    ASSIGN_OR_RETURN(request,
+                     MakeRandomRequest(metadata, flags.batch, flags.seed, flags.sequence_length));
   } else {
     ASSIGN_OR_RETURN(request, InputsFromJson(json_text, &metadata));
   }
@@ -210,6 +212,7 @@ int Main(int argc, char** argv) {
       "  sluice-client --url sluice:8001 models\n"
       "  sluice-client infer simple --random\n"
       "  sluice-client infer mlp --random --batch 8 --output OUTPUT0\n"
+      "  sluice-client infer embedder --random --batch 2 --seq-len 16 --output embedding\n"
       "  sluice-client infer simple --input-json request.json\n"
       "Exit status: 0 success, 1 error, 2 usage error.");
 
@@ -252,6 +255,13 @@ int Main(int argc, char** argv) {
   infer
       ->add_option("--batch", infer_flags.batch,
                    "With --random: batch size, for a model whose input shapes start with -1")
+      ->check(CLI::PositiveNumber)
+      ->needs(random)
+      ->capture_default_str();
+  infer
+      ->add_option("--seq-len", infer_flags.sequence_length,
+                   "With --random: the length of every other -1 dimension (a sequence model's "
+                   "tokens; attention_mask is then all ones, token_type_ids zeros)")
       ->check(CLI::PositiveNumber)
       ->needs(random)
       ->capture_default_str();

@@ -13,6 +13,7 @@
 namespace sluice::client {
 namespace {
 
+using ::testing::Each;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
@@ -250,6 +251,31 @@ TEST(MakeRandomRequestTest, BatchDimensionAndVariableDimensions) {
   // Inputs get different seeds.
   EXPECT_NE(request->raw_input_contents(0), request->raw_input_contents(1));
   EXPECT_FALSE(MakeRandomRequest(metadata, 0).ok());
+}
+
+TEST(MakeRandomRequestTest, SequenceModelInputs) {
+  // The encoder's metadata: [batch, seq] token inputs with Triton's BERT names.
+  inference::ModelMetadataResponse metadata;
+  metadata.set_name("embedder");
+  for (const char* name : {"input_ids", "attention_mask", "token_type_ids"}) {
+    auto* input = metadata.add_inputs();
+    input->set_name(name);
+    input->set_datatype("INT64");
+    input->add_shape(-1);
+    input->add_shape(-1);
+  }
+  absl::StatusOr<inference::ModelInferRequest> request = MakeRandomRequest(metadata, 2, 1, 5);
+  ASSERT_TRUE(request.ok()) << request.status();
+  for (int i = 0; i < 3; ++i) EXPECT_THAT(request->inputs(i).shape(), ElementsAre(2, 5));
+  const std::vector<int64_t> ids = *FromRawBytes<int64_t>(request->raw_input_contents(0));
+  EXPECT_EQ(ids.size(), 10u);
+  for (int64_t id : ids) {
+    EXPECT_GE(id, 0);
+    EXPECT_LT(id, 64);
+  }
+  EXPECT_THAT(*FromRawBytes<int64_t>(request->raw_input_contents(1)), Each(1));
+  EXPECT_THAT(*FromRawBytes<int64_t>(request->raw_input_contents(2)), Each(0));
+  EXPECT_FALSE(MakeRandomRequest(metadata, 1, 1, 0).ok());
 }
 
 TEST(InputsFromJsonTest, FullySpecifiedInputsWithoutMetadata) {

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "engine/inference_request.h"
 #include "engine/load_limits.h"
 #include "engine/model_config.h"
 #include "engine/tensor.h"
@@ -28,6 +29,16 @@ class ModelInstance {
   // then treats the instance as broken and the model version is not ready until it is reloaded
   // (ExecutorOptions::on_fault); any other code fails only this batch.
   virtual absl::StatusOr<std::vector<Tensor>> Run(std::span<const TensorView> inputs) = 0;
+
+  // Ragged models (sequence models, whose requests differ in length): true makes the executor
+  // skip gathering and call RunRagged with the batch's requests as they are, instead of Run.
+  virtual bool runs_ragged() const { return false; }
+  // Runs the requests (inputs as bound by the model's request validation) as one batch. Returns,
+  // per request, one tensor per config output in config order, each with the request's own
+  // leading batch dimension; outputs the request did not ask for may be left empty (no name).
+  // Errors as Run.
+  virtual absl::StatusOr<std::vector<std::vector<Tensor>>> RunRagged(
+      std::span<const InferenceRequest* const> requests);
 };
 
 // A loaded model version: its config and whatever the instances share (read-only weights).
@@ -38,6 +49,15 @@ class Model {
   virtual const ModelConfig& config() const = 0;
   // `index` is the instance's number in [0, instance_count).
   virtual absl::StatusOr<std::unique_ptr<ModelInstance>> CreateInstance(int index) = 0;
+
+  // Models whose inputs the generic rules (engine/request_validation.h) cannot describe (optional
+  // inputs, a choice of data types, checks of the values) return true and validate requests
+  // themselves in ValidateAndBindRequest, which Engine::Submit then calls instead of the generic
+  // one. It runs on the submitting thread before the request is queued: bounded, no blocking.
+  virtual bool validates_requests() const { return false; }
+  // Same contract as engine::ValidateAndBindRequest (sets batch_size, and token_count for
+  // sequence models). Called only when validates_requests().
+  virtual absl::Status ValidateAndBindRequest(InferenceRequest& request) const;
 };
 
 // Where a model version lives and how it is configured.
@@ -55,6 +75,12 @@ struct ModelSpec {
 // backend supports. InvalidArgument names the model and the offending field; NotFound for an
 // unknown backend (the message lists the known ones).
 absl::StatusOr<std::unique_ptr<Model>> CreateModel(const ModelSpec& spec);
+
+// The config `spec` loads with: backends that read their inputs and outputs from their files (the
+// encoder, as Triton's auto-complete) fill in what the config leaves out and check what it
+// declares against the files; the others return spec.config unchanged. Runs before
+// ValidateModelConfig. Errors name the model and the mismatch.
+absl::StatusOr<ModelConfig> CompleteModelConfig(const ModelSpec& spec);
 
 // Backend names CreateModel knows, for messages and --help.
 std::vector<std::string> KnownBackends();

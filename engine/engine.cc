@@ -13,25 +13,6 @@
 
 namespace sluice::engine {
 
-// One loaded model version. Members are destroyed bottom-up: the scheduler (and its executors,
-// which borrow the model's config and the stats) goes first.
-struct Engine::LoadedModel {
-  explicit LoadedModel(ModelStatsOptions stats_options) : stats(std::move(stats_options)) {}
-
-  int64_t version = 0;
-  std::unique_ptr<Model> model;
-  ModelStats stats;
-  // The scheduler's executors, borrowed (it owns them): the stats collector reads their counters.
-  std::vector<Executor*> executors;
-  std::unique_ptr<ModelScheduler> scheduler;
-  // Set by the first executor fault (Engine::OnExecutorFault); a faulted version stays loaded
-  // (its stats still report, its threads are joined by the next reload or unload) but is
-  // UNAVAILABLE. Guarded by Engine::mu_.
-  std::string fault;
-
-  const ModelConfig& config() const { return model->config(); }
-};
-
 namespace {
 
 std::string VersionText(int64_t version) {
@@ -39,20 +20,6 @@ std::string VersionText(int64_t version) {
 }
 
 }  // namespace
-
-absl::string_view ModelStateName(ModelState state) {
-  switch (state) {
-    case ModelState::kLoading:
-      return "LOADING";
-    case ModelState::kReady:
-      return "READY";
-    case ModelState::kUnloading:
-      return "UNLOADING";
-    case ModelState::kUnavailable:
-      return "UNAVAILABLE";
-  }
-  return "UNKNOWN";
-}
 
 absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(EngineOptions options) {
   if (options.clock == nullptr) return absl::InvalidArgumentError("EngineOptions.clock is null");
@@ -83,14 +50,18 @@ Engine::Engine(EngineOptions options) : options_(options) {}
 
 Engine::~Engine() { Shutdown(); }
 
-absl::StatusOr<std::shared_ptr<Engine::LoadedModel>> Engine::Build(const ModelSpec& spec) {
+absl::StatusOr<std::shared_ptr<Engine::LoadedModel>> Engine::Build(const ModelSpec& given) {
+  // Backends that read their inputs and outputs from their files complete the config first.
+  ModelSpec spec = given;
+  ASSIGN_OR_RETURN(spec.config, CompleteModelConfig(given));
   RETURN_IF_ERROR(ValidateModelConfig(spec.config));
   RETURN_IF_ERROR(CheckLoadLimits(spec.config, spec.limits));  // before anything is allocated
   auto loaded = std::make_shared<LoadedModel>(
       ModelStatsOptions{.model_name = spec.config.name,
                         .model_version = spec.version,
                         .logger = options_.logger,
-                        .access_log_sample_rate = options_.access_log_sample_rate});
+                        .access_log_sample_rate = options_.access_log_sample_rate,
+                        .counts_tokens = spec.config.ragged_batching.has_value()});
   loaded->version = spec.version;
   ASSIGN_OR_RETURN(loaded->model, CreateModel(spec));
   const ModelConfig& config = loaded->config();
@@ -119,6 +90,9 @@ absl::StatusOr<std::shared_ptr<Engine::LoadedModel>> Engine::Build(const ModelSp
   if (config.dynamic_batching.has_value()) {
     scheduler_options.policy.max_queue_delay = config.dynamic_batching->max_queue_delay;
     scheduler_options.policy.preferred_batch_sizes = config.dynamic_batching->preferred_batch_sizes;
+  }
+  if (config.ragged_batching.has_value()) {
+    scheduler_options.policy.max_batch_tokens = config.ragged_batching->max_batch_tokens;
   }
   scheduler_options.stats = &loaded->stats;
   ASSIGN_OR_RETURN(loaded->scheduler, ModelScheduler::Create(config, scheduler_options));
@@ -167,17 +141,10 @@ absl::Status Engine::LoadModel(ModelSpec spec) {
     built = LoadExceptionStatus(name, version, e);
   }
   std::shared_ptr<LoadedModel> replaced;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (!built.ok()) {
-      failures_[name][version] = std::string(built.status().message());
-    } else {
-      failures_[name].erase(version);
-      if (failures_[name].empty()) failures_.erase(name);
-      auto& slot = models_[name][version];
-      replaced = std::move(slot);
-      slot = *std::move(built);
-    }
+  if (!built.ok()) {
+    versions_.RecordLoadFailure(name, version, std::string(built.status().message()));
+  } else {
+    replaced = versions_.Install(name, version, *std::move(built));
   }
   if (replaced != nullptr) replaced->scheduler->Stop();  // answers its queue, then frees it
   if (!built.ok()) {
@@ -193,11 +160,8 @@ void Engine::OnExecutorFault(LoadedModel& model, int instance, const absl::Statu
   const std::string& name = model.config().name;
   const std::string reason =
       absl::StrCat("instance ", instance, " faulted: ", fault.message(), " (reload to recover)");
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (!model.fault.empty()) return;  // another instance faulted first: its reason stands
-    model.fault = reason;
-  }
+  // Another instance faulted first: its reason stands.
+  if (!versions_.MarkFaulted(name, model, reason)) return;
   LOG_ERROR(options_.logger, "model '", name, "' version ", model.version,
             " is UNAVAILABLE: ", reason);
   // Its queue is answered now rather than left to wait for a reload.
@@ -206,87 +170,18 @@ void Engine::OnExecutorFault(LoadedModel& model, int instance, const absl::Statu
 }
 
 absl::Status Engine::UnloadModel(const std::string& name) {
-  std::map<int64_t, std::shared_ptr<LoadedModel>> versions;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    auto it = models_.find(name);
-    const bool had_failures = failures_.erase(name) > 0;
-    if (it == models_.end()) {
-      if (had_failures) return absl::OkStatus();
-      return absl::NotFoundError(absl::StrCat("model '", name, "' is not loaded"));
-    }
-    versions = std::move(it->second);
-    models_.erase(it);
-  }
+  ASSIGN_OR_RETURN(ModelVersionTable::Versions versions, versions_.RemoveModel(name));
+  if (versions.empty()) return absl::OkStatus();  // only failed loads were forgotten
   for (auto& [version, loaded] : versions) loaded->scheduler->Stop();
   LOG_INFO(options_.logger, "model '", name, "' unloaded");
   return absl::OkStatus();
 }
 
 absl::Status Engine::UnloadModelVersion(const std::string& name, int64_t version) {
-  std::shared_ptr<LoadedModel> loaded;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    auto failed = failures_.find(name);
-    if (failed != failures_.end()) {
-      failed->second.erase(version);
-      if (failed->second.empty()) failures_.erase(failed);
-    }
-    auto it = models_.find(name);
-    if (it == models_.end() || it->second.count(version) == 0) {
-      return absl::NotFoundError(
-          absl::StrCat("model '", name, "' version ", version, " is not loaded"));
-    }
-    loaded = std::move(it->second[version]);
-    it->second.erase(version);
-    if (it->second.empty()) models_.erase(it);
-  }
+  ASSIGN_OR_RETURN(std::shared_ptr<LoadedModel> loaded, versions_.RemoveVersion(name, version));
   loaded->scheduler->Stop();
   LOG_INFO(options_.logger, "model '", name, "' version ", version, " unloaded");
   return absl::OkStatus();
-}
-
-absl::StatusOr<std::shared_ptr<Engine::LoadedModel>> Engine::Resolve(const std::string& name,
-                                                                     int64_t version,
-                                                                     bool faulted_ok) const {
-  std::lock_guard<std::mutex> lock(mu_);
-  // A version that failed to load is UNAVAILABLE (with the reason), not unknown.
-  auto failure = [&](int64_t v) -> const std::string* {
-    auto failed = failures_.find(name);
-    if (failed == failures_.end() || failed->second.empty()) return nullptr;
-    if (v < 0) return &failed->second.rbegin()->second;
-    auto reason = failed->second.find(v);
-    return reason == failed->second.end() ? nullptr : &reason->second;
-  };
-  auto faulted = [&](const LoadedModel& loaded) {
-    return absl::UnavailableError(absl::StrCat("model '", name, "' version ", loaded.version,
-                                               " is not ready: ", loaded.fault));
-  };
-  auto it = models_.find(name);
-  const bool any_loaded = it != models_.end() && !it->second.empty();
-  if (any_loaded && version < 0) {
-    // The newest version that has not faulted.
-    for (auto v = it->second.rbegin(); v != it->second.rend(); ++v) {
-      if (v->second->fault.empty()) return v->second;
-    }
-    if (faulted_ok) return it->second.rbegin()->second;
-    return faulted(*it->second.rbegin()->second);
-  }
-  if (any_loaded) {
-    auto v = it->second.find(version);
-    if (v != it->second.end()) {
-      if (!v->second->fault.empty() && !faulted_ok) return faulted(*v->second);
-      return v->second;
-    }
-  }
-  if (const std::string* reason = failure(version); reason != nullptr) {
-    return absl::UnavailableError(absl::StrCat("model '", name, "' version ", VersionText(version),
-                                               " is not ready: ", *reason));
-  }
-  if (!any_loaded && failures_.count(name) == 0) {
-    return absl::NotFoundError(absl::StrCat("unknown model '", name, "'"));
-  }
-  return absl::NotFoundError(absl::StrCat("model '", name, "' has no version ", version));
 }
 
 void Engine::Submit(std::unique_ptr<InferenceRequest> request) {
@@ -295,13 +190,16 @@ void Engine::Submit(std::unique_ptr<InferenceRequest> request) {
     return;
   }
   absl::StatusOr<std::shared_ptr<LoadedModel>> loaded =
-      Resolve(request->model_name(), request->model_version(), /*faulted_ok=*/true);
+      versions_.Resolve(request->model_name(), request->model_version(), /*faulted_ok=*/true);
   if (!loaded.ok()) {
     request->Complete(loaded.status());
     return;
   }
   LoadedModel& model = **loaded;
-  if (absl::Status status = ValidateAndBindRequest(model.config(), *request); !status.ok()) {
+  absl::Status status = model.model->validates_requests()
+                            ? model.model->ValidateAndBindRequest(*request)
+                            : ValidateAndBindRequest(model.config(), *request);
+  if (!status.ok()) {
     model.stats.RecordFailure(*request, status.code());
     request->Complete(std::move(status));
     return;
@@ -311,72 +209,25 @@ void Engine::Submit(std::unique_ptr<InferenceRequest> request) {
 }
 
 absl::StatusOr<Engine::ModelInfo> Engine::GetModel(const std::string& name, int64_t version) const {
-  ASSIGN_OR_RETURN(std::shared_ptr<LoadedModel> loaded, Resolve(name, version));
+  ASSIGN_OR_RETURN(std::shared_ptr<LoadedModel> loaded,
+                   versions_.Resolve(name, version, /*faulted_ok=*/false));
   ModelInfo info;
   info.config = std::shared_ptr<const ModelConfig>(loaded, &loaded->config());
   info.version = loaded->version;
-  std::lock_guard<std::mutex> lock(mu_);
-  auto it = models_.find(name);
-  if (it != models_.end()) {
-    for (const auto& [v, loaded_version] : it->second) {
-      if (loaded_version->fault.empty()) info.ready_versions.push_back(v);
-    }
-  }
+  info.ready_versions = versions_.ReadyVersions(name);
   return info;
 }
 
 bool Engine::IsModelReady(const std::string& name, int64_t version) const {
-  return !draining() && Resolve(name, version).ok();
+  return !draining() && versions_.Resolve(name, version, /*faulted_ok=*/false).ok();
 }
 
-std::vector<ModelVersionStatus> Engine::ListModels() const {
-  std::vector<ModelVersionStatus> out;
-  std::lock_guard<std::mutex> lock(mu_);
-  for (const auto& [name, versions] : models_) {
-    for (const auto& [version, loaded] : versions) {
-      if (loaded->fault.empty()) {
-        out.push_back({name, version, ModelState::kReady, ""});
-      } else {
-        out.push_back({name, version, ModelState::kUnavailable, loaded->fault});
-      }
-    }
-  }
-  for (const auto& [name, versions] : failures_) {
-    auto loaded = models_.find(name);
-    for (const auto& [version, reason] : versions) {
-      if (loaded != models_.end() && loaded->second.count(version) > 0) {
-        // A failed reload: the previous load of this version still serves (or faulted).
-        for (ModelVersionStatus& status : out) {
-          if (status.name != name || status.version != version) continue;
-          status.reason =
-              status.state == ModelState::kReady
-                  ? absl::StrCat("reload failed, previous load serving: ", reason)
-                  : absl::StrCat("reload failed: ", reason, "; previous load: ", status.reason);
-        }
-        continue;
-      }
-      out.push_back({name, version, ModelState::kUnavailable, reason});
-    }
-  }
-  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) {
-    return std::tie(a.name, a.version) < std::tie(b.name, b.version);
-  });
-  return out;
-}
+std::vector<ModelVersionStatus> Engine::ListModels() const { return versions_.List(); }
 
 absl::StatusOr<std::vector<Engine::VersionStats>> Engine::GetStats(const std::string& name,
                                                                    int64_t version) const {
-  std::vector<std::pair<std::string, std::shared_ptr<LoadedModel>>> selected;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    for (const auto& [model_name, versions] : models_) {
-      if (!name.empty() && model_name != name) continue;
-      for (const auto& [v, loaded] : versions) {
-        if (version >= 0 && v != version) continue;
-        selected.emplace_back(model_name, loaded);
-      }
-    }
-  }
+  const std::vector<std::pair<std::string, std::shared_ptr<LoadedModel>>> selected =
+      versions_.Select(name, version);
   if (!name.empty() && selected.empty()) {
     return absl::NotFoundError(
         absl::StrCat("model '", name, "' version ", VersionText(version), " is not loaded"));
@@ -391,16 +242,9 @@ absl::StatusOr<std::vector<Engine::VersionStats>> Engine::GetStats(const std::st
 }
 
 void Engine::CollectStats(std::chrono::steady_clock::time_point now) {
-  std::vector<std::shared_ptr<LoadedModel>> loaded;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    for (const auto& [name, versions] : models_) {
-      for (const auto& [version, model] : versions) loaded.push_back(model);
-    }
-  }
-  // Outside the engine lock: reading a device counter waits for a copy. A version unloaded
-  // meanwhile stays alive (and its stopped executors readable) through `loaded`.
-  for (const std::shared_ptr<LoadedModel>& model : loaded) {
+  // Outside the table's lock: reading a device counter waits for a copy. A version unloaded
+  // meanwhile stays alive (and its stopped executors readable) through the shared pointer.
+  for (const auto& [name, model] : versions_.Select("", -1)) {
     uint64_t items = 0;
     for (Executor* executor : model->executors) items += executor->ReadItemCounter();
     model->stats.RecordDeviceItems(items, now);
@@ -415,11 +259,8 @@ bool Engine::WaitIdle(std::chrono::milliseconds timeout) const {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   for (;;) {
     bool idle = true;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      for (const auto& [name, versions] : models_) {
-        for (const auto& [version, loaded] : versions) idle = idle && loaded->scheduler->Idle();
-      }
+    for (const auto& [name, loaded] : versions_.Select("", -1)) {
+      idle = idle && loaded->scheduler->Idle();
     }
     if (idle) return true;
     if (std::chrono::steady_clock::now() >= deadline) return false;
@@ -430,12 +271,7 @@ bool Engine::WaitIdle(std::chrono::milliseconds timeout) const {
 void Engine::Shutdown() {
   BeginDrain();
   if (collector_ != nullptr) collector_->Stop();  // it reads the models freed below
-  std::map<std::string, std::map<int64_t, std::shared_ptr<LoadedModel>>> models;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    models.swap(models_);
-  }
-  for (auto& [name, versions] : models) {
+  for (auto& [name, versions] : versions_.RemoveAll()) {
     for (auto& [version, loaded] : versions) loaded->scheduler->Stop();
   }
 }

@@ -23,6 +23,7 @@
 #include "engine/inference_request.h"
 #include "engine/model_config.h"
 #include "engine/model_stats.h"
+#include "engine/model_version_table.h"
 #include "engine/stats_collector.h"
 
 namespace sluice::engine {
@@ -55,18 +56,6 @@ struct EngineOptions {
   // a CUDA error would (fault_injection.h builds one from SLUICE_TEST_FAULT_INJECT).
   std::function<absl::Status(absl::string_view model, int64_t version, int instance)>
       before_batch_for_test{};
-};
-
-enum class ModelState { kLoading, kReady, kUnloading, kUnavailable };
-absl::string_view ModelStateName(ModelState state);  // "LOADING", "READY", ...
-
-struct ModelVersionStatus {
-  std::string name;
-  int64_t version = 0;
-  ModelState state = ModelState::kUnavailable;
-  // Why it is not ready (its load error, or the executor fault that took it down), or that a
-  // reload failed while the previous load serves; empty otherwise.
-  std::string reason;
 };
 
 // Thread-safe.
@@ -136,24 +125,16 @@ class Engine {
   void Shutdown();
 
  private:
-  struct LoadedModel;
+  using LoadedModel = LoadedVersion;
   explicit Engine(EngineOptions options);
-  // The version that serves `version` (< 0: newest ready). A version that faulted is UNAVAILABLE
-  // (with the fault) unless `faulted_ok`: then it is returned, for Submit(), whose scheduler
-  // refuses the request and counts the refusal in that version's stats.
-  absl::StatusOr<std::shared_ptr<LoadedModel>> Resolve(const std::string& name, int64_t version,
-                                                       bool faulted_ok = false) const;
   absl::StatusOr<std::shared_ptr<LoadedModel>> Build(const ModelSpec& spec);
   // ExecutorOptions::on_fault of `model`'s instance `instance`, on that executor's thread: marks
   // the version UNAVAILABLE with the reason and fails its queue (ModelScheduler::Fail).
   void OnExecutorFault(LoadedModel& model, int instance, const absl::Status& fault);
 
   const EngineOptions options_;
-  mutable std::mutex mu_;
-  // name -> version -> model; guarded by mu_.
-  std::map<std::string, std::map<int64_t, std::shared_ptr<LoadedModel>>> models_;
-  // Versions that failed to load, with the reason; guarded by mu_.
-  std::map<std::string, std::map<int64_t, std::string>> failures_;
+  // Loaded, faulted and failed versions (engine/model_version_table.h); its own lock.
+  ModelVersionTable versions_;
   std::atomic<bool> draining_{false};
   // The collector thread (null when stats_interval is 0); set once by Create(), stopped by
   // Shutdown() before any model is freed.

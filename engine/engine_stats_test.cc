@@ -13,6 +13,7 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "engine/engine.h"
+#include "engine/testing/answer.h"
 #include "gtest/gtest.h"
 
 namespace sluice::engine {
@@ -21,30 +22,7 @@ namespace {
 using std::chrono::microseconds;
 using std::chrono::milliseconds;
 
-// Counts answers and their codes; shared with the completion callbacks.
-struct Answers {
-  std::mutex mu;
-  std::vector<absl::StatusCode> codes;
-
-  InferenceRequest::Completion Callback(const std::shared_ptr<Answers>& self) {
-    return [self](absl::StatusOr<InferenceResponse> result) {
-      std::lock_guard<std::mutex> lock(self->mu);
-      self->codes.push_back(result.status().code());
-    };
-  }
-  size_t size() {
-    std::lock_guard<std::mutex> lock(mu);
-    return codes.size();
-  }
-  bool WaitFor(size_t n) {
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-    while (size() < n) {
-      if (std::chrono::steady_clock::now() > deadline) return false;
-      std::this_thread::sleep_for(milliseconds(1));
-    }
-    return true;
-  }
-};
+using ::sluice::engine::testing::AnswerLog;
 
 // An `identity` FP32 model of [2] per item.
 ModelSpec IdentitySpec(int max_queue_size = 0, std::optional<microseconds> delay = std::nullopt) {
@@ -60,10 +38,10 @@ ModelSpec IdentitySpec(int max_queue_size = 0, std::optional<microseconds> delay
 }
 
 // A request for "id" of `batch` items (of [2] floats), answered into `answers`.
-std::unique_ptr<InferenceRequest> Request(const std::shared_ptr<Answers>& answers, int batch = 1,
+std::unique_ptr<InferenceRequest> Request(const std::shared_ptr<AnswerLog>& answers, int batch = 1,
                                           Shape shape = {}) {
   auto data = std::make_shared<std::vector<std::byte>>(static_cast<size_t>(batch) * 2 * 4);
-  auto request = std::make_unique<InferenceRequest>("id", -1, answers->Callback(answers));
+  auto request = std::make_unique<InferenceRequest>("id", -1, AnswerLog::Into(answers));
   if (shape.empty()) shape = {batch, 2};
   request->inputs.push_back(TensorView{"INPUT0", DataType::kFp32, shape, *data});
   request->keepalive = data;
@@ -93,7 +71,7 @@ TEST(EngineStatsTest, FailuresCarryTheirReason) {
   auto engine = Engine::Create({.clock = &clock});
   ASSERT_TRUE(engine.ok());
   ASSERT_TRUE((*engine)->LoadModel(IdentitySpec(/*max_queue_size=*/2, microseconds(100))).ok());
-  auto answers = std::make_shared<Answers>();
+  auto answers = std::make_shared<AnswerLog>();
   // Bad shape: rejected at submit.
   (*engine)->Submit(Request(answers, 1, Shape{1, 3}));
   // Two wait for the batching delay (the fake clock stands still), the third finds the queue full.
@@ -102,9 +80,9 @@ TEST(EngineStatsTest, FailuresCarryTheirReason) {
   (*engine)->Submit(std::move(expiring));
   (*engine)->Submit(Request(answers));
   (*engine)->Submit(Request(answers));
-  ASSERT_TRUE(answers->WaitFor(2));
+  ASSERT_TRUE(answers->WaitForCount(2));
   clock.Advance(microseconds(100));  // the first expires; the delay passes for the other
-  ASSERT_TRUE(answers->WaitFor(4));
+  ASSERT_TRUE(answers->WaitForCount(4));
 
   const ModelStatsSnapshot s = StatsOf(**engine);
   EXPECT_EQ(Failures(s, FailureReason::kInvalidArgument), 1u);
@@ -120,7 +98,7 @@ TEST(EngineStatsTest, CollectorPublishesDeviceItemsAndThroughput) {
   auto engine = Engine::Create({.stats_interval = milliseconds(5)});
   ASSERT_TRUE(engine.ok());
   ASSERT_TRUE((*engine)->LoadModel(IdentitySpec()).ok());
-  auto answers = std::make_shared<Answers>();
+  auto answers = std::make_shared<AnswerLog>();
   // Load runs (spread over several collector intervals) until the gauge has shown it.
   double max_throughput = 0;
   int sent = 0;
@@ -134,7 +112,7 @@ TEST(EngineStatsTest, CollectorPublishesDeviceItemsAndThroughput) {
     }
   }
   EXPECT_GT(max_throughput, 0.0);
-  ASSERT_TRUE(answers->WaitFor(static_cast<size_t>(sent)));
+  ASSERT_TRUE(answers->WaitForCount(static_cast<size_t>(sent)));
   uint64_t expected_items = 0;
   for (int i = 0; i < sent; ++i) expected_items += 1 + i % 3;
   const uint64_t items = StatsOf(**engine).inference_count;
@@ -153,9 +131,9 @@ TEST(EngineStatsTest, CollectStatsWithoutTheThread) {
   ASSERT_TRUE((*engine)->LoadModel(IdentitySpec()).ok());
   const auto t0 = std::chrono::steady_clock::now();
   (*engine)->CollectStats(t0);
-  auto answers = std::make_shared<Answers>();
+  auto answers = std::make_shared<AnswerLog>();
   for (int i = 0; i < 10; ++i) (*engine)->Submit(Request(answers, 2));
-  ASSERT_TRUE(answers->WaitFor(10));
+  ASSERT_TRUE(answers->WaitForCount(10));
   EXPECT_EQ(StatsOf(**engine).device_items, 0u) << "nothing collects without the thread";
   (*engine)->CollectStats(t0 + std::chrono::seconds(2));
   const ModelStatsSnapshot s = StatsOf(**engine);
@@ -172,14 +150,14 @@ TEST(EngineStatsTest, AccessLogThroughTheEngine) {
     auto engine = Engine::Create({.logger = &logger, .access_log_sample_rate = 1.0});
     ASSERT_TRUE(engine.ok());
     ASSERT_TRUE((*engine)->LoadModel(IdentitySpec()).ok());
-    auto answers = std::make_shared<Answers>();
+    auto answers = std::make_shared<AnswerLog>();
     for (int i = 0; i < kRequests; ++i) {
       auto request = Request(answers);
       request->id = "r" + std::to_string(i);
       (*engine)->Submit(std::move(request));
     }
     (*engine)->Submit(Request(answers, 1, Shape{1, 5}));  // invalid: logged with its status
-    ASSERT_TRUE(answers->WaitFor(kRequests + 1));
+    ASSERT_TRUE(answers->WaitForCount(kRequests + 1));
     logger.Flush();
     EXPECT_EQ(logger.dropped(), 0u);
   }

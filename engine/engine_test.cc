@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 #include "common/clock.h"
 #include "engine/fault_injection.h"
 #include "engine/model_scheduler.h"
@@ -526,6 +527,20 @@ TEST_F(EngineTest, InvalidConfigIsRejected) {
   const absl::Status status = engine_->LoadModel(Spec(config));
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_FALSE(engine_->IsModelReady("dup", -1));
+}
+
+TEST_F(EngineTest, RaggedBatchingNeedsATokenBudgetOfOneOrMore) {
+  for (int64_t budget : {int64_t{0}, int64_t{-5}}) {
+    ModelConfig config = SimpleConfig("ragged");
+    config.ragged_batching = RaggedBatchingConfig{.max_batch_tokens = budget};
+    const absl::Status status = ValidateModelConfig(config);
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << budget;
+    EXPECT_THAT(std::string(status.message()),
+                HasSubstr(absl::StrCat("model 'ragged': max_batch_tokens ", budget, " is < 1")));
+  }
+  ModelConfig config = SimpleConfig("ragged");
+  config.ragged_batching = RaggedBatchingConfig{.max_batch_tokens = 1};
+  EXPECT_TRUE(ValidateModelConfig(config).ok());
 }
 
 TEST_F(EngineTest, IdentityExecuteDelayHoldsEachBatchAndBadValuesAreRefused) {

@@ -22,12 +22,16 @@ struct Batch {
   std::vector<std::unique_ptr<InferenceRequest>> requests;
   // Sum of the requests' batch sizes.
   int items = 0;
+  // Sum of the requests' token_count: the batch's real tokens (ragged-batching sequence models;
+  // 0 for other models).
+  int64_t tokens = 0;
   // When the batcher handed it over (end of each request's queue time).
   std::chrono::steady_clock::time_point dispatch_time{};
 };
 
-// Thread-safety: HasFreeSlot() from any thread; Execute() from one thread (the model's batcher);
-// Stop() from the owner.
+// Thread-safety: HasFreeSlot() and InFlight() from any thread; Execute() from one thread at a time
+// (the model's scheduler serializes it: its batcher, or an RPC thread it lets dispatch when
+// ExecuteOnlyEnqueues()); Stop() from the owner.
 class Executor {
  public:
   virtual ~Executor() = default;
@@ -39,6 +43,11 @@ class Executor {
   virtual void Execute(Batch batch) = 0;
   // Batches not yet finished, queued or running.
   virtual int InFlight() const = 0;
+  // Whether Execute() only queues the batch for the executor's own threads (a lock, a push, a
+  // notify: no device work, no copies, nothing that waits), so that the scheduler may call it on
+  // the RPC thread that enqueued a lone request, saving the hop through the batcher thread. An
+  // executor whose Execute() does device work (the CUDA executor) keeps the default, false.
+  virtual bool ExecuteOnlyEnqueues() const { return false; }
   // Finishes every batch taken, then joins the executor's threads. Idempotent.
   virtual void Stop() = 0;
   // Items this executor has run since it started, counted where it computes: the CPU executor's

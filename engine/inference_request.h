@@ -81,6 +81,9 @@ class InferenceRequest {
   // --- Set by the engine ---------------------------------------------------------------------
   // Items in this request: the first dimension of its inputs (1 for models without batching).
   int batch_size = 1;
+  // Real tokens in this request (sequence models; set by request validation before Enqueue), 0
+  // otherwise.
+  int64_t token_count = 0;
   TimePoint enqueue_time{};
   // The version that serves it (resolved from model_version at submit).
   int64_t resolved_version = 0;

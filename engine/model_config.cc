@@ -95,6 +95,11 @@ absl::Status ValidateModelConfig(const ModelConfig& config) {
           absl::StrCat("model '", config.name, "': max_queue_delay_microseconds is negative"));
     }
   }
+  if (config.ragged_batching.has_value() && config.ragged_batching->max_batch_tokens < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("model '", config.name, "': max_batch_tokens ",
+                                                   config.ragged_batching->max_batch_tokens,
+                                                   " is < 1"));
+  }
   RETURN_IF_ERROR(ValidateQueuePolicy(config, config.queue_policy, "default_queue_policy"));
   if (config.priority_levels < 0 || config.priority_levels > kMaxPriorityLevels) {
     return absl::InvalidArgumentError(absl::StrCat("model '", config.name, "': priority_levels ",

@@ -46,6 +46,12 @@ struct QueuePolicyConfig {
 
 enum class InstanceKind { kAuto, kCpu, kGpu };
 
+struct RaggedBatchingConfig {
+  // Real tokens (the sum of the requests' token_count) per batch at most. A request with more
+  // tokens than this alone runs in a batch of its own.
+  int64_t max_batch_tokens = 0;
+};
+
 struct ModelConfig {
   std::string name;
   // Which backend runs it: "simple", "identity", ...
@@ -57,6 +63,10 @@ struct ModelConfig {
   std::vector<TensorSpec> outputs;
   // Absent: each request runs alone, as Triton's default scheduler does.
   std::optional<DynamicBatchingConfig> dynamic_batching;
+  // Sequence models (the encoder): requests of different sequence lengths may share a batch,
+  // bounded by max_batch_size sequences and max_batch_tokens real tokens. Absent: requests share
+  // a batch only when their shapes match.
+  std::optional<RaggedBatchingConfig> ragged_batching;
   // Triton's default_queue_policy: the policy of every priority level that has none of its own.
   QueuePolicyConfig queue_policy;
   // Triton's priority_levels: 0 = one queue, no priorities. Otherwise levels 1..priority_levels,
@@ -96,7 +106,8 @@ inline constexpr int kMaxPriorityLevels = 1000;
 // Checks the parts every backend relies on: a name, at least one input and output, unique tensor
 // names, valid data types, dims >= -1, max_batch_size >= 0, preferred sizes within
 // [1, max_batch_size], instance count >= 1, priority levels within
-// [0, kMaxPriorityLevels] with the default level and every per-level policy inside them. Messages
+// [0, kMaxPriorityLevels] with the default level and every per-level policy inside them,
+// max_batch_tokens >= 1 when ragged_batching is present. Messages
 // name the model and the field.
 absl::Status ValidateModelConfig(const ModelConfig& config);
 

@@ -46,8 +46,10 @@ absl::StatusOr<std::unique_ptr<ModelScheduler>> ModelScheduler::Create(const Mod
 ModelScheduler::ModelScheduler(const ModelConfig& config, SchedulerOptions options)
     : config_(config), options_(std::move(options)) {
   for (const TensorSpec& input : config_.inputs) {
-    for (int64_t dim : input.dims) all_dims_fixed_ = all_dims_fixed_ && dim >= 0;
+    for (int64_t dim : input.dims) any_shapes_batch_ = any_shapes_batch_ && dim >= 0;
   }
+  // A ragged model's backend packs sequences of any length into one batch.
+  if (config_.ragged_batching.has_value()) any_shapes_batch_ = true;
   // Built in place: a deque of move-only entries cannot be copied, and its move may throw.
   levels_ = std::vector<Level>(static_cast<size_t>(options_.priority_levels));
   for (size_t i = 0; i < levels_.size(); ++i) {
@@ -87,6 +89,7 @@ void ModelScheduler::Start(std::vector<std::unique_ptr<Executor>> executors) {
 
 void ModelScheduler::Enqueue(std::unique_ptr<InferenceRequest> request) {
   absl::Status rejection;
+  bool dispatched = false;
   {
     common::MutexLock lock(&mu_);
     if (!failure_.ok()) {
@@ -102,8 +105,9 @@ void ModelScheduler::Enqueue(std::unique_ptr<InferenceRequest> request) {
           levels_.size() > 1 ? absl::StrCat(" at priority level ", &level - levels_.data() + 1)
                              : std::string(),
           "); retry later"));
+    } else if (const auto now = options_.clock->Now(); TryDispatchAloneLocked(request, now)) {
+      dispatched = true;
     } else {
-      const auto now = options_.clock->Now();
       request->enqueue_time = now;
       auto expires_at = common::Clock::TimePoint::max();
       std::chrono::microseconds timeout = level.policy.default_timeout;
@@ -121,6 +125,7 @@ void ModelScheduler::Enqueue(std::unique_ptr<InferenceRequest> request) {
       }
       level.queue.push_back(Entry{std::move(request), expires_at});
       ++queued_;
+      ++wake_generation_;
     }
   }
   if (!rejection.ok()) {
@@ -128,12 +133,57 @@ void ModelScheduler::Enqueue(std::unique_ptr<InferenceRequest> request) {
     request->Complete(std::move(rejection));
     return;
   }
-  cv_.Signal();
+  // A request dispatched here needs no batcher; DispatchLocked() woke it if others queued
+  // meanwhile.
+  if (!dispatched) cv_.Signal();
+}
+
+bool ModelScheduler::TryDispatchAloneLocked(std::unique_ptr<InferenceRequest>& request,
+                                            common::Clock::TimePoint now) {
+  // Only with nothing queued (queue order and priorities stay the batcher's), nobody else
+  // dispatching (the slot found stays free), and a request that may still run.
+  if (!started_ || queued_ > 0 || dispatching_ > 0 || request->IsCancelled() ||
+      (request->deadline.has_value() && *request->deadline <= now)) {
+    return false;
+  }
+  bool idle = false;
+  const int executor = PickExecutor(&idle);
+  if (executor < 0 || !executors_[executor]->ExecuteOnlyEnqueues()) return false;
+  const PendingRequest alone[] = {
+      {.batch_size = request->batch_size, .enqueue_time = now, .tokens = request->token_count}};
+  if (DecideBatch(options_.policy, alone, /*more_incompatible=*/false, idle, now).request_count !=
+      1) {
+    return false;  // the policy lets it wait for company: the batcher's job
+  }
+  request->enqueue_time = now;
+  Batch batch;
+  batch.dispatch_time = now;
+  batch.items = request->batch_size;
+  batch.tokens = request->token_count;
+  batch.requests.push_back(std::move(request));
+  DispatchLocked(executor, std::move(batch));
+  // Requests that arrived while the lock was released found dispatching_ > 0 and were queued;
+  // the batcher, which may have seen them and waited for this dispatch, takes them now.
+  if (queued_ > 0) cv_.Signal();
+  return true;
+}
+
+void ModelScheduler::DispatchLocked(int executor, Batch batch) {
+  ++dispatching_;
+  mu_.Unlock();
+  if (config_.ragged_batching.has_value()) options_.stats->RecordBatchTokens(batch.tokens);
+  executors_[executor]->Execute(std::move(batch));
+  mu_.Lock();
+  --dispatching_;
+  dispatched_cv_.SignalAll();
 }
 
 void ModelScheduler::NotifySlotFreed() {
   // Taking the lock orders this notify after the batcher's predicate check (no lost wake-up).
-  { common::MutexLock lock(&mu_); }
+  {
+    common::MutexLock lock(&mu_);
+    ++wake_generation_;
+  }
   cv_.Signal();
 }
 
@@ -143,8 +193,20 @@ void ModelScheduler::Fail(absl::Status reason) {
     common::MutexLock lock(&mu_);
     if (!failure_.ok()) return;
     failure_ = std::move(reason);
+    ++wake_generation_;
   }
   cv_.SignalAll();
+}
+
+bool ModelScheduler::WaitUntilBatcherSleepsForTest(std::chrono::seconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  common::MutexLock lock(&mu_);
+  const uint64_t target = wake_generation_;
+  while (slept_generation_ < target) {
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    slept_cv_.WaitFor(&mu_, std::chrono::milliseconds(10));
+  }
+  return true;
 }
 
 int64_t ModelScheduler::QueueDepth() const {
@@ -172,6 +234,11 @@ void ModelScheduler::Stop() {
   }
   cv_.SignalAll();
   if (batcher_.joinable()) batcher_.join();
+  {
+    // An RPC thread may still be inside Enqueue's dispatch shortcut: its Execute() comes first.
+    common::MutexLock lock(&mu_);
+    while (dispatching_ > 0) dispatched_cv_.Wait(&mu_);
+  }
   for (auto& executor : executors_) executor->Stop();
   // Never started: answer whatever was queued.
   std::vector<Entry> left;
@@ -185,20 +252,29 @@ void ModelScheduler::Stop() {
   }
 }
 
-int ModelScheduler::PickExecutor() const {
+int ModelScheduler::PickExecutor(bool* idle) const {
   const size_t n = executors_.size();
+  int with_slot = -1;
   for (size_t i = 0; i < n; ++i) {
     const size_t index = (next_executor_ + i) % n;
-    if (executors_[index]->HasFreeSlot()) {
+    const Executor& executor = *executors_[index];
+    if (!executor.HasFreeSlot()) continue;
+    if (executor.InFlight() == 0) {
       next_executor_ = index + 1;
+      *idle = true;
       return static_cast<int>(index);
     }
+    if (with_slot < 0) with_slot = static_cast<int>(index);
   }
-  return -1;
+  *idle = false;
+  if (with_slot >= 0) next_executor_ = static_cast<size_t>(with_slot) + 1;
+  return with_slot;
 }
 
 bool ModelScheduler::Compatible(const InferenceRequest& a, const InferenceRequest& b) const {
-  if (all_dims_fixed_) return true;
+  if (any_shapes_batch_) return true;
+  // Models with optional inputs (the encoder's attention_mask) bind requests with fewer inputs.
+  if (a.inputs.size() != b.inputs.size()) return false;
   for (size_t i = 0; i < a.inputs.size(); ++i) {
     const Shape& sa = a.inputs[i].shape;
     const Shape& sb = b.inputs[i].shape;
@@ -262,6 +338,12 @@ void ModelScheduler::BatcherLoop() {
   mu_.Lock();
   for (;;) {
     const auto now = options_.clock->Now();
+    // Everything notified up to here is seen by this pass (WaitUntilBatcherSleepsForTest).
+    const uint64_t generation = wake_generation_;
+    auto sleeping = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      slept_generation_ = generation;
+      slept_cv_.SignalAll();
+    };
 
     // 1. Requests whose deadline passed, or whose client cancelled, leave the queue before they
     // can be batched. The queue is walked only when a deadline is due or a cancel sweep is: not
@@ -298,12 +380,14 @@ void ModelScheduler::BatcherLoop() {
         mu_.Unlock();
         return;
       }
+      sleeping();
       cv_.Wait(&mu_);
       continue;
     }
 
     // Waits until `when` (in the scheduler clock's time) or a notification.
     auto wait_until = [&](common::Clock::TimePoint when) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      sleeping();
       if (when == common::Clock::TimePoint::max()) {
         cv_.Wait(&mu_);
       } else {
@@ -311,7 +395,14 @@ void ModelScheduler::BatcherLoop() {
       }
     };
 
-    const int executor = PickExecutor();
+    // An RPC thread is handing a request over (Enqueue's shortcut): the slot it found must stay
+    // free until its Execute() returns; it wakes this thread when done if requests queued.
+    if (dispatching_ > 0) {
+      wait_until(next_expiry);
+      continue;
+    }
+    bool idle = false;
+    const int executor = PickExecutor(&idle);
     if (executor < 0) {
       wait_until(next_expiry);
       continue;
@@ -335,15 +426,17 @@ void ModelScheduler::BatcherLoop() {
     while (compatible < candidates_.size() && compatible < max_requests &&
            Compatible(head, *candidates_[compatible]->request)) {
       const InferenceRequest& request = *candidates_[compatible]->request;
-      pending.push_back({request.batch_size, request.enqueue_time});
+      pending.push_back({.batch_size = request.batch_size,
+                         .enqueue_time = request.enqueue_time,
+                         .tokens = request.token_count});
       ++compatible;
     }
     const bool more_incompatible =
         compatible < candidates_.size() && !Compatible(head, *candidates_[compatible]->request);
     // While stopping nothing waits for a fuller batch.
     const auto decide_time = stopping_ ? common::Clock::TimePoint::max() : now;
-    const BatchDecision decision =
-        DecideBatch(options_.policy, pending, more_incompatible, decide_time);
+    const BatchDecision decision = DecideBatch(options_.policy, pending, more_incompatible,
+                                               /*executor_idle=*/idle || stopping_, decide_time);
     if (decision.request_count == 0) {
       wait_until(std::min(decision.wake_at, next_expiry));
       continue;
@@ -353,7 +446,8 @@ void ModelScheduler::BatcherLoop() {
     // CUDA executor copies the batch to pinned memory and issues its copies and kernels), and
     // Enqueue() from RPC threads must not wait behind it. `dispatching_` counts the batch while
     // it is between the queue and the executor, so Idle() never sees queued + in flight both at
-    // zero in that gap. Only this thread dispatches, so the slot PickExecutor() found stays free.
+    // zero in that gap, and keeps Enqueue's shortcut from dispatching meanwhile, so the slot
+    // PickExecutor() found stays free.
     Batch batch;
     batch.dispatch_time = now;
     // The batch is the first request_count candidates: the fronts of the levels, in order.
@@ -367,18 +461,14 @@ void ModelScheduler::BatcherLoop() {
         swept.emplace_back(std::move(entry.request), absl::StatusCode::kCancelled);
       } else {
         batch.items += entry.request->batch_size;
+        batch.tokens += entry.request->token_count;
         batch.requests.push_back(std::move(entry.request));
       }
       queue.pop_front();
       --queued_;
     }
     if (batch.requests.empty()) continue;
-    ++dispatching_;
-    mu_.Unlock();
-    executors_[executor]->Execute(std::move(batch));
-    mu_.Lock();
-    --dispatching_;
-    dispatched_cv_.SignalAll();
+    DispatchLocked(executor, std::move(batch));
   }
 }
 

@@ -4,6 +4,9 @@
 // called from RPC threads and returns at once; the batcher thread forms batches (DecideBatch) when
 // an executor has a free slot, expires requests whose deadline passed, and hands batches over
 // (Executor::Execute) without holding the queue lock: the lock covers queue operations only.
+// One shortcut saves the batcher's hop at low load: a request that finds the queue empty and an
+// executor that can take it now (the policy would dispatch it alone at once, and the executor's
+// Execute() only enqueues) is handed to that executor by the RPC thread itself.
 
 #include <cstdint>
 #include <deque>
@@ -77,6 +80,10 @@ class ModelScheduler {
   // RESOURCE_EXHAUSTED (that level's queue is full) or UNAVAILABLE
   // (stopping); otherwise it is answered later by an executor, or with DEADLINE_EXCEEDED (its
   // deadline or queue timeout passed while queued) or CANCELLED (its client cancelled).
+  // When nothing is queued, no batch is being handed over, the policy would send this request
+  // alone at once, and the executor it would go to has ExecuteOnlyEnqueues(), it is handed to
+  // that executor on this thread (Execute() is a push onto the executor's queue) instead of
+  // waking the batcher; it never waits here for anything but the queue lock and that push.
   // REQUIRES: the request was validated against the config (inputs in config order, batch_size).
   void Enqueue(std::unique_ptr<InferenceRequest> request);
 
@@ -88,6 +95,12 @@ class ModelScheduler {
   // batching it. Batches already handed to executors are theirs to answer. The first reason
   // sticks. Never blocks (safe on an executor thread). REQUIRES: !reason.ok().
   void Fail(absl::Status reason);
+
+  // Test-only: blocks until the batcher, having seen every Enqueue/NotifySlotFreed/Fail made
+  // before this call (and so the clock as it was then), has done all it would do and gone back
+  // to sleep; false if that takes longer than `timeout`. A test checks that something does NOT
+  // happen (no batch before the delay) right after this, instead of sleeping and looking.
+  bool WaitUntilBatcherSleepsForTest(std::chrono::seconds timeout);
 
   // Requests waiting in the queues of all levels (not yet handed to an executor).
   int64_t QueueDepth() const;
@@ -131,14 +144,24 @@ class ModelScheduler {
   void AnswerSwept(
       std::vector<std::pair<std::unique_ptr<InferenceRequest>, absl::StatusCode>>& swept)
       ABSL_LOCKS_EXCLUDED(mu_);
-  // Index of an executor with a free slot, round robin; -1 if none.
-  int PickExecutor() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Index of an executor with a free slot, round robin, preferring one with nothing in flight
+  // (then `*idle` is true); -1 if none has a free slot.
+  int PickExecutor(bool* idle) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Enqueue's shortcut: hands `request` (moved from only on success) alone to an executor that
+  // can take it now, if the queue is empty, nobody else dispatches and the policy would send it
+  // alone at once. REQUIRES: mu_ held; the request passed the queue checks.
+  bool TryDispatchAloneLocked(std::unique_ptr<InferenceRequest>& request,
+                              common::Clock::TimePoint now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Hands `batch` to executor `executor` outside the lock, counted in dispatching_ meanwhile.
+  // REQUIRES: mu_ held, dispatching_ == 0, the executor has a free slot. Returns with mu_ held.
+  void DispatchLocked(int executor, Batch batch) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool Compatible(const InferenceRequest& a, const InferenceRequest& b) const;
 
   const ModelConfig& config_;
   const SchedulerOptions options_;
-  // Whether every input dimension is fixed, so any two requests may share a batch.
-  bool all_dims_fixed_ = true;
+  // Whether any two requests may share a batch: every input dimension is fixed, or the model
+  // batches ragged sequences (config_.ragged_batching).
+  bool any_shapes_batch_ = true;
 
   // common::Mutex (an annotated std::mutex): clang's -Wthread-safety checks the ABSL_GUARDED_BY
   // members below.
@@ -148,11 +171,18 @@ class ModelScheduler {
   std::vector<Level> levels_ ABSL_GUARDED_BY(mu_);
   size_t default_level_ = 0;
   int64_t queued_ ABSL_GUARDED_BY(mu_) = 0;  // entries in all levels
-  // Batches taken from the queue and not yet returned from Execute() (0 or 1: only the batcher
-  // dispatches). Idle() waits for it to be 0 (dispatched_cv_), so that it never reads queued and
-  // in flight both at zero while a batch is between the two. Guarded by mu_.
+  // Batches taken from the queue and not yet returned from Execute(): 0 or 1, since one thread
+  // at a time dispatches (the batcher, or an RPC thread in Enqueue's shortcut), which keeps the
+  // free slot PickExecutor() found free until Execute() takes it. Idle() and Stop() wait for it
+  // to be 0 (dispatched_cv_), so that Idle() never reads queued and in flight both at zero while
+  // a batch is between the two, and no executor is stopped under a dispatch. Guarded by mu_.
   int64_t dispatching_ ABSL_GUARDED_BY(mu_) = 0;
   mutable common::CondVar dispatched_cv_;
+  // Bumped by every Enqueue, NotifySlotFreed and Fail; the batcher records the generation it saw
+  // before each sleep (slept_cv_): WaitUntilBatcherSleepsForTest.
+  uint64_t wake_generation_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t slept_generation_ ABSL_GUARDED_BY(mu_) = 0;
+  common::CondVar slept_cv_;
   // Scratch for forming a batch: the first queued entries in service order. Guarded by mu_.
   std::vector<Entry*> candidates_ ABSL_GUARDED_BY(mu_);
   int64_t entries_with_deadline_ ABSL_GUARDED_BY(mu_) = 0;

@@ -1,5 +1,6 @@
 #include "engine/model_scheduler.h"
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
@@ -16,6 +17,7 @@
 #include "absl/status/status.h"
 #include "common/clock.h"
 #include "engine/model_stats.h"
+#include "engine/testing/answer.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -28,63 +30,24 @@ using ::testing::HasSubstr;
 
 // Bound for waiting on something the batcher thread does asynchronously.
 constexpr auto kAsyncTimeout = std::chrono::seconds(10);
-// How long a test watches for something that must NOT happen (a batch dispatched too early). The
-// fake clock does not move meanwhile, so a correct scheduler never dispatches, however long this
-// is.
-constexpr auto kQuietPeriod = std::chrono::milliseconds(30);
+// A test checks that something does NOT happen (a batch dispatched too early) right after
+// ModelScheduler::WaitUntilBatcherSleepsForTest: the batcher has then seen the clock and the queue
+// and gone back to sleep, so nothing more happens until the test moves the fake clock.
 
 // Every answer the scheduler gives, by request id.
-class Answers {
- public:
-  InferenceRequest::Completion For(const std::string& id) {
-    std::lock_guard<std::mutex> lock(mu_);
-    issued_.push_back(id);
-    return [this, id](absl::StatusOr<InferenceResponse> result) {
-      std::lock_guard<std::mutex> lock(mu_);
-      answers_[id].push_back(result.status());
-      cv_.notify_all();
-    };
-  }
-
-  bool WaitFor(const std::string& id) {
-    std::unique_lock<std::mutex> lock(mu_);
-    return cv_.wait_for(lock, kAsyncTimeout, [&] { return answers_.count(id) > 0; });
-  }
-
-  int Count(const std::string& id) const {
-    std::lock_guard<std::mutex> lock(mu_);
-    auto it = answers_.find(id);
-    return it == answers_.end() ? 0 : static_cast<int>(it->second.size());
-  }
-
-  // The first answer's status; Unknown("no answer") if there was none.
-  absl::Status StatusOf(const std::string& id) const {
-    std::lock_guard<std::mutex> lock(mu_);
-    auto it = answers_.find(id);
-    if (it == answers_.end()) return absl::UnknownError("no answer");
-    return it->second.front();
-  }
-
-  std::vector<std::string> issued() const {
-    std::lock_guard<std::mutex> lock(mu_);
-    return issued_;
-  }
-
- private:
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
-  std::vector<std::string> issued_;
-  std::map<std::string, std::vector<absl::Status>> answers_;
-};
+using Answers = ::sluice::engine::testing::AnswerLog;
 
 // An Executor that records the batches it is given and finishes them when the test says so.
 class FakeExecutor final : public Executor {
  public:
   struct Record {
     int items = 0;
+    int64_t tokens = 0;
     std::vector<std::string> ids;
     // The first input's shape, per request.
     std::vector<Shape> shapes;
+    // The thread that called Execute().
+    std::thread::id thread;
   };
 
   explicit FakeExecutor(int free_slots) : free_slots_(free_slots) {}
@@ -98,6 +61,11 @@ class FakeExecutor final : public Executor {
     std::lock_guard<std::mutex> lock(mu_);
     auto_complete_ = auto_complete;
   }
+
+  // What ExecuteOnlyEnqueues() answers (the real CPU executor's true lets the scheduler dispatch
+  // on the enqueuing thread). Set before Start().
+  void set_execute_only_enqueues(bool value) { execute_only_enqueues_ = value; }
+  bool ExecuteOnlyEnqueues() const override { return execute_only_enqueues_; }
 
   bool HasFreeSlot() const override {
     std::lock_guard<std::mutex> lock(mu_);
@@ -125,6 +93,8 @@ class FakeExecutor final : public Executor {
     std::vector<std::unique_ptr<InferenceRequest>> to_answer;
     {
       std::unique_lock<std::mutex> lock(mu_);
+      if (stopped_) ++executes_after_stop_;
+      ++executing_;
       if (gate_closed_) {
         waiting_at_gate_ = true;
         cv_.notify_all();
@@ -133,7 +103,9 @@ class FakeExecutor final : public Executor {
       }
       if (free_slots_ <= 0) ++executes_without_slot_;
       Record record;
+      record.thread = std::this_thread::get_id();
       record.items = batch.items;
+      record.tokens = batch.tokens;
       for (const auto& request : batch.requests) {
         record.ids.push_back(request->id);
         record.shapes.push_back(request->inputs.empty() ? Shape{} : request->inputs[0].shape);
@@ -145,6 +117,7 @@ class FakeExecutor final : public Executor {
         --free_slots_;
         in_flight_.push_back(std::move(batch));
       }
+      --executing_;
       cv_.notify_all();
     }
     for (auto& request : to_answer) Answer(*request);
@@ -160,6 +133,8 @@ class FakeExecutor final : public Executor {
     std::deque<Batch> batches;
     {
       std::lock_guard<std::mutex> lock(mu_);
+      if (executing_ > 0) ++stops_during_execute_;
+      stopped_ = true;
       batches.swap(in_flight_);
     }
     for (Batch& batch : batches) {
@@ -214,6 +189,12 @@ class FakeExecutor final : public Executor {
     std::lock_guard<std::mutex> lock(mu_);
     return executes_without_slot_;
   }
+  // Stop() called while an Execute() ran, or Execute() called after Stop(): the scheduler must
+  // never do either.
+  int stops_during_execute() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return stops_during_execute_ + executes_after_stop_;
+  }
 
  private:
   static void Answer(InferenceRequest& request) {
@@ -231,6 +212,11 @@ class FakeExecutor final : public Executor {
   bool gate_closed_ = false;
   bool waiting_at_gate_ = false;
   int executes_without_slot_ = 0;
+  int executing_ = 0;
+  bool stopped_ = false;
+  int stops_during_execute_ = 0;
+  int executes_after_stop_ = 0;
+  bool execute_only_enqueues_ = false;
   std::deque<Batch> in_flight_;
   std::vector<Record> records_;
 };
@@ -312,6 +298,8 @@ class ModelSchedulerTest : public ::testing::Test {
         executor_->FinishAll();
         EXPECT_EQ(executor_->executes_without_slot(), 0)
             << "Execute() called while the executor had no free slot";
+        EXPECT_EQ(executor_->stops_during_execute(), 0)
+            << "the executor was stopped while Execute() ran, or Execute() came after Stop()";
       }
       scheduler_.reset();
     }
@@ -341,12 +329,12 @@ TEST_F(ModelSchedulerTest, CreateRejectsAnEmptyQueueBound) {
 TEST_F(ModelSchedulerTest, NothingDispatchedBeforeTheDelay) {
   CreateAndStart(DefaultOptions(), /*slots=*/4);
   Enqueue("a");
-  std::this_thread::sleep_for(kQuietPeriod);
+  ASSERT_TRUE(scheduler_->WaitUntilBatcherSleepsForTest(kAsyncTimeout));
   EXPECT_TRUE(executor_->records().empty());
   EXPECT_EQ(answers_.Count("a"), 0);
 
   Advance(microseconds(99));
-  std::this_thread::sleep_for(kQuietPeriod);
+  ASSERT_TRUE(scheduler_->WaitUntilBatcherSleepsForTest(kAsyncTimeout));
   EXPECT_TRUE(executor_->records().empty());
 
   Advance(microseconds(1));
@@ -362,7 +350,7 @@ TEST_F(ModelSchedulerTest, DelayCountsFromTheOldestRequest) {
   Enqueue("a");
   Advance(microseconds(60));
   Enqueue("b");
-  std::this_thread::sleep_for(kQuietPeriod);
+  ASSERT_TRUE(scheduler_->WaitUntilBatcherSleepsForTest(kAsyncTimeout));
   EXPECT_TRUE(executor_->records().empty());
 
   Advance(microseconds(40));  // a's 100us are up; b waited only 40us
@@ -459,7 +447,7 @@ TEST_F(ModelSchedulerTest, DeadlinePassedWhileWaitingForABatchNeverReachesTheExe
   ASSERT_TRUE(answers_.WaitFor("a"));
   EXPECT_EQ(answers_.StatusOf("a").code(), absl::StatusCode::kDeadlineExceeded);
   Advance(microseconds(2000));
-  std::this_thread::sleep_for(kQuietPeriod);
+  ASSERT_TRUE(scheduler_->WaitUntilBatcherSleepsForTest(kAsyncTimeout));
   EXPECT_TRUE(executor_->records().empty());
 }
 
@@ -494,7 +482,7 @@ TEST_F(ModelSchedulerTest, RequestTimeoutIgnoredWithoutTimeoutOverride) {
   request->timeout = microseconds(10);
   scheduler_->Enqueue(std::move(request));
   Advance(microseconds(100));
-  std::this_thread::sleep_for(kQuietPeriod);
+  ASSERT_TRUE(scheduler_->WaitUntilBatcherSleepsForTest(kAsyncTimeout));
   EXPECT_EQ(answers_.Count("a"), 0) << answers_.StatusOf("a");
   executor_->AddSlots(1);
   ASSERT_TRUE(executor_->WaitForBatches(1));
@@ -530,7 +518,7 @@ TEST_F(ModelSchedulerTest, RequestTimeoutReplacesDefaultTimeoutWithOverride) {
 
 TEST_F(ModelSchedulerTest, EarlierOfRequestDeadlineAndDefaultTimeoutWins) {
   SchedulerOptions options = DefaultOptions();
-  options.queue_policy.default_timeout = microseconds(1000);
+  options.queue_policy.default_timeout = microseconds(10000);
   CreateAndStart(options, /*slots=*/0);
   auto request = Request("a");
   request->deadline = clock_.Now() + microseconds(20);
@@ -579,7 +567,7 @@ TEST_F(ModelSchedulerTest, NoFreeSlotHoldsBatchesUntilASlotFrees) {
   ASSERT_TRUE(executor_->WaitForBatches(1));
   for (const char* id : {"e", "f", "g", "h"}) Enqueue(id);
   Advance(microseconds(1000));  // delays long expired: only the missing slot holds them
-  std::this_thread::sleep_for(kQuietPeriod);
+  ASSERT_TRUE(scheduler_->WaitUntilBatcherSleepsForTest(kAsyncTimeout));
   EXPECT_EQ(executor_->records().size(), 1u);
   EXPECT_EQ(scheduler_->QueueDepth(), 4);
   EXPECT_EQ(answers_.Count("e"), 0);
@@ -817,6 +805,306 @@ TEST_F(ModelSchedulerTest, CreateRejectsInconsistentPriorityOptions) {
   options.level_policies[2] = QueuePolicy{.max_queue_size = 0};
   EXPECT_EQ(ModelScheduler::Create(config_, options).status().code(),
             absl::StatusCode::kInvalidArgument);
+}
+
+// --- Ragged batching (sequence models: token budget instead of equal shapes) ------------------
+
+class RaggedSchedulerTest : public ModelSchedulerTest {
+ protected:
+  RaggedSchedulerTest() {
+    // [batch, seq] token ids of any length, as the encoder declares them.
+    config_.inputs = {TensorSpec{"input_ids", DataType::kInt64, {-1}}};
+    config_.outputs = {TensorSpec{"embedding", DataType::kFp32, {4}}};
+    config_.ragged_batching = RaggedBatchingConfig{.max_batch_tokens = 10};
+  }
+
+  // Batching with max_batch_size 4, a 100us delay and a budget of 10 tokens.
+  SchedulerOptions RaggedOptions() {
+    SchedulerOptions options = DefaultOptions();
+    options.policy.max_batch_tokens = config_.ragged_batching->max_batch_tokens;
+    return options;
+  }
+
+  // A request of one sequence of `tokens` real tokens (what request validation sets).
+  std::unique_ptr<InferenceRequest> Sequence(const std::string& id, int64_t tokens) {
+    auto request = Request(id, /*batch=*/1, /*width=*/tokens);
+    request->token_count = tokens;
+    return request;
+  }
+  void EnqueueSequence(const std::string& id, int64_t tokens) {
+    scheduler_->Enqueue(Sequence(id, tokens));
+  }
+};
+
+TEST_F(RaggedSchedulerTest, DifferentLengthsShareABatch) {
+  CreateAndStart(RaggedOptions(), /*slots=*/0);
+  EnqueueSequence("a", 3);
+  EnqueueSequence("b", 1);
+  EnqueueSequence("c", 5);
+  Advance(microseconds(100));  // the delay is up: what fits goes once a slot frees
+  executor_->AddSlots(1);
+  ASSERT_TRUE(executor_->WaitForBatches(1));
+  const auto records = executor_->records();
+  ASSERT_EQ(records.size(), 1u);
+  EXPECT_THAT(Ids(records[0]), ElementsAre("a", "b", "c"));
+  EXPECT_EQ(records[0].items, 3);
+  EXPECT_EQ(records[0].tokens, 9);
+  ASSERT_EQ(records[0].shapes.size(), 3u);
+  EXPECT_EQ(records[0].shapes[0], (Shape{1, 3}));
+  EXPECT_EQ(records[0].shapes[2], (Shape{1, 5}));
+}
+
+TEST_F(RaggedSchedulerTest, TokenBudgetCutsTheBatchAtOnce) {
+  CreateAndStart(RaggedOptions(), /*slots=*/0);
+  EnqueueSequence("a", 4);
+  EnqueueSequence("b", 5);
+  EnqueueSequence("c", 3);  // 4 + 5 + 3 > 10
+  // The clock never moves: only the budget can dispatch a and b.
+  executor_->AddSlots(2);
+  ASSERT_TRUE(executor_->WaitForBatches(1));
+  {
+    const auto records = executor_->records();
+    ASSERT_EQ(records.size(), 1u);
+    EXPECT_THAT(Ids(records[0]), ElementsAre("a", "b"));
+    EXPECT_EQ(records[0].tokens, 9);
+  }
+  EXPECT_EQ(scheduler_->QueueDepth(), 1);  // c waits for company or its delay
+  Advance(microseconds(100));
+  ASSERT_TRUE(executor_->WaitForBatches(2));
+  const auto records = executor_->records();
+  EXPECT_THAT(Ids(records[1]), ElementsAre("c"));
+  EXPECT_EQ(records[1].tokens, 3);
+  // Stats count the tokens of every batch handed over.
+  const ModelStatsSnapshot snapshot = stats_.Snapshot();
+  EXPECT_EQ(snapshot.batch_tokens.count, 2u);
+  EXPECT_EQ(snapshot.batch_tokens.sum, 12.0);
+}
+
+TEST_F(RaggedSchedulerTest, SequenceAboveTheBudgetRunsAloneAndDoesNotStarve) {
+  CreateAndStart(RaggedOptions(), /*slots=*/0);
+  EnqueueSequence("small", 2);
+  EnqueueSequence("huge", 25);  // over the 10-token budget on its own
+  EnqueueSequence("tail", 2);
+  executor_->AddSlots(3);
+  // No clock movement: the huge one cuts small's batch and then runs alone at once.
+  ASSERT_TRUE(executor_->WaitForBatches(2));
+  {
+    const auto records = executor_->records();
+    EXPECT_THAT(Ids(records[0]), ElementsAre("small"));
+    EXPECT_THAT(Ids(records[1]), ElementsAre("huge"));
+    EXPECT_EQ(records[1].tokens, 25);
+  }
+  Advance(microseconds(100));
+  ASSERT_TRUE(executor_->WaitForBatches(3));
+  EXPECT_THAT(Ids(executor_->records()[2]), ElementsAre("tail"));
+}
+
+TEST_F(RaggedSchedulerTest, MaxBatchSizeBoundsSequencesUnderTheBudget) {
+  CreateAndStart(RaggedOptions(), /*slots=*/0);
+  for (const char* id : {"a", "b", "c", "d", "e"}) EnqueueSequence(id, 1);
+  executor_->AddSlots(1);  // 5 tokens fit the budget, 5 sequences do not fit max_batch_size 4
+  ASSERT_TRUE(executor_->WaitForBatches(1));
+  EXPECT_THAT(Ids(executor_->records()[0]), ElementsAre("a", "b", "c", "d"));
+  EXPECT_EQ(executor_->records()[0].tokens, 4);
+}
+
+TEST_F(RaggedSchedulerTest, PriorityLevelsFillTheBudgetInServiceOrder) {
+  SchedulerOptions options = RaggedOptions();
+  options.priority_levels = 2;
+  options.default_priority_level = 2;
+  CreateAndStart(options, /*slots=*/0);
+  EnqueueSequence("bulk", 4);
+  scheduler_->Enqueue(WithPriority(Sequence("vip1", 3), 1));
+  scheduler_->Enqueue(WithPriority(Sequence("vip2", 4), 1));
+  // Service order vip1, vip2, bulk: 3 + 4 + 4 > 10, so bulk is cut off and waits.
+  executor_->AddSlots(2);
+  ASSERT_TRUE(executor_->WaitForBatches(1));
+  EXPECT_THAT(Ids(executor_->records()[0]), ElementsAre("vip1", "vip2"));
+  Advance(microseconds(100));
+  ASSERT_TRUE(executor_->WaitForBatches(2));
+  EXPECT_THAT(Ids(executor_->records()[1]), ElementsAre("bulk"));
+}
+
+TEST_F(RaggedSchedulerTest, TimeoutAndCancellationWorkInTheQueue) {
+  SchedulerOptions options = RaggedOptions();
+  options.queue_policy.default_timeout = microseconds(50);
+  options.queue_policy.allow_timeout_override = true;
+  CreateAndStart(options, /*slots=*/0);
+  EnqueueSequence("expires", 3);
+  auto cancelled_flag = std::make_shared<std::atomic<bool>>(false);
+  auto cancellable = Sequence("cancelled", 4);
+  cancellable->cancelled = cancelled_flag;
+  cancellable->timeout = microseconds(10000);
+  scheduler_->Enqueue(std::move(cancellable));
+  auto patient = Sequence("patient", 5);
+  patient->timeout = microseconds(10000);
+  scheduler_->Enqueue(std::move(patient));
+
+  Advance(microseconds(50));
+  ASSERT_TRUE(answers_.WaitFor("expires"));
+  EXPECT_EQ(answers_.StatusOf("expires").code(), absl::StatusCode::kDeadlineExceeded);
+  cancelled_flag->store(true);
+  // The cancel sweep runs within kCancelSweepPeriod of scheduler time.
+  Advance(std::chrono::duration_cast<microseconds>(ModelScheduler::kCancelSweepPeriod));
+  ASSERT_TRUE(answers_.WaitFor("cancelled"));
+  EXPECT_EQ(answers_.StatusOf("cancelled").code(), absl::StatusCode::kCancelled);
+  EXPECT_EQ(answers_.Count("patient"), 0);
+
+  // Only the survivor reaches the executor, with its own tokens.
+  executor_->AddSlots(1);
+  ASSERT_TRUE(executor_->WaitForBatches(1));
+  const auto records = executor_->records();
+  ASSERT_EQ(records.size(), 1u);
+  EXPECT_THAT(Ids(records[0]), ElementsAre("patient"));
+  EXPECT_EQ(records[0].tokens, 5);
+}
+
+TEST_F(RaggedSchedulerTest, StopDrainsEverythingQueuedWithinTheBudget) {
+  SchedulerOptions options = RaggedOptions();
+  options.policy.max_queue_delay = std::chrono::seconds(10);
+  CreateAndStart(options, /*slots=*/1);
+  executor_->set_auto_complete(true);
+  executor_->CloseGate();
+  EnqueueSequence("a", 6);
+  EnqueueSequence("b", 6);  // cuts a's batch: a goes, then waits at the gate in Execute
+  ASSERT_TRUE(executor_->WaitAtGate());
+  EnqueueSequence("c", 3);
+  EnqueueSequence("d", 2);
+  // Stop on another thread: it drains the queue once the gate opens.
+  std::thread stopper([this] { scheduler_->Stop(); });
+  executor_->OpenGate();
+  stopper.join();
+  for (const char* id : {"a", "b", "c", "d"}) {
+    ASSERT_EQ(answers_.Count(id), 1) << id;
+    EXPECT_TRUE(answers_.StatusOf(id).ok()) << id << ": " << answers_.StatusOf(id);
+  }
+  // b, c and d (11 tokens) do not fit one batch; the drain formed batches without the delay.
+  const auto records = executor_->records();
+  ASSERT_EQ(records.size(), 3u);
+  EXPECT_THAT(Ids(records[0]), ElementsAre("a"));
+  EXPECT_THAT(Ids(records[1]), ElementsAre("b", "c"));
+  EXPECT_THAT(Ids(records[2]), ElementsAre("d"));
+}
+
+// --- Work-conserving batching (max_queue_delay 0) and the dispatch shortcut --------------------
+
+class WorkConservingTest : public ModelSchedulerTest {
+ protected:
+  // Batching with max_batch_size 4, no delay (sluice's default), a queue of 16.
+  SchedulerOptions WorkConservingOptions() {
+    SchedulerOptions options = DefaultOptions();
+    options.policy.max_queue_delay = microseconds(0);
+    return options;
+  }
+};
+
+TEST_F(WorkConservingTest, LoneRequestGoesAtOnceToAnIdleExecutor) {
+  CreateAndStart(WorkConservingOptions(), /*slots=*/2);
+  Enqueue("a");
+  // The fake clock never moves: no delay is waited out.
+  ASSERT_TRUE(executor_->WaitForBatches(1));
+  const auto records = executor_->records();
+  EXPECT_THAT(Ids(records[0]), ElementsAre("a"));
+  // This executor's Execute() is not a mere push (ExecuteOnlyEnqueues() false): the batcher
+  // thread dispatched, not the enqueuing one.
+  EXPECT_NE(records[0].thread, std::this_thread::get_id());
+}
+
+TEST_F(WorkConservingTest, BatchGrowsWhileTheExecutorIsBusyThenGoesWhenItIsIdle) {
+  CreateAndStart(WorkConservingOptions(), /*slots=*/2);
+  Enqueue("a");
+  ASSERT_TRUE(executor_->WaitForBatches(1));  // a is in flight: the executor is busy
+  Enqueue("b");
+  Enqueue("c");
+  executor_->FinishAll();  // a answered: the executor is idle, b and c go together
+  ASSERT_TRUE(executor_->WaitForBatches(2));
+  const auto records = executor_->records();
+  ASSERT_EQ(records.size(), 2u);
+  // Had b gone into the free second slot on its own, this batch would be [b].
+  EXPECT_THAT(Ids(records[1]), ElementsAre("b", "c"));
+}
+
+TEST_F(WorkConservingTest, FullBatchGoesIntoTheFreeSlotOfABusyExecutor) {
+  CreateAndStart(WorkConservingOptions(), /*slots=*/2);
+  Enqueue("a");
+  ASSERT_TRUE(executor_->WaitForBatches(1));
+  for (const char* id : {"b", "c", "d", "e"}) Enqueue(id);
+  // a is still in flight; b..e fill max_batch_size 4 and are staged in the second slot.
+  ASSERT_TRUE(executor_->WaitForBatches(2));
+  EXPECT_THAT(Ids(executor_->records()[1]), ElementsAre("b", "c", "d", "e"));
+  EXPECT_EQ(answers_.Count("a"), 0);
+}
+
+TEST_F(WorkConservingTest, EnqueuingThreadHandsALoneRequestToAnIdleExecutor) {
+  Create(WorkConservingOptions(), /*slots=*/2);
+  executor_->set_execute_only_enqueues(true);
+  Start();
+  Enqueue("a");
+  // Dispatched before Enqueue returned, on this thread: no hop through the batcher.
+  {
+    const auto records = executor_->records();
+    ASSERT_EQ(records.size(), 1u);
+    EXPECT_THAT(Ids(records[0]), ElementsAre("a"));
+    EXPECT_EQ(records[0].thread, std::this_thread::get_id());
+    EXPECT_EQ(records[0].items, 1);
+  }
+  // The executor is busy now: b queues (the policy lets it wait), and the batcher sends it once
+  // the executor is idle again.
+  Enqueue("b");
+  EXPECT_EQ(scheduler_->QueueDepth(), 1);
+  executor_->FinishAll();
+  ASSERT_TRUE(executor_->WaitForBatches(2));
+  const auto records = executor_->records();
+  EXPECT_THAT(Ids(records[1]), ElementsAre("b"));
+  EXPECT_NE(records[1].thread, std::this_thread::get_id());
+  EXPECT_EQ(answers_.StatusOf("a").code(), absl::StatusCode::kOk);
+}
+
+TEST_F(WorkConservingTest, NoShortcutWhenTheModelAsksForAQueueDelay) {
+  Create(DefaultOptions(), /*slots=*/2);  // max_queue_delay 100us: Triton's meaning
+  executor_->set_execute_only_enqueues(true);
+  Start();
+  Enqueue("a");
+  EXPECT_TRUE(executor_->records().empty());
+  EXPECT_EQ(scheduler_->QueueDepth(), 1);
+  Advance(microseconds(100));
+  ASSERT_TRUE(executor_->WaitForBatches(1));
+  EXPECT_NE(executor_->records()[0].thread, std::this_thread::get_id());
+}
+
+TEST_F(WorkConservingTest, NoShortcutForAnExpiredRequest) {
+  Create(WorkConservingOptions(), /*slots=*/2);
+  executor_->set_execute_only_enqueues(true);
+  Start();
+  Enqueue("first");
+  ASSERT_EQ(executor_->records().size(), 1u);  // dispatched on this thread
+  executor_->FinishAll();                      // idle again
+  // An expired request never runs, shortcut or not.
+  auto expired = Request("expired");
+  expired->deadline = clock_.Now();
+  scheduler_->Enqueue(std::move(expired));
+  ASSERT_TRUE(answers_.WaitFor("expired"));
+  EXPECT_EQ(answers_.StatusOf("expired").code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_EQ(executor_->records().size(), 1u);
+}
+
+TEST_F(WorkConservingTest, StopWaitsForADispatchOnTheEnqueuingThread) {
+  Create(WorkConservingOptions(), /*slots=*/2);
+  // An executor that claims to only enqueue but holds Execute() at the gate, so that Stop() is
+  // called while the RPC thread is inside it.
+  executor_->set_execute_only_enqueues(true);
+  executor_->set_auto_complete(true);
+  Start();
+  executor_->CloseGate();
+  std::thread rpc_thread([this] { Enqueue("a"); });
+  ASSERT_TRUE(executor_->WaitAtGate());
+  std::thread stopper([this] { scheduler_->Stop(); });
+  executor_->OpenGate();
+  rpc_thread.join();
+  stopper.join();
+  EXPECT_EQ(answers_.Count("a"), 1);
+  EXPECT_TRUE(answers_.StatusOf("a").ok());
+  EXPECT_EQ(executor_->stops_during_execute(), 0);
 }
 
 }  // namespace

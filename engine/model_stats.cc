@@ -65,13 +65,20 @@ FailureReason FailureReasonFromCode(absl::StatusCode code) {
   }
 }
 
-ModelStats::ModelStats(ModelStatsOptions options) : options_(std::move(options)) {}
+ModelStats::ModelStats(ModelStatsOptions options) : options_(std::move(options)) {
+  stats_.counts_tokens = options_.counts_tokens;
+}
 
 bool ModelStats::Sampled() const {
   const double rate = options_.access_log_sample_rate;
   if (rate <= 0 || options_.logger == nullptr) return false;
   if (!options_.logger->Enabled(common::LogLevel::kInfo)) return false;
   return rate >= 1 || UniformDraw() < rate;
+}
+
+void ModelStats::RecordBatchTokens(int64_t tokens) {
+  std::lock_guard<std::mutex> lock(mu_);
+  stats_.batch_tokens.Observe(kBatchTokensBucketBounds, static_cast<double>(tokens));
 }
 
 void ModelStats::RecordBatch(const BatchRecord& batch) {

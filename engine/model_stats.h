@@ -72,6 +72,11 @@ inline constexpr std::array<double, 18> kDurationBucketBoundsSeconds = {
 inline constexpr std::array<double, 12> kBatchSizeBucketBounds = {1,  2,   4,   8,   16,   32,
                                                                   64, 128, 256, 512, 1024, 2048};
 
+// Upper bounds of the batch-tokens histogram's buckets (real tokens per batch of a ragged-batching
+// model); +Inf implicit.
+inline constexpr std::array<double, 13> kBatchTokensBucketBounds = {
+    16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536};
+
 // A histogram with the fixed bounds `kBounds`: per-bucket (not cumulative) counts, the last one
 // for observations above every bound, and their count and sum. Plain data; not thread-safe.
 template <size_t kBucketCount>
@@ -94,6 +99,8 @@ struct FixedHistogram {
 using DurationHistogram = FixedHistogram<kDurationBucketBoundsSeconds.size()>;
 // Items per batch, buckets kBatchSizeBucketBounds.
 using BatchSizeHistogram = FixedHistogram<kBatchSizeBucketBounds.size()>;
+// Tokens per batch, buckets kBatchTokensBucketBounds.
+using BatchTokensHistogram = FixedHistogram<kBatchTokensBucketBounds.size()>;
 
 // A copy of the counters at one moment.
 struct ModelStatsSnapshot {
@@ -120,6 +127,10 @@ struct ModelStatsSnapshot {
   std::array<uint64_t, kFailureReasonCount> failures_by_reason{};
   // Items per executed batch, one observation per batch.
   BatchSizeHistogram batch_size;
+  // Ragged-batching models only (counts_tokens): real tokens per batch handed to an executor, one
+  // observation per batch (its sum is the tokens dispatched).
+  bool counts_tokens = false;
+  BatchTokensHistogram batch_tokens;
   // Per successful request: received -> answered, and enqueued -> handed to an executor.
   DurationHistogram request_duration;
   DurationHistogram queue_duration;
@@ -159,6 +170,9 @@ struct ModelStatsOptions {
   common::Logger* logger = nullptr;
   // Fraction of requests (0..1) that get an access-log record at info level. 0: none.
   double access_log_sample_rate = 0;
+  // The model batches by token budget (ModelConfig::ragged_batching): its snapshots report
+  // batch_tokens (counts_tokens).
+  bool counts_tokens = false;
 };
 
 class ModelStats {
@@ -178,6 +192,10 @@ class ModelStats {
   // the queue, or failed in a batch, with the status it is answered with. Queues an access-log
   // record if the request is sampled.
   void RecordFailure(const InferenceRequest& request, absl::StatusCode code);
+
+  // One batch of a ragged-batching model handed to an executor, with its real tokens. Called by
+  // the model's batcher thread once per batch, outside its queue lock.
+  void RecordBatchTokens(int64_t tokens);
 
   // Called by the stats collector once per interval with the items its executors have counted so
   // far (monotonic); sets device_items and, from the previous reading, the throughput.

@@ -55,6 +55,7 @@ struct Flags {
   std::string arrivals = "constant";
   int64_t max_outstanding = 1024;
   int64_t batch_size = 1;
+  int64_t sequence_length = 1;
   std::vector<std::string> shapes;
   std::string input_data = "random";
   uint64_t seed = 0;
@@ -120,6 +121,12 @@ void AddFlags(CLI::App& app, Flags& flags) {
   app.add_option("--shape", flags.shapes,
                  "NAME:D1,D2,...: the shape of an input with -1 dimensions, without the batch "
                  "dimension (repeatable), e.g. --shape INPUT0:1024");
+  app.add_option("--seq-len", flags.sequence_length,
+                 "With random inputs: the length of -1 dimensions no --shape fixes (a sequence "
+                 "model's tokens: every input [batch, seq-len]; attention_mask all ones, "
+                 "token_type_ids zeros), e.g. -m embedder --seq-len 128")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20))
+      ->capture_default_str();
   app.add_option("--input-data", flags.input_data,
                  "random, zeros, or a JSON file of inputs (sluice-client --input-json format)")
       ->capture_default_str();
@@ -262,6 +269,7 @@ int Run(const Flags& flags, const std::string& command_line) {
   RequestSpec spec;
   spec.model_version = flags.model_version;
   spec.batch_size = flags.batch_size;
+  spec.sequence_length = flags.sequence_length;
   spec.seed = flags.seed;
   spec.priority = flags.priority;
   for (const std::string& text : flags.shapes) {

@@ -87,7 +87,7 @@ absl::StatusOr<inference::ModelInferRequest> BuildRequest(
     absl::StatusOr<inference::ModelMetadataResponse> shaped = ApplyShapes(metadata, spec.shapes);
     if (!shaped.ok()) return shaped.status();
     absl::StatusOr<inference::ModelInferRequest> random =
-        client::MakeRandomRequest(*shaped, spec.batch_size, spec.seed);
+        client::MakeRandomRequest(*shaped, spec.batch_size, spec.seed, spec.sequence_length);
     if (!random.ok()) return random.status();
     request = *std::move(random);
     if (spec.fill == InputFill::kZeros) {

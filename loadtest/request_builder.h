@@ -25,11 +25,13 @@ struct RequestSpec {
   std::string model_version;  // "" = the server's choice
   // Items per request: the leading -1 (batch) dimension of every input. REQUIRES: >= 1.
   int64_t batch_size = 1;
+  // Every other -1 dimension no `shapes` entry fixes (a sequence model's tokens). REQUIRES: >= 1.
+  int64_t sequence_length = 1;
   InputFill fill = InputFill::kRandom;
   uint64_t seed = 0;
   // Shapes for inputs whose metadata shape has -1 dimensions, by input name, without the batch
   // dimension when the metadata shape starts with it (perf_analyzer's --shape). A -1 that no
-  // shape fixes becomes 1.
+  // shape fixes becomes sequence_length.
   std::map<std::string, std::vector<int64_t>> shapes;
   // When non-empty, the inputs come from this JSON text (client::InputsFromJson format) instead;
   // `batch_size`, `fill` and `shapes` must then be left at their defaults.

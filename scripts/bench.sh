@@ -14,14 +14,23 @@
 #       request at a time, and nothing new starts until the previous answer is out). Also
 #       reported: slots 2 vs 1 with batching off on both sides (the pipelining alone).
 #       On a GPU build this is the stand-in for "cudaStreamSynchronize after every request".
+#   (d) synchronous clients (--mode sync: one blocking call per worker, perf_analyzer's default):
+#       identity 4 KiB through sluice vs sluice-echo-server at concurrency 1 (d) and 16 (d').
+#   (e) with --baseline-build DIR: `mlp` through this build's server vs DIR's (e.g. the previous
+#       commit's build) serving --baseline-models (default: this checkout's models/; give the
+#       previous commit's models/ to compare with its configs too), sync clients at concurrency
+#       1 (e) and async at 64 (e'): throughput, p50, and the server's mean batch size.
+#   (f) idle CPU: the server's user + system CPU time over 10 s with nothing sent (after start-up
+#       and whatever the figures before it sent), as a share of one core.
 #
 # Every server binds 127.0.0.1 on a free port; every load run is bounded (--max-duration-s,
 # --max-requests); the whole suite takes about 2.5 minutes with the defaults (9 rounds; each side
 # of a round: 300 ms warm-up, one 1000 ms window: many short alternations make the median robust to
 # bursts of other work on the machine).
 #
-# Usage: scripts/bench.sh [--build-dir DIR] [--rounds N] [--warmup-ms MS] [--window-ms MS]
-#                         [--windows N] [--only a|b|c] [--out DIR]
+# Usage: scripts/bench.sh [--build-dir DIR] [--baseline-build DIR [--baseline-models DIR]]
+#                         [--rounds N] [--warmup-ms MS]
+#                         [--window-ms MS] [--windows N] [--only a|b|c|d|e|f] [--out DIR]
 # Needs sluice-server, sluice-loadtest and sluice-echo-server built in DIR (default: build):
 #   cmake -S . -B build && make -C build sluice-server sluice-loadtest sluice-echo-server
 set -euo pipefail
@@ -29,6 +38,8 @@ cd "$(dirname "$0")/.."
 ROOT=$PWD
 
 BUILD_DIR=build
+BASELINE_BUILD=""
+BASELINE_MODELS=""
 ROUNDS=9
 WARMUP_MS=300
 WINDOW_MS=1000
@@ -38,6 +49,8 @@ OUT_DIR=""
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --build-dir) BUILD_DIR=$2; shift 2 ;;
+    --baseline-build) BASELINE_BUILD=$2; shift 2 ;;
+    --baseline-models) BASELINE_MODELS=$2; shift 2 ;;
     --rounds) ROUNDS=$2; shift 2 ;;
     --warmup-ms) WARMUP_MS=$2; shift 2 ;;
     --window-ms) WINDOW_MS=$2; shift 2 ;;
@@ -205,7 +218,7 @@ NOBATCH_REPO=$(make_nobatch_repo "${BATCH_MODELS[@]}")
 SERVER_FLAGS=(--grpc-address 127.0.0.1 --grpc-port 0 --http-address 127.0.0.1 --http-port 0)
 # Several servers run side by side: their metrics endpoints (where the build has them) also take
 # a free loopback port.
-if "$SERVER" --help 2>/dev/null | grep -q -- '--metrics-port'; then
+if "$SERVER" --help 2>/dev/null | grep -- '--metrics-port' >/dev/null; then
   SERVER_FLAGS+=(--metrics-address 127.0.0.1 --metrics-port 0)
 fi
 start_server sluice-default "server ready" "$SERVER" "${SERVER_FLAGS[@]}" \
@@ -256,6 +269,42 @@ if want c; then
   compare "(c') pipelining alone: $C_MODEL with batching off on both sides, executor slots 2 vs 1, concurrency 16, async" \
     c_slots slots2 "$URL_NOBATCH" slots1 "$URL_SYNC" -- \
     "${C_ARGS[@]}" --concurrency 16 --mode async
+fi
+
+if want d; then
+  [[ -n ${URL_ECHO:-} ]] || { start_server echo "echo server ready" "$ECHO_SERVER" --grpc-address 127.0.0.1 --grpc-port 0; URL_ECHO=127.0.0.1:$PORT; }
+  compare "(d) per-request overhead, synchronous clients: identity through sluice vs sluice-echo-server (4 KiB FP32, concurrency 1, sync)" \
+    d_sync1 sluice "$URL_DEFAULT" echo "$URL_ECHO" -- \
+    -m identity --shape INPUT0:1024 --concurrency 1 --mode sync
+  compare "(d') the same at concurrency 16, sync" \
+    d_sync16 sluice "$URL_DEFAULT" echo "$URL_ECHO" -- \
+    -m identity --shape INPUT0:1024 --concurrency 16 --mode sync
+fi
+
+if want e && [[ -n $BASELINE_BUILD ]]; then
+  BASELINE_SERVER=$BASELINE_BUILD/server/sluice-server
+  [[ -x $BASELINE_SERVER ]] || { echo "bench.sh: $BASELINE_SERVER not found" >&2; exit 1; }
+  start_server sluice-baseline "server ready" "$BASELINE_SERVER" "${SERVER_FLAGS[@]}" \
+    --model-repository "${BASELINE_MODELS:-$ROOT/models}" "${LOAD_MODELS[@]}"
+  URL_BASELINE=127.0.0.1:$PORT
+  compare "(e) mlp, this build vs the baseline build ($BASELINE_BUILD), concurrency 1, sync" \
+    e_mlp1 this "$URL_DEFAULT" baseline "$URL_BASELINE" -- -m mlp --concurrency 1 --mode sync
+  compare "(e') mlp, this build vs the baseline build, concurrency 64, async" \
+    e_mlp64 this "$URL_DEFAULT" baseline "$URL_BASELINE" -- -m mlp --concurrency 64 --mode async
+fi
+
+if want f; then
+  echo
+  echo "(f) idle CPU: the default server, nothing sent for 10 s"
+  SERVER_PID=${SERVER_PIDS[0]}
+  cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
+  sleep 2
+  before=$(cpu_ticks "$SERVER_PID")
+  sleep 10
+  after=$(cpu_ticks "$SERVER_PID")
+  ticks=$(getconf CLK_TCK)
+  "$PYTHON" -c "import sys; t=(int(sys.argv[2])-int(sys.argv[1]))/int(sys.argv[3]); print(f'  IDLE CPU: {t*1000:.0f} ms of CPU in 10 s = {t/10*100:.2f}% of one core')" \
+    "$before" "$after" "$ticks"
 fi
 
 echo

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "server/infer_conversion.h"
+#include "server/model_config_parser.h"
 #include "server/status_convert.h"
 #include "server/stream_infer_reactor.h"
 
@@ -159,11 +160,11 @@ grpc::ServerUnaryReactor* InferenceService::ModelConfig(
     inference::ModelConfigResponse* response) {
   absl::StatusOr<int64_t> version = ParseModelVersion(request->version());
   if (!version.ok()) return FinishNow(context, ToGrpcStatus(version.status()));
-  if (absl::Status status = engine_->GetModel(request->name(), *version).status(); !status.ok()) {
-    return FinishNow(context, ToGrpcStatus(status));
-  }
+  absl::StatusOr<engine::Engine::ModelInfo> info = engine_->GetModel(request->name(), *version);
+  if (!info.ok()) return FinishNow(context, ToGrpcStatus(info.status()));
   absl::StatusOr<inference::ModelConfig> config = repository_->GetConfig(request->name());
   if (!config.ok()) return FinishNow(context, ToGrpcStatus(config.status()));
+  ApplyCompletedConfig(*info->config, *config);
   *response->mutable_config() = *std::move(config);
   return FinishNow(context, grpc::Status::OK);
 }

@@ -171,6 +171,10 @@ std::vector<MetricFamily> BuildMetricFamilies(const MetricsInput& input) {
       Family("sluice_batches_total", "Batches executed by the model", MetricType::Counter);
   MetricFamily batch_size =
       Family("sluice_batch_size", "Items per executed batch", MetricType::Histogram);
+  MetricFamily batch_tokens = Family(
+      "sluice_batch_tokens",
+      "Real tokens per batch handed to an executor (models with ragged token-budget batching)",
+      MetricType::Histogram);
   MetricFamily queue_depth =
       Family("sluice_queue_depth", "Requests waiting in the model's queue", MetricType::Gauge);
   MetricFamily request_duration =
@@ -209,6 +213,9 @@ std::vector<MetricFamily> BuildMetricFamilies(const MetricsInput& input) {
     AddCounter(items, model, static_cast<double>(s.inference_count));
     AddCounter(batches, model, static_cast<double>(s.execution_count));
     AddHistogram(batch_size, model, engine::kBatchSizeBucketBounds, s.batch_size);
+    if (s.counts_tokens) {
+      AddHistogram(batch_tokens, model, engine::kBatchTokensBucketBounds, s.batch_tokens);
+    }
     AddGauge(queue_depth, model, static_cast<double>(s.queue_depth));
     AddHistogram(request_duration, model, engine::kDurationBucketBoundsSeconds, s.request_duration);
     AddHistogram(queue_duration, model, engine::kDurationBucketBoundsSeconds, s.queue_duration);
@@ -224,8 +231,8 @@ std::vector<MetricFamily> BuildMetricFamilies(const MetricsInput& input) {
 
   std::vector<MetricFamily> families;
   for (MetricFamily* family :
-       {&requests, &items, &batches, &batch_size, &queue_depth, &request_duration, &queue_duration,
-        &compute_duration, &device_items, &throughput}) {
+       {&requests, &items, &batches, &batch_size, &batch_tokens, &queue_depth, &request_duration,
+        &queue_duration, &compute_duration, &device_items, &throughput}) {
     families.push_back(std::move(*family));
   }
 

@@ -94,6 +94,25 @@ TEST(MetricsExporterTest, MapsTheSnapshotToFamilies) {
   EXPECT_THAT(text, Not(HasSubstr("sluice_gpu_")));
 }
 
+TEST(MetricsExporterTest, TokensPerBatchOnlyForRaggedModels) {
+  engine::ModelStats ragged(engine::ModelStatsOptions{.counts_tokens = true});
+  ragged.RecordBatchTokens(20);
+  ragged.RecordBatchTokens(300);
+  MetricsInput input;
+  input.models.push_back({"encoder", 1, ragged.Snapshot()});
+  input.models.push_back(SampleStats());  // "simple": no ragged batching
+  const std::string text = SerializeText(BuildMetricFamilies(input));
+  const std::string m = R"(model="encoder",version="1")";
+  EXPECT_THAT(text, HasSubstr("# TYPE sluice_batch_tokens histogram\n"));
+  EXPECT_THAT(text, HasSubstr("sluice_batch_tokens_bucket{" + m + R"(,le="16"} 0)"));
+  EXPECT_THAT(text, HasSubstr("sluice_batch_tokens_bucket{" + m + R"(,le="32"} 1)"));
+  EXPECT_THAT(text, HasSubstr("sluice_batch_tokens_bucket{" + m + R"(,le="256"} 1)"));
+  EXPECT_THAT(text, HasSubstr("sluice_batch_tokens_bucket{" + m + R"(,le="512"} 2)"));
+  EXPECT_THAT(text, HasSubstr("sluice_batch_tokens_count{" + m + "} 2\n"));
+  EXPECT_THAT(text, HasSubstr("sluice_batch_tokens_sum{" + m + "} 320\n"));
+  EXPECT_THAT(text, Not(HasSubstr(R"(sluice_batch_tokens_count{model="simple")")));
+}
+
 TEST(MetricsExporterTest, NoModelsStillExportsEveryFamily) {
   const auto families = BuildMetricFamilies(MetricsInput{});
   std::set<std::string> names;

@@ -351,4 +351,28 @@ absl::StatusOr<engine::ModelConfig> ToEngineModelConfig(const inference::ModelCo
   return config;
 }
 
+void ApplyCompletedConfig(const engine::ModelConfig& completed, inference::ModelConfig& proto) {
+  auto fill = [](const engine::TensorSpec& spec, auto* out) {
+    out->set_name(spec.name);
+    out->set_data_type(ToProtoDataType(spec.dtype));
+    out->clear_dims();
+    for (int64_t dim : spec.dims) out->add_dims(dim);
+  };
+  if (static_cast<size_t>(proto.input_size()) != completed.inputs.size()) {
+    proto.clear_input();
+    for (const auto& spec : completed.inputs) fill(spec, proto.add_input());
+  }
+  if (static_cast<size_t>(proto.output_size()) != completed.outputs.size()) {
+    proto.clear_output();
+    for (const auto& spec : completed.outputs) fill(spec, proto.add_output());
+  } else {
+    // Same list: the backend may have resolved dims the file left as -1.
+    for (size_t i = 0; i < completed.outputs.size(); ++i) {
+      if (proto.output(static_cast<int>(i)).name() == completed.outputs[i].name) {
+        fill(completed.outputs[i], proto.mutable_output(static_cast<int>(i)));
+      }
+    }
+  }
+}
+
 }  // namespace sluice::server

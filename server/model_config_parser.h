@@ -33,6 +33,12 @@ inline constexpr size_t kMaxConfigNameBytes = 255;
 // Longest parameter value in a config (mlp's activations list, a weights file name).
 inline constexpr size_t kMaxConfigValueBytes = 4096;
 
+// The config a client reads (ModelConfig, GET .../config): `proto` as the file says, with the
+// inputs and outputs the backend completed from its files (the encoder's checkpoint) where the
+// file declares none, and the dims the backend resolved where it declares them. Backends that
+// complete nothing leave `proto` unchanged.
+void ApplyCompletedConfig(const engine::ModelConfig& completed, inference::ModelConfig& proto);
+
 // engine data type <-> Triton's TYPE_* (TYPE_STRING is BYTES).
 engine::DataType FromProtoDataType(inference::DataType type);
 inference::DataType ToProtoDataType(engine::DataType type);

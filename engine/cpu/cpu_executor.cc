@@ -1,7 +1,6 @@
 #include "engine/cpu/cpu_executor.h"
 
 #include <cstring>
-#include <system_error>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -67,84 +66,29 @@ absl::StatusOr<std::unique_ptr<CpuExecutor>> CpuExecutor::Create(
   }
   if (options.stats == nullptr) return absl::InvalidArgumentError("CpuExecutor needs stats");
   auto executor = std::unique_ptr<CpuExecutor>(
-      new CpuExecutor(model_config, std::move(instance), std::move(options)));
-  RETURN_IF_ERROR(executor->StartThreads());
+      new CpuExecutor(model_config, std::move(instance), options.slot_count));
+  ASSIGN_OR_RETURN(
+      executor->pipeline_,
+      SlotPipeline::Create(*executor, {.label = absl::StrCat("model '", model_config.name, "'"),
+                                       .executor = std::move(options),
+                                       .issue_thread = true}));
   return executor;
 }
 
-absl::Status CpuExecutor::StartThreads() {
-  // std::thread throws std::system_error when the process cannot start another thread; from a
-  // constructor, a second thread failing with the first one running would std::terminate (a
-  // joinable std::thread destroyed). Here the caller's destructor joins whatever did start.
-  try {
-    exec_thread_ = std::thread([this] { ExecutorLoop(); });
-    completion_thread_ = std::thread([this] { CompletionLoop(); });
-  } catch (const std::system_error& e) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("model '", config_.name, "': cannot start an executor thread: ", e.what()));
-  }
-  return absl::OkStatus();
-}
-
 CpuExecutor::CpuExecutor(const ModelConfig& model_config, std::unique_ptr<ModelInstance> instance,
-                         ExecutorOptions options)
-    : config_(model_config),
-      instance_(std::move(instance)),
-      options_(std::move(options)),
-      slots_(options_.slot_count) {
-  for (int i = options_.slot_count - 1; i >= 0; --i) free_slots_.push_back(i);
+                         int slot_count)
+    : config_(model_config), instance_(std::move(instance)), slots_(slot_count) {
   for (Slot& slot : slots_) slot.input_staging.resize(config_.inputs.size());
 }
 
-CpuExecutor::~CpuExecutor() { Stop(); }
-
-bool CpuExecutor::HasFreeSlot() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return !free_slots_.empty() && !stopping_ && fault_.ok();
-}
-
-bool CpuExecutor::MarkFaulted(const absl::Status& fault) {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (!fault_.ok()) return false;
-  fault_ = fault;
-  return true;
-}
-
-int CpuExecutor::InFlight() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return in_flight_;
+CpuExecutor::~CpuExecutor() {
+  // Joins the pipeline's threads while the slots and the instance they use are still alive.
+  if (pipeline_ != nullptr) pipeline_->Stop();
 }
 
 uint64_t CpuExecutor::ReadItemCounter() { return items_run_.load(std::memory_order_relaxed); }
 
-void CpuExecutor::Execute(Batch batch) {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    CHECK(!free_slots_.empty());
-    CHECK(!stopping_);
-    Work work;
-    work.batch = std::move(batch);
-    work.slot = free_slots_.back();
-    free_slots_.pop_back();
-    ++in_flight_;
-    exec_queue_.push_back(std::move(work));
-  }
-  exec_cv_.notify_one();
-}
-
-void CpuExecutor::Stop() {
-  std::lock_guard<std::mutex> stop_lock(stop_mu_);
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    stopping_ = true;
-  }
-  exec_cv_.notify_all();
-  completion_cv_.notify_all();
-  if (exec_thread_.joinable()) exec_thread_.join();
-  if (completion_thread_.joinable()) completion_thread_.join();
-}
-
-absl::StatusOr<std::vector<TensorView>> CpuExecutor::Gather(const Batch& batch, Slot& slot) {
+std::vector<TensorView> CpuExecutor::Gather(const Batch& batch, Slot& slot) {
   std::vector<TensorView> views(config_.inputs.size());
   const auto& requests = batch.requests;
   for (size_t i = 0; i < config_.inputs.size(); ++i) {
@@ -173,112 +117,101 @@ absl::StatusOr<std::vector<TensorView>> CpuExecutor::Gather(const Batch& batch, 
   return views;
 }
 
-void CpuExecutor::ExecutorLoop() {
-  for (;;) {
-    Work work;
-    absl::Status earlier_fault;
-    {
-      std::unique_lock<std::mutex> lock(mu_);
-      exec_cv_.wait(lock, [&] { return stopping_ || !exec_queue_.empty(); });
-      if (exec_queue_.empty()) {
-        exec_done_ = true;
-        completion_cv_.notify_all();
-        return;
-      }
-      work = std::move(exec_queue_.front());
-      exec_queue_.pop_front();
-      earlier_fault = fault_;
-    }
-    if (!earlier_fault.ok()) {
-      // Taken before the fault was seen: like the batches queued on a CUDA stream after a failed
-      // launch, it fails with the instance rather than running on a broken one.
-      work.outputs = absl::InternalError(absl::StrCat(
-          "model '", config_.name,
-          "': batch not run, its instance faulted earlier: ", earlier_fault.message()));
-    } else {
-      absl::Status injected = absl::OkStatus();
-      if (options_.before_batch_for_test) injected = options_.before_batch_for_test();
-      if (!injected.ok()) {
-        work.outputs = absl::InternalError(
-            absl::StrCat("model '", config_.name, "': injected test fault: ", injected.message()));
-      } else {
-        const auto t0 = Clock::now();
-        absl::StatusOr<std::vector<TensorView>> inputs = Gather(work.batch, slots_[work.slot]);
-        const auto t1 = Clock::now();
-        if (inputs.ok()) {
-          work.outputs = instance_->Run(*inputs);
-        } else {
-          work.outputs = inputs.status();
-        }
-        const auto t2 = Clock::now();
-        work.input_time = t1 - t0;
-        work.infer_time = t2 - t1;
-        if (!work.outputs.ok() && work.outputs.status().code() == absl::StatusCode::kInternal) {
-          // The ModelInstance contract: INTERNAL is a fault of the backend, not of the request.
-          work.outputs = absl::InternalError(
-              absl::StrCat("model '", config_.name,
-                           "': backend fault in Run(): ", work.outputs.status().message()));
-        }
-      }
-      if (work.outputs.ok()) {
-        items_run_.fetch_add(static_cast<uint64_t>(work.batch.items), std::memory_order_relaxed);
-      } else if (work.outputs.status().code() == absl::StatusCode::kInternal) {
-        // From here on HasFreeSlot() is false: the batcher hands this instance nothing more.
-        work.faulted = MarkFaulted(work.outputs.status());
-      }
-    }
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      completion_queue_.push_back(std::move(work));
-    }
-    completion_cv_.notify_one();
-  }
-}
-
-void CpuExecutor::CompletionLoop() {
-  for (;;) {
-    Work work;
-    {
-      std::unique_lock<std::mutex> lock(mu_);
-      completion_cv_.wait(lock, [&] { return !completion_queue_.empty() || exec_done_; });
-      if (completion_queue_.empty()) return;  // exec_done_ and nothing left
-      work = std::move(completion_queue_.front());
-      completion_queue_.pop_front();
-    }
-    absl::Status fault = work.faulted ? work.outputs.status() : absl::OkStatus();
-    if (absl::Status malformed = Finish(work); !malformed.ok() && MarkFaulted(malformed)) {
-      fault = std::move(malformed);
-    }
-    // After the batch's answers (ExecutorOptions::on_fault), before the slot is offered again.
-    if (!fault.ok() && options_.on_fault) options_.on_fault(fault);
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      free_slots_.push_back(work.slot);
-      --in_flight_;
-    }
-    if (options_.on_slot_freed) options_.on_slot_freed();
-  }
-}
-
-absl::Status CpuExecutor::Finish(Work& work) {
-  Batch& batch = work.batch;
+absl::Status CpuExecutor::Issue(int s, const Batch& batch) {
+  Slot& slot = slots_[s];
+  slot.outputs.clear();
+  slot.per_request.clear();
   const auto t0 = Clock::now();
-  absl::Status status = work.outputs.status();
-  absl::Status malformed = absl::OkStatus();
-  if (status.ok()) {
-    malformed = CheckOutputs(config_, *work.outputs, batch.items);
-    status = malformed;
-  }
-  if (!status.ok()) {
-    for (auto& request : batch.requests) {
-      options_.stats->RecordFailure(*request, status.code());
-      request->Complete(status);
+  absl::StatusOr<std::vector<Tensor>> outputs = std::vector<Tensor>{};
+  if (instance_->runs_ragged()) {
+    // A sequence model packs the requests' tokens itself: nothing to gather.
+    std::vector<const InferenceRequest*> requests;
+    requests.reserve(batch.requests.size());
+    for (const auto& request : batch.requests) requests.push_back(request.get());
+    absl::StatusOr<std::vector<std::vector<Tensor>>> per_request = instance_->RunRagged(requests);
+    if (per_request.ok()) {
+      slot.per_request = *std::move(per_request);
+    } else {
+      outputs = per_request.status();
     }
-    return malformed;
+    slot.input_time = std::chrono::nanoseconds{0};
+    slot.infer_time = Clock::now() - t0;
+  } else {
+    const std::vector<TensorView> inputs = Gather(batch, slot);
+    const auto t1 = Clock::now();
+    outputs = instance_->Run(inputs);
+    const auto t2 = Clock::now();
+    slot.input_time = t1 - t0;
+    slot.infer_time = t2 - t1;
   }
+  if (!outputs.ok()) {
+    if (outputs.status().code() == absl::StatusCode::kInternal) {
+      // The ModelInstance contract: INTERNAL is a fault of the backend, not of the request.
+      return absl::InternalError(absl::StrCat(
+          "model '", config_.name, "': backend fault in Run(): ", outputs.status().message()));
+    }
+    return outputs.status();
+  }
+  slot.outputs = *std::move(outputs);
+  items_run_.fetch_add(static_cast<uint64_t>(batch.items), std::memory_order_relaxed);
+  return absl::OkStatus();
+}
 
-  std::vector<Tensor>& outputs = *work.outputs;
-  std::vector<InferenceResponse> responses(batch.requests.size());
+// The model ran to completion inside Issue.
+absl::Status CpuExecutor::Wait(int /*s*/) { return absl::OkStatus(); }
+
+absl::Status CpuExecutor::ScatterRagged(Slot& slot, const Batch& batch, SlotAnswers& answers) {
+  const auto t0 = Clock::now();
+  std::vector<std::vector<Tensor>> per_request = std::move(slot.per_request);
+  slot.per_request.clear();
+  if (per_request.size() != batch.requests.size()) {
+    return absl::InternalError(absl::StrCat("model '", config_.name,
+                                            "': backend returned outputs for ", per_request.size(),
+                                            " requests, the batch has ", batch.requests.size()));
+  }
+  answers.responses.resize(batch.requests.size());
+  for (size_t r = 0; r < batch.requests.size(); ++r) {
+    const InferenceRequest& request = *batch.requests[r];
+    std::vector<Tensor>& outputs = per_request[r];
+    if (outputs.size() != config_.outputs.size()) {
+      return absl::InternalError(absl::StrCat("model '", config_.name, "': backend returned ",
+                                              outputs.size(), " outputs, the config has ",
+                                              config_.outputs.size()));
+    }
+    for (size_t index : SelectedOutputs(request, config_)) {
+      Tensor& out = outputs[index];
+      const TensorSpec& spec = config_.outputs[index];
+      absl::StatusOr<int64_t> elements = ElementCount(out.shape);
+      const bool ok = out.name == spec.name && out.dtype == spec.dtype &&
+                      out.dtype != DataType::kBytes && elements.ok() &&
+                      out.shape.size() == spec.dims.size() + 1 &&
+                      out.shape[0] == request.batch_size &&
+                      *FixedByteSize(out.dtype, *elements) == out.data.size();
+      if (!ok) {
+        return absl::InternalError(absl::StrCat(
+            "model '", config_.name, "': backend output '", out.name, "' of shape ",
+            ShapeToString(out.shape), " does not match config output '", spec.name,
+            "' for a request of ", request.batch_size, " items"));
+      }
+      answers.responses[r].outputs.push_back(std::move(out));
+    }
+  }
+  answers.input_time = slot.input_time;
+  answers.infer_time = slot.infer_time;
+  answers.output_time = Clock::now() - t0;
+  return absl::OkStatus();
+}
+
+absl::Status CpuExecutor::Scatter(int s, const Batch& batch, SlotAnswers& answers) {
+  if (instance_->runs_ragged()) return ScatterRagged(slots_[s], batch, answers);
+  // Taken out of the slot: nothing of this batch outlives its answers.
+  std::vector<Tensor> outputs = std::move(slots_[s].outputs);
+  slots_[s].outputs.clear();
+  const auto t0 = Clock::now();
+  RETURN_IF_ERROR(CheckOutputs(config_, outputs, batch.items));
+
+  std::vector<InferenceResponse>& responses = answers.responses;
+  responses.resize(batch.requests.size());
   if (batch.requests.size() == 1) {
     // The whole output belongs to the one request.
     const InferenceRequest& request = *batch.requests.front();
@@ -316,19 +249,9 @@ absl::Status CpuExecutor::Finish(Work& work) {
       }
     }
   }
-  const auto t1 = Clock::now();
-  const std::chrono::nanoseconds output_time = t1 - t0;
-
-  StampAnswers(batch, t1, responses, timings_);
-  // Stats before answers: a client that reads ModelStatistics right after its answer sees itself.
-  options_.stats->RecordBatch({.items = static_cast<uint64_t>(batch.items),
-                               .input = work.input_time,
-                               .infer = work.infer_time,
-                               .output = output_time,
-                               .requests = timings_});
-  for (size_t r = 0; r < batch.requests.size(); ++r) {
-    batch.requests[r]->Complete(std::move(responses[r]));
-  }
+  answers.input_time = slots_[s].input_time;
+  answers.infer_time = slots_[s].infer_time;
+  answers.output_time = Clock::now() - t0;
   return absl::OkStatus();
 }
 

@@ -14,6 +14,7 @@
 
 #include "absl/status/status.h"
 #include "engine/model_stats.h"
+#include "engine/testing/answer.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -92,18 +93,7 @@ class FakeInstance final : public ModelInstance {
   std::shared_ptr<Shared> shared_;
 };
 
-// One request's answers.
-struct Answer {
-  std::mutex mu;
-  std::condition_variable cv;
-  int count = 0;
-  absl::StatusOr<InferenceResponse> result = absl::UnknownError("no answer");
-
-  bool Wait() {
-    std::unique_lock<std::mutex> lock(mu);
-    return cv.wait_for(lock, kAsyncTimeout, [&] { return count > 0; });
-  }
-};
+using ::sluice::engine::testing::Answer;
 
 std::vector<std::byte> FloatBytes(const std::vector<float>& values) {
   std::vector<std::byte> bytes(values.size() * sizeof(float));
@@ -155,12 +145,7 @@ class CpuExecutorTest : public ::testing::Test {
                                             std::vector<std::string> outputs = {}) {
     auto answer = std::make_shared<Answer>();
     answers_.push_back(answer);
-    auto request = std::make_unique<InferenceRequest>(
-        "fake", 1, [answer](absl::StatusOr<InferenceResponse> result) {
-          std::lock_guard<std::mutex> lock(answer->mu);
-          if (answer->count++ == 0) answer->result = std::move(result);
-          answer->cv.notify_all();
-        });
+    auto request = std::make_unique<InferenceRequest>("fake", 1, Answer::Into(answer));
     std::vector<float> a, b;
     for (int j = 0; j < batch * 2; ++j) {
       a.push_back(base + j);
@@ -188,10 +173,7 @@ class CpuExecutorTest : public ::testing::Test {
     return batch;
   }
 
-  int Count(size_t r) {
-    std::lock_guard<std::mutex> lock(answers_[r]->mu);
-    return answers_[r]->count;
-  }
+  int Count(size_t r) { return answers_[r]->count(); }
 
   std::vector<absl::Status> Faults() {
     std::lock_guard<std::mutex> lock(freed_mu_);
@@ -207,8 +189,7 @@ class CpuExecutorTest : public ::testing::Test {
     shared_->Open();
     if (executor_ != nullptr) executor_->Stop();
     for (size_t i = 0; i < answers_.size(); ++i) {
-      std::lock_guard<std::mutex> lock(answers_[i]->mu);
-      EXPECT_EQ(answers_[i]->count, 1) << "request " << i;
+      EXPECT_EQ(answers_[i]->count(), 1) << "request " << i;
     }
   }
 
@@ -246,7 +227,7 @@ TEST_F(CpuExecutorTest, GathersInQueueOrderAndScattersEachRequestsSlice) {
   requests.push_back(Request(3, 200));
   requests.push_back(Request(2, 300));
   executor_->Execute(MakeBatch(std::move(requests)));
-  for (size_t r = 0; r < 3; ++r) ASSERT_TRUE(answers_[r]->Wait()) << r;
+  for (size_t r = 0; r < 3; ++r) ASSERT_TRUE(answers_[r]->Wait(kAsyncTimeout)) << r;
 
   // The model saw one batch of 6 items, requests concatenated in order.
   {
@@ -261,9 +242,9 @@ TEST_F(CpuExecutorTest, GathersInQueueOrderAndScattersEachRequestsSlice) {
   const float bases[] = {100, 200, 300};
   for (size_t r = 0; r < 3; ++r) {
     SCOPED_TRACE(r);
-    std::lock_guard<std::mutex> lock(answers_[r]->mu);
-    ASSERT_TRUE(answers_[r]->result.ok()) << answers_[r]->result.status();
-    const InferenceResponse& response = *answers_[r]->result;
+    ASSERT_TRUE(answers_[r]->result().ok()) << answers_[r]->result().status();
+    const absl::StatusOr<InferenceResponse> result = answers_[r]->result();
+    const InferenceResponse& response = *result;
     EXPECT_EQ(response.id, "r" + std::to_string(r));
     EXPECT_EQ(response.model_name, "fake");
     ASSERT_EQ(response.outputs.size(), 2u);
@@ -292,27 +273,24 @@ TEST_F(CpuExecutorTest, RequestedOutputsPerRequestInABatch) {
   requests.push_back(Request(1, 20, {"B2", "A2"}));
   requests.push_back(Request(1, 30));
   executor_->Execute(MakeBatch(std::move(requests)));
-  for (size_t r = 0; r < 3; ++r) ASSERT_TRUE(answers_[r]->Wait()) << r;
+  for (size_t r = 0; r < 3; ++r) ASSERT_TRUE(answers_[r]->Wait(kAsyncTimeout)) << r;
   {
-    std::lock_guard<std::mutex> lock(answers_[0]->mu);
-    ASSERT_TRUE(answers_[0]->result.ok());
-    ASSERT_EQ(answers_[0]->result->outputs.size(), 1u);
-    EXPECT_EQ(answers_[0]->result->outputs[0].name, "B2");
-    EXPECT_EQ(Floats(answers_[0]->result->outputs[0].data), std::vector<float>({-20, -22}));
+    ASSERT_TRUE(answers_[0]->result().ok());
+    ASSERT_EQ(answers_[0]->result()->outputs.size(), 1u);
+    EXPECT_EQ(answers_[0]->result()->outputs[0].name, "B2");
+    EXPECT_EQ(Floats(answers_[0]->result()->outputs[0].data), std::vector<float>({-20, -22}));
   }
   {
-    std::lock_guard<std::mutex> lock(answers_[1]->mu);
-    ASSERT_TRUE(answers_[1]->result.ok());
-    ASSERT_EQ(answers_[1]->result->outputs.size(), 2u);
-    EXPECT_EQ(answers_[1]->result->outputs[0].name, "B2");
-    EXPECT_EQ(answers_[1]->result->outputs[1].name, "A2");
-    EXPECT_EQ(Floats(answers_[1]->result->outputs[1].data), std::vector<float>({40, 42}));
+    ASSERT_TRUE(answers_[1]->result().ok());
+    ASSERT_EQ(answers_[1]->result()->outputs.size(), 2u);
+    EXPECT_EQ(answers_[1]->result()->outputs[0].name, "B2");
+    EXPECT_EQ(answers_[1]->result()->outputs[1].name, "A2");
+    EXPECT_EQ(Floats(answers_[1]->result()->outputs[1].data), std::vector<float>({40, 42}));
   }
   {
-    std::lock_guard<std::mutex> lock(answers_[2]->mu);
-    ASSERT_TRUE(answers_[2]->result.ok());
-    ASSERT_EQ(answers_[2]->result->outputs.size(), 2u);
-    EXPECT_EQ(answers_[2]->result->outputs[0].name, "A2");
+    ASSERT_TRUE(answers_[2]->result().ok());
+    ASSERT_EQ(answers_[2]->result()->outputs.size(), 2u);
+    EXPECT_EQ(answers_[2]->result()->outputs[0].name, "A2");
   }
 }
 
@@ -323,13 +301,12 @@ TEST_F(CpuExecutorTest, SingleRequestSelectsOutputs) {
     requests.push_back(Request(2, 1, {"B2", "A2"}));
     return requests;
   }()));
-  ASSERT_TRUE(answers_[0]->Wait());
-  std::lock_guard<std::mutex> lock(answers_[0]->mu);
-  ASSERT_TRUE(answers_[0]->result.ok()) << answers_[0]->result.status();
-  ASSERT_EQ(answers_[0]->result->outputs.size(), 2u);
-  EXPECT_EQ(answers_[0]->result->outputs[0].name, "B2");
-  EXPECT_EQ(Floats(answers_[0]->result->outputs[0].data), std::vector<float>({-2, -4, -6, -8}));
-  EXPECT_EQ(answers_[0]->result->outputs[1].name, "A2");
+  ASSERT_TRUE(answers_[0]->Wait(kAsyncTimeout));
+  ASSERT_TRUE(answers_[0]->result().ok()) << answers_[0]->result().status();
+  ASSERT_EQ(answers_[0]->result()->outputs.size(), 2u);
+  EXPECT_EQ(answers_[0]->result()->outputs[0].name, "B2");
+  EXPECT_EQ(Floats(answers_[0]->result()->outputs[0].data), std::vector<float>({-2, -4, -6, -8}));
+  EXPECT_EQ(answers_[0]->result()->outputs[1].name, "A2");
 }
 
 TEST_F(CpuExecutorTest, BackendErrorFailsEveryRequestOfTheBatch) {
@@ -342,10 +319,9 @@ TEST_F(CpuExecutorTest, BackendErrorFailsEveryRequestOfTheBatch) {
   requests.push_back(Request(2, 0));
   executor_->Execute(MakeBatch(std::move(requests)));
   for (size_t r = 0; r < 2; ++r) {
-    ASSERT_TRUE(answers_[r]->Wait());
-    std::lock_guard<std::mutex> lock(answers_[r]->mu);
-    EXPECT_EQ(answers_[r]->result.status().code(), absl::StatusCode::kInternal);
-    EXPECT_THAT(std::string(answers_[r]->result.status().message()), HasSubstr("exploded"));
+    ASSERT_TRUE(answers_[r]->Wait(kAsyncTimeout));
+    EXPECT_EQ(answers_[r]->result().status().code(), absl::StatusCode::kInternal);
+    EXPECT_THAT(std::string(answers_[r]->result().status().message()), HasSubstr("exploded"));
   }
   EXPECT_EQ(stats_.Snapshot().fail.count, 2u);
   EXPECT_EQ(stats_.Snapshot().success.count, 0u);
@@ -384,10 +360,9 @@ TEST_F(CpuExecutorTest, MalformedBackendOutputsFailWithInternal) {
     requests.push_back(Request(1, 0));
     executor_->Execute(MakeBatch(std::move(requests)));
     for (size_t r = first; r < answers_.size(); ++r) {
-      ASSERT_TRUE(answers_[r]->Wait());
-      std::lock_guard<std::mutex> lock(answers_[r]->mu);
-      EXPECT_EQ(answers_[r]->result.status().code(), absl::StatusCode::kInternal)
-          << answers_[r]->result.status();
+      ASSERT_TRUE(answers_[r]->Wait(kAsyncTimeout));
+      EXPECT_EQ(answers_[r]->result().status().code(), absl::StatusCode::kInternal)
+          << answers_[r]->result().status();
     }
     executor_->Stop();
     executor_.reset();
@@ -412,7 +387,7 @@ TEST_F(CpuExecutorTest, SlotsBoundBatchesInFlight) {
 
   shared_->Open();
   ASSERT_TRUE(WaitForSlotsFreed(2));
-  for (int r = 0; r < 2; ++r) ASSERT_TRUE(answers_[r]->Wait());
+  for (int r = 0; r < 2; ++r) ASSERT_TRUE(answers_[r]->Wait(kAsyncTimeout));
   EXPECT_TRUE(executor_->HasFreeSlot());
   EXPECT_EQ(executor_->InFlight(), 0);
 }
@@ -431,9 +406,8 @@ TEST_F(CpuExecutorTest, StopFinishesEveryBatchTaken) {
   executor_->Stop();
   // Stop() returns after every request was answered.
   for (size_t r = 0; r < answers_.size(); ++r) {
-    std::lock_guard<std::mutex> lock(answers_[r]->mu);
-    EXPECT_EQ(answers_[r]->count, 1) << r;
-    EXPECT_TRUE(answers_[r]->result.ok()) << r;
+    EXPECT_EQ(answers_[r]->count(), 1) << r;
+    EXPECT_TRUE(answers_[r]->result().ok()) << r;
   }
   EXPECT_EQ(executor_->InFlight(), 0);
   EXPECT_FALSE(executor_->HasFreeSlot());  // stopped: takes nothing more
@@ -446,7 +420,7 @@ TEST_F(CpuExecutorTest, KeepaliveReleasedOnceAnswered) {
   requests.push_back(Request(1, 5));
   std::weak_ptr<const void> keepalive = requests[0]->keepalive;
   executor_->Execute(MakeBatch(std::move(requests)));
-  ASSERT_TRUE(answers_[0]->Wait());
+  ASSERT_TRUE(answers_[0]->Wait(kAsyncTimeout));
   ASSERT_TRUE(WaitForSlotsFreed(1));
   EXPECT_TRUE(keepalive.expired());
 }
@@ -467,9 +441,8 @@ TEST_F(CpuExecutorTest, InternalBackendErrorFaultsTheExecutor) {
   executor_->Execute(MakeBatch(std::move(requests)));
   ASSERT_TRUE(WaitForSlotsFreed(1));  // on_fault runs before the slot is freed
   for (size_t r = 0; r < 2; ++r) {
-    std::lock_guard<std::mutex> lock(answers_[r]->mu);
-    EXPECT_EQ(answers_[r]->result.status().code(), absl::StatusCode::kInternal);
-    EXPECT_THAT(std::string(answers_[r]->result.status().message()),
+    EXPECT_EQ(answers_[r]->result().status().code(), absl::StatusCode::kInternal);
+    EXPECT_THAT(std::string(answers_[r]->result().status().message()),
                 HasSubstr("model 'fake': backend fault in Run(): cublasLtMatmul failed"));
   }
   const std::vector<absl::Status> faults = Faults();
@@ -504,13 +477,11 @@ TEST_F(CpuExecutorTest, BatchesTakenBehindAFaultFailWithoutRunning) {
     EXPECT_EQ(shared_->runs, 1);
   }
   for (size_t r = 0; r < 3; ++r) {
-    std::lock_guard<std::mutex> lock(answers_[r]->mu);
-    EXPECT_EQ(answers_[r]->result.status().code(), absl::StatusCode::kInternal) << r;
-    EXPECT_THAT(std::string(answers_[r]->result.status().message()), HasSubstr("exploded")) << r;
+    EXPECT_EQ(answers_[r]->result().status().code(), absl::StatusCode::kInternal) << r;
+    EXPECT_THAT(std::string(answers_[r]->result().status().message()), HasSubstr("exploded")) << r;
   }
   for (size_t r = 1; r < 3; ++r) {
-    std::lock_guard<std::mutex> lock(answers_[r]->mu);
-    EXPECT_THAT(std::string(answers_[r]->result.status().message()),
+    EXPECT_THAT(std::string(answers_[r]->result().status().message()),
                 HasSubstr("batch not run, its instance faulted earlier"));
   }
   EXPECT_EQ(Faults().size(), 1u);
@@ -533,14 +504,10 @@ TEST_F(CpuExecutorTest, NonInternalBackendErrorFailsOnlyItsBatch) {
   second.push_back(Request(1, 3));
   executor_->Execute(MakeBatch(std::move(second)));
   ASSERT_TRUE(WaitForSlotsFreed(2));
+  { EXPECT_EQ(answers_[0]->result().status().code(), absl::StatusCode::kInvalidArgument); }
   {
-    std::lock_guard<std::mutex> lock(answers_[0]->mu);
-    EXPECT_EQ(answers_[0]->result.status().code(), absl::StatusCode::kInvalidArgument);
-  }
-  {
-    std::lock_guard<std::mutex> lock(answers_[1]->mu);
-    ASSERT_TRUE(answers_[1]->result.ok()) << answers_[1]->result.status();
-    EXPECT_EQ(Floats(answers_[1]->result->outputs[0].data), std::vector<float>({6, 8}));
+    ASSERT_TRUE(answers_[1]->result().ok()) << answers_[1]->result().status();
+    EXPECT_EQ(Floats(answers_[1]->result()->outputs[0].data), std::vector<float>({6, 8}));
   }
   EXPECT_TRUE(Faults().empty());
 }
@@ -555,10 +522,7 @@ TEST_F(CpuExecutorTest, MalformedOutputsFaultTheExecutor) {
   requests.push_back(Request(1, 0));
   executor_->Execute(MakeBatch(std::move(requests)));
   ASSERT_TRUE(WaitForSlotsFreed(1));
-  {
-    std::lock_guard<std::mutex> lock(answers_[0]->mu);
-    EXPECT_EQ(answers_[0]->result.status().code(), absl::StatusCode::kInternal);
-  }
+  { EXPECT_EQ(answers_[0]->result().status().code(), absl::StatusCode::kInternal); }
   const std::vector<absl::Status> faults = Faults();
   ASSERT_EQ(faults.size(), 1u);
   EXPECT_THAT(std::string(faults[0].message()), HasSubstr("returned 0 outputs"));
@@ -582,14 +546,10 @@ TEST_F(CpuExecutorTest, BeforeBatchHookInjectsAFault) {
   second.push_back(Request(1, 2));
   executor_->Execute(MakeBatch(std::move(second)));
   ASSERT_TRUE(WaitForSlotsFreed(2));
+  { EXPECT_TRUE(answers_[0]->result().ok()) << answers_[0]->result().status(); }
   {
-    std::lock_guard<std::mutex> lock(answers_[0]->mu);
-    EXPECT_TRUE(answers_[0]->result.ok()) << answers_[0]->result.status();
-  }
-  {
-    std::lock_guard<std::mutex> lock(answers_[1]->mu);
-    EXPECT_EQ(answers_[1]->result.status().code(), absl::StatusCode::kInternal);
-    EXPECT_THAT(std::string(answers_[1]->result.status().message()),
+    EXPECT_EQ(answers_[1]->result().status().code(), absl::StatusCode::kInternal);
+    EXPECT_THAT(std::string(answers_[1]->result().status().message()),
                 HasSubstr("model 'fake': injected test fault: injected by the test"));
   }
   {

@@ -79,7 +79,12 @@ absl::StatusOr<std::unique_ptr<CudaExecutor>> CudaExecutor::Create(
     return absl::Status(initialized.code(), absl::StrCat("model '", model_config.name, "' on cuda:",
                                                          device, ": ", initialized.message()));
   }
-  executor->completion_thread_ = std::thread([raw = executor.get()] { raw->CompletionLoop(); });
+  ASSIGN_OR_RETURN(executor->pipeline_,
+                   SlotPipeline::Create(
+                       *executor, {.label = absl::StrCat("cuda:", device, " executor of model '",
+                                                         model_config.name, "'"),
+                                   .executor = executor->options_.executor,
+                                   .issue_thread = false}));
   return executor;
 }
 
@@ -151,7 +156,6 @@ absl::Status CudaExecutor::Initialize() {
   CUDA_RETURN_IF_ERROR(
       cudaMemsetAsync(counters_.get(), 0, sizeof(DeviceCounters), compute_stream_.get()));
   CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(compute_stream_.get()));
-  for (int s = options_.executor.slot_count - 1; s >= 0; --s) free_slots_.push_back(s);
   return absl::OkStatus();
 }
 
@@ -193,33 +197,13 @@ absl::Status CudaExecutor::EnqueueModel(int s, int bucket) {
 }
 
 CudaExecutor::~CudaExecutor() {
-  Stop();
+  if (pipeline_ != nullptr) pipeline_->Stop();
   // Nothing of ours may still run when the buffers and graphs are freed (a faulted batch can
   // leave work behind); errors are logged, the sticky ones included.
   ScopedDevice scoped(device_);
   for (const CudaStream* stream : {&h2d_stream_, &compute_stream_, &d2h_stream_, &stats_stream_}) {
     CUDA_LOG_IF_ERROR(cudaStreamSynchronize(stream->get()));
   }
-}
-
-bool CudaExecutor::HasFreeSlot() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return !free_slots_.empty() && !stopping_;
-}
-
-int CudaExecutor::InFlight() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return in_flight_;
-}
-
-void CudaExecutor::Stop() {
-  std::lock_guard<std::mutex> stop_lock(stop_mu_);
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    stopping_ = true;
-  }
-  completion_cv_.notify_all();
-  if (completion_thread_.joinable()) completion_thread_.join();
 }
 
 absl::Status CudaExecutor::Gather(const Batch& batch, int s, int bucket) {
@@ -245,7 +229,7 @@ absl::Status CudaExecutor::Gather(const Batch& batch, int s, int bucket) {
   return absl::OkStatus();
 }
 
-absl::Status CudaExecutor::Issue(int s, int bucket, int items) {
+absl::Status CudaExecutor::IssueOnStreams(int s, int bucket, int items) {
   Slot& slot = slots_[s];
   const BucketLayout& layout = layouts_[bucket];
   ScopedDevice scoped(device_);
@@ -288,122 +272,50 @@ absl::Status CudaExecutor::Issue(int s, int bucket, int items) {
   return absl::OkStatus();
 }
 
-void CudaExecutor::Execute(Batch batch) {
-  Work work;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    CHECK(!free_slots_.empty());
-    CHECK(!stopping_);
-    work.slot = free_slots_.back();
-    free_slots_.pop_back();
-    ++in_flight_;
-    if (!healthy_.load(std::memory_order_acquire)) {
-      work.issued = absl::InternalError(
-          absl::StrCat("cuda:", device_, " executor of model '", config_.name,
-                       "' is unhealthy after an earlier fault: ", fault_.message()));
+absl::Status CudaExecutor::Issue(int s, const Batch& batch) {
+  // The smallest bucket that holds the batch (the last one is max_batch_size). The batcher never
+  // builds a bigger batch, and submit validated every input's size: a failure before the device
+  // is touched is the engine's bug, INTERNAL like a CUDA error.
+  const int items = std::max(batch.items, 1);
+  if (items > buckets_.back()) {
+    return absl::InternalError(
+        absl::StrCat("batch of ", items, " items exceeds the largest bucket ", buckets_.back()));
+  }
+  int bucket = static_cast<int>(buckets_.size()) - 1;
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    if (buckets_[b] >= items) {
+      bucket = static_cast<int>(b);
+      break;
     }
   }
-  work.batch = std::move(batch);
-  if (work.issued.ok() && options_.executor.before_batch_for_test) {
-    // Test-only (SLUICE_TEST_FAULT_INJECT): handled exactly as a CUDA error in this batch.
-    if (absl::Status injected = options_.executor.before_batch_for_test(); !injected.ok()) {
-      work.issued = absl::InternalError(
-          absl::StrCat("model '", config_.name, "': injected test fault: ", injected.message()));
-      MarkUnhealthy(work.issued);
-    }
+  slots_[s].bucket = bucket;
+  RETURN_IF_ERROR(Gather(batch, s, bucket));
+  absl::Status issued = IssueOnStreams(s, bucket, items);
+  if (!issued.ok() && issued.code() != absl::StatusCode::kInternal) {
+    // Part of the batch may already be queued on the streams (an out-of-memory error from a
+    // launch, say): the slot must not be reused, so this is a fault like any other CUDA error.
+    issued = absl::InternalError(issued.message());
   }
-  if (work.issued.ok()) {
-    // The smallest bucket that holds the batch (the last one is max_batch_size).
-    const int items = std::max(work.batch.items, 1);
-    work.bucket = static_cast<int>(buckets_.size()) - 1;
-    for (size_t b = 0; b < buckets_.size(); ++b) {
-      if (buckets_[b] >= items) {
-        work.bucket = static_cast<int>(b);
-        break;
-      }
-    }
-    if (items > buckets_.back()) {
-      work.issued = absl::InternalError(absl::StrCat("batch of ", items, " items exceeds the ",
-                                                     "largest bucket ", buckets_.back()));
-    }
-    if (work.issued.ok()) work.issued = Gather(work.batch, work.slot, work.bucket);
-    if (work.issued.ok()) {
-      work.issued = Issue(work.slot, work.bucket, items);
-      if (!work.issued.ok()) MarkUnhealthy(work.issued);
-    }
-  }
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    completion_queue_.push_back(std::move(work));
-  }
-  completion_cv_.notify_one();
+  return issued;
 }
 
-bool CudaExecutor::MarkUnhealthy(const absl::Status& status) {
-  std::lock_guard<std::mutex> lock(mu_);
-  healthy_.store(false, std::memory_order_release);
-  if (!fault_.ok()) return false;
-  fault_ = status;
-  return true;
+absl::Status CudaExecutor::Wait(int s) {
+  ScopedDevice scoped(device_);
+  // The one wait of the pipeline: the slot's last event (its output copy).
+  const cudaError_t waited = cudaEventSynchronize(slots_[s].events[kOutEnd].get());
+  if (waited != cudaSuccess) {
+    return CudaError(waited, "cudaEventSynchronize(output copy done)", __FILE__, __LINE__);
+  }
+  return absl::OkStatus();
 }
 
-void CudaExecutor::CompletionLoop() {
-  for (;;) {
-    Work work;
-    {
-      std::unique_lock<std::mutex> lock(mu_);
-      completion_cv_.wait(lock, [&] { return !completion_queue_.empty() || stopping_; });
-      if (completion_queue_.empty()) return;  // stopping, and every batch taken is answered
-      work = std::move(completion_queue_.front());
-      completion_queue_.pop_front();
-    }
-    if (work.issued.ok()) {
-      ScopedDevice scoped(device_);
-      // The one wait of the pipeline: the slot's last event (its output copy).
-      const cudaError_t waited = cudaEventSynchronize(slots_[work.slot].events[kOutEnd].get());
-      if (waited != cudaSuccess) {
-        work.issued =
-            CudaError(waited, "cudaEventSynchronize(output copy done)", __FILE__, __LINE__);
-        MarkUnhealthy(work.issued);
-      }
-    }
-    if (work.issued.ok()) {
-      Finish(work);
-    } else {
-      Fail(work, work.issued);
-    }
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      free_slots_.push_back(work.slot);
-      --in_flight_;
-    }
-    if (options_.executor.on_slot_freed) options_.executor.on_slot_freed();
-  }
-}
-
-void CudaExecutor::Fail(Work& work, const absl::Status& status) {
-  for (auto& request : work.batch.requests) {
-    options_.executor.stats->RecordFailure(*request, status.code());
-    request->Complete(status);
-  }
-  if (!healthy() && !fault_reported_) {
-    fault_reported_ = true;
-    absl::Status fault;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      fault = fault_;
-    }
-    if (options_.executor.on_fault) options_.executor.on_fault(fault);
-  }
-}
-
-void CudaExecutor::Finish(Work& work) {
-  Batch& batch = work.batch;
-  const Slot& slot = slots_[work.slot];
-  const BucketLayout& layout = layouts_[work.bucket];
+absl::Status CudaExecutor::Scatter(int s, const Batch& batch, SlotAnswers& answers) {
+  const Slot& slot = slots_[s];
+  const BucketLayout& layout = layouts_[slot.bucket];
   const auto* base = static_cast<const std::byte*>(slot.output_staging.get());
 
-  std::vector<InferenceResponse> responses(batch.requests.size());
+  std::vector<InferenceResponse>& responses = answers.responses;
+  responses.resize(batch.requests.size());
   int row = 0;
   for (size_t r = 0; r < batch.requests.size(); ++r) {
     const InferenceRequest& request = *batch.requests[r];
@@ -421,18 +333,11 @@ void CudaExecutor::Finish(Work& work) {
     }
     row += request.batch_size;
   }
-  StampAnswers(batch, std::chrono::steady_clock::now(), responses, timings_);
   const auto& events = slot.events;
-  // Stats before answers, as on the CPU: a client reading statistics after its answer sees it.
-  options_.executor.stats->RecordBatch(
-      {.items = static_cast<uint64_t>(batch.items),
-       .input = Elapsed(events[kInBegin], events[kInEnd]),
-       .infer = Elapsed(events[kComputeBegin], events[kComputeEnd]),
-       .output = Elapsed(events[kOutBegin], events[kOutEnd]),
-       .requests = timings_});
-  for (size_t r = 0; r < batch.requests.size(); ++r) {
-    batch.requests[r]->Complete(std::move(responses[r]));
-  }
+  answers.input_time = Elapsed(events[kInBegin], events[kInEnd]);
+  answers.infer_time = Elapsed(events[kComputeBegin], events[kComputeEnd]);
+  answers.output_time = Elapsed(events[kOutBegin], events[kOutEnd]);
+  return absl::OkStatus();
 }
 
 absl::StatusOr<DeviceCounters> CudaExecutor::ReadCounters() {

@@ -8,29 +8,28 @@
 // flight: pinned input/output staging, device input/output buffers, six timing events, and, with
 // graphs on, one captured CUDA graph per batch bucket (the graph bakes in the slot's pointers).
 //
-// Per batch, on the caller's (batcher) thread, which never waits for the device: gather the
-// requests' inputs into the slot's pinned staging (padded with zero rows up to the bucket), one
-// H2D copy, [compute stream waits] the bucket's graph (or the model's kernels), the counter
-// kernel, [D2H stream waits] one D2H copy. The completion thread waits on the slots' last events
-// in FIFO order (cudaEventSynchronize: the only wait), reads the three phase timings from the
-// events, scatters outputs into the responses, answers them and frees the slot; a slot's buffers
+// A SlotBackend on the shared SlotPipeline (engine/slot_pipeline.h), with issue_thread = false.
+// Per batch, Issue runs on the caller's (batcher) thread and never waits for the device: gather
+// the requests' inputs into the slot's pinned staging (padded with zero rows up to the bucket),
+// one H2D copy, [compute stream waits] the bucket's graph (or the model's kernels), the counter
+// kernel, [D2H stream waits] one D2H copy. The pipeline's completion thread calls Wait (the slot's
+// last event, cudaEventSynchronize: the only wait) and Scatter (the three phase timings from the
+// events, outputs into the responses) in FIFO order, answers and frees the slot; a slot's buffers
 // are reused only after that.
 //
-// Faults: a failed CUDA call in a batch fails that batch's requests with INTERNAL naming the call,
-// marks the executor unhealthy (every later batch fails at once without touching the device) and
-// calls ExecutorOptions::on_fault once, from the completion thread.
+// Faults follow the pipeline's one order: a failed CUDA call in a batch fails that batch's
+// requests with INTERNAL naming the call, marks the executor unhealthy (HasFreeSlot() false; a
+// batch taken after that fails at once without touching the device) and calls
+// ExecutorOptions::on_fault once, from the completion thread.
 //
 // Thread-safety: as Executor. ReadItemCounter()/ReadCounters() from one thread at a time (the
 // stats collector).
 
 #include <atomic>
-#include <condition_variable>
-#include <deque>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -39,6 +38,7 @@
 #include "engine/cuda/kernels/device_counters.cuh"
 #include "engine/executor.h"
 #include "engine/model_stats.h"
+#include "engine/slot_pipeline.h"
 
 namespace sluice::engine::cuda {
 
@@ -56,7 +56,7 @@ struct CudaExecutorOptions {
 // model without a batch dimension. A batch runs padded to the smallest bucket that holds it.
 std::vector<int> BatchBuckets(const ModelConfig& config);
 
-class CudaExecutor final : public Executor {
+class CudaExecutor final : public Executor, private SlotBackend {
  public:
   // Allocates the streams, counters and slots, warms up every (slot, bucket) with zeros, captures
   // the graphs (if on) and replays each once, then starts the completion thread: when Create
@@ -68,10 +68,10 @@ class CudaExecutor final : public Executor {
       CudaExecutorOptions options);
   ~CudaExecutor() override;
 
-  bool HasFreeSlot() const override;
-  void Execute(Batch batch) override;
-  int InFlight() const override;
-  void Stop() override;
+  bool HasFreeSlot() const override { return pipeline_->HasFreeSlot(); }
+  void Execute(Batch batch) override { pipeline_->Execute(std::move(batch)); }
+  int InFlight() const override { return pipeline_->InFlight(); }
+  void Stop() override { pipeline_->Stop(); }
   // Copies the device counters on the stats stream and waits for them; the last good value if
   // that fails.
   uint64_t ReadItemCounter() override;
@@ -80,8 +80,8 @@ class CudaExecutor final : public Executor {
   // as ReadItemCounter does. Collector thread (or tests) only.
   absl::StatusOr<DeviceCounters> ReadCounters();
   const std::vector<int>& buckets() const { return buckets_; }
-  // False once a CUDA call failed.
-  bool healthy() const { return healthy_.load(std::memory_order_acquire); }
+  // False once a CUDA call failed (the pipeline's fault latch).
+  bool healthy() const { return pipeline_->fault().ok(); }
   // Test-only: the next batch's issue launches an invalid kernel, as a real launch error would.
   void InjectFaultForTest() { inject_fault_.store(true, std::memory_order_release); }
 
@@ -104,13 +104,8 @@ class CudaExecutor final : public Executor {
     std::vector<CudaEvent> events = {};
     // Per bucket, with graphs on.
     std::vector<std::optional<CudaGraphExec>> graphs = {};
-  };
-  struct Work {
-    Batch batch;
-    int slot = -1;
+    // The bucket of the batch in flight in this slot (set by Issue, read by Scatter).
     int bucket = -1;
-    // Why the batch could not be issued (then nothing of it is on the device).
-    absl::Status issued;
   };
   enum EventIndex { kInBegin, kInEnd, kComputeBegin, kComputeEnd, kOutBegin, kOutEnd, kEvents };
 
@@ -124,12 +119,13 @@ class CudaExecutor final : public Executor {
   // The model's kernels for `bucket` on the compute stream, reading and writing `slot`'s buffers.
   absl::Status EnqueueModel(int slot, int bucket);
   absl::Status Gather(const Batch& batch, int slot, int bucket);
-  absl::Status Issue(int slot, int bucket, int items);
-  void CompletionLoop();
-  void Finish(Work& work);
-  void Fail(Work& work, const absl::Status& status);
-  // Records the first fault; returns whether this call was the first.
-  bool MarkUnhealthy(const absl::Status& status);
+  // The device half of Issue: copies, model, counters, events.
+  absl::Status IssueOnStreams(int slot, int bucket, int items);
+
+  // SlotBackend (engine/slot_pipeline.h).
+  absl::Status Issue(int s, const Batch& batch) override;
+  absl::Status Wait(int s) override;
+  absl::Status Scatter(int s, const Batch& batch, SlotAnswers& answers) override;
 
   const ModelConfig& config_;
   const std::unique_ptr<CudaModelInstance> model_;
@@ -147,22 +143,11 @@ class CudaExecutor final : public Executor {
   PinnedHostBuffer counters_host_;
   std::vector<Slot> slots_;
 
-  mutable std::mutex mu_;
-  std::condition_variable completion_cv_;
-  std::vector<int> free_slots_;        // guarded by mu_
-  std::deque<Work> completion_queue_;  // guarded by mu_
-  int in_flight_ = 0;                  // guarded by mu_
-  bool stopping_ = false;              // guarded by mu_
-  absl::Status fault_;                 // guarded by mu_: the first fault
-  bool fault_reported_ = false;        // completion thread only
-
-  std::atomic<bool> healthy_{true};
   std::atomic<bool> inject_fault_{false};
-  std::mutex counters_mu_;              // serializes counter reads (one pinned buffer)
-  uint64_t last_items_ = 0;             // guarded by counters_mu_
-  std::vector<RequestTiming> timings_;  // completion thread only
-  std::mutex stop_mu_;
-  std::thread completion_thread_;
+  std::mutex counters_mu_;   // serializes counter reads (one pinned buffer)
+  uint64_t last_items_ = 0;  // guarded by counters_mu_
+  // Last member: destroyed (stopped, its thread joined) before the slots and streams it uses.
+  std::unique_ptr<SlotPipeline> pipeline_;
 };
 
 }  // namespace sluice::engine::cuda

@@ -15,6 +15,7 @@
 #include "proto/grpc_service.pb.h"
 #include "server/http/json_conversion.h"
 #include "server/infer_conversion.h"
+#include "server/model_config_parser.h"
 #include "server/status_convert.h"
 
 namespace sluice::server::http {
@@ -350,6 +351,7 @@ void HttpRoutes::Model(const std::string& model, const std::string& version_text
       respond(Error(config.status()));
       return;
     }
+    ApplyCompletedConfig(*info->config, *config);
     respond(Json(200, MessageToJson(*config)));
     return;
   }

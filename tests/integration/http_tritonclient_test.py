@@ -55,7 +55,7 @@ class TritonHttpClientTest(unittest.TestCase):
         self.assertEqual(config["max_batch_size"], 8)
         self.assertEqual(config["input"][0]["data_type"], "TYPE_INT32")
         index = self.client.get_model_repository_index()
-        self.assertEqual(sorted(m["name"] for m in index), ["identity", "mlp", "simple"])
+        self.assertEqual(sorted(m["name"] for m in index), ["embedder", "identity", "mlp", "simple"])
         self.assertTrue(all(m["state"] == "READY" for m in index))
 
     def simple(self, binary, model_version=""):

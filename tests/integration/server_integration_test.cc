@@ -396,7 +396,7 @@ TEST_F(ServerIntegrationTest, StatisticsCountWhatWasSent) {
   EXPECT_EQ(client_->ModelStatistics("nope").status().code(), absl::StatusCode::kNotFound);
   auto all = client_->ModelStatistics();
   ASSERT_TRUE(all.ok());
-  EXPECT_EQ(all->model_stats_size(), 3);  // identity, mlp, simple: the bundled models
+  EXPECT_EQ(all->model_stats_size(), 4);  // embedder, identity, mlp, simple: the bundled models
 }
 
 TEST_F(ServerIntegrationTest, LoadUnloadNeedExplicitMode) {

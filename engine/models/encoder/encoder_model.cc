@@ -1,0 +1,536 @@
+#include "engine/models/encoder/encoder_model.h"
+
+#include <algorithm>
+#include <cstring>
+#include <utility>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/status_macros.h"
+#include "engine/cpu/dense.h"
+#include "engine/models/encoder/encoder_forward.h"
+#include "engine/models/encoder/encoder_network.h"
+
+namespace sluice::engine::models {
+namespace {
+
+using encoder::EncoderNetwork;
+using encoder::PackedBatch;
+
+constexpr absl::string_view kInputIds = "input_ids";
+constexpr absl::string_view kAttentionMask = "attention_mask";
+constexpr absl::string_view kTokenTypeIds = "token_type_ids";
+constexpr absl::string_view kLastHiddenState = "last_hidden_state";
+constexpr absl::string_view kEmbedding = "embedding";
+constexpr absl::string_view kPoolerOutput = "pooler_output";
+constexpr absl::string_view kLogits = "logits";
+constexpr absl::string_view kMaxBatchTokensParam = "max_batch_tokens";
+constexpr absl::string_view kNormalizeParam = "normalize";
+// A budget larger than this is no budget (and would size scratch beyond any machine).
+constexpr int64_t kMaxBatchTokensLimit = int64_t{1} << 22;
+
+std::string Prefixed(const ModelSpec& spec, absl::string_view message) {
+  return absl::StrCat("model '", spec.config.name, "' version ", spec.version,
+                      " (backend encoder): ", message);
+}
+
+absl::Status WithContext(const ModelSpec& spec, const absl::Status& status) {
+  if (status.ok()) return status;
+  return absl::Status(status.code(), Prefixed(spec, status.message()));
+}
+
+absl::StatusOr<encoder::EncoderLoadOptions> LoadOptions(const ModelConfig& config) {
+  encoder::EncoderLoadOptions options;
+  for (const auto& [key, value] : config.parameters) {
+    if (key != kMaxBatchTokensParam && key != kNormalizeParam) {
+      return absl::InvalidArgumentError(absl::StrCat("unknown parameter '", key,
+                                                     "' (known: ", kMaxBatchTokensParam, ", ",
+                                                     kNormalizeParam, ")"));
+    }
+  }
+  auto it = config.parameters.find(std::string(kNormalizeParam));
+  if (it != config.parameters.end()) {
+    if (it->second != "true" && it->second != "false") {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "parameter '", kNormalizeParam, "' = '", it->second, "' must be \"true\" or \"false\""));
+    }
+    options.normalize = it->second == "true";
+  }
+  return options;
+}
+
+absl::StatusOr<int64_t> MaxBatchTokens(const ModelConfig& config) {
+  auto it = config.parameters.find(std::string(kMaxBatchTokensParam));
+  if (it == config.parameters.end()) return kDefaultEncoderMaxBatchTokens;
+  int64_t value = 0;
+  if (!absl::SimpleAtoi(it->second, &value) || value < 1 || value > kMaxBatchTokensLimit) {
+    return absl::InvalidArgumentError(absl::StrCat("parameter '", kMaxBatchTokensParam, "' = '",
+                                                   it->second, "' must be an integer in [1, ",
+                                                   kMaxBatchTokensLimit, "]"));
+  }
+  return value;
+}
+
+// The inputs and outputs the checkpoint supports, in the order they are listed.
+std::vector<TensorSpec> ExpectedInputs(const EncoderNetwork& net) {
+  std::vector<TensorSpec> inputs = {{std::string(kInputIds), DataType::kInt64, {-1}},
+                                    {std::string(kAttentionMask), DataType::kInt64, {-1}}};
+  if (net.has_token_types()) inputs.push_back({std::string(kTokenTypeIds), DataType::kInt64, {-1}});
+  return inputs;
+}
+
+std::vector<TensorSpec> ExpectedOutputs(const EncoderNetwork& net) {
+  std::vector<TensorSpec> outputs = {
+      {std::string(kLastHiddenState), DataType::kFp32, {-1, net.hidden}},
+      {std::string(kEmbedding), DataType::kFp32, {net.embedding_size()}}};
+  if (net.has_pooler())
+    outputs.push_back({std::string(kPoolerOutput), DataType::kFp32, {net.hidden}});
+  if (net.classifier != encoder::ClassifierKind::kNone) {
+    outputs.push_back({std::string(kLogits), DataType::kFp32, {net.num_labels}});
+  }
+  return outputs;
+}
+
+std::string Names(const std::vector<TensorSpec>& specs) {
+  std::vector<std::string> names;
+  for (const TensorSpec& spec : specs) names.push_back(spec.name);
+  return absl::StrJoin(names, ", ");
+}
+
+const TensorSpec* Find(const std::vector<TensorSpec>& specs, absl::string_view name) {
+  for (const TensorSpec& spec : specs) {
+    if (spec.name == name) return &spec;
+  }
+  return nullptr;
+}
+
+// Checks a declared input or output against the checkpoint's (dims may say -1 where fixed).
+absl::Status CheckDeclared(const TensorSpec& declared, const std::vector<TensorSpec>& expected,
+                           const char* kind, const EncoderNetwork& net) {
+  const TensorSpec* want = Find(expected, declared.name);
+  if (want == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(kind, " '", declared.name, "' is declared, but this ", net.model_type,
+                     " checkpoint gives only: ", Names(expected),
+                     declared.name == kLogits         ? " (no classification head 'classifier.*')"
+                     : declared.name == kPoolerOutput ? " (no 'pooler.dense')"
+                     : declared.name == kTokenTypeIds ? " (type_vocab_size <= 1: no token types)"
+                                                      : ""));
+  }
+  const bool int_input = want->dtype == DataType::kInt64;
+  if (declared.dtype != want->dtype && !(int_input && declared.dtype == DataType::kInt32)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        kind, " '", declared.name, "' is declared ", DataTypeName(declared.dtype),
+        ", the checkpoint gives ", DataTypeName(want->dtype), int_input ? " (or INT32)" : ""));
+  }
+  bool dims_ok = declared.dims.size() == want->dims.size();
+  for (size_t d = 0; dims_ok && d < want->dims.size(); ++d) {
+    dims_ok = declared.dims[d] == want->dims[d] || declared.dims[d] == -1;
+  }
+  if (!dims_ok) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        kind, " '", declared.name, "' is declared with dims ", ShapeToString(declared.dims),
+        ", the checkpoint gives ", ShapeToString(want->dims), " (without the batch dimension)"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<ModelConfig> CompleteUnprefixed(const ModelSpec& spec) {
+  ModelConfig config = spec.config;
+  if (config.max_batch_size <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "max_batch_size must be > 0 (the encoder takes [batch, sequence] inputs), not ",
+        config.max_batch_size));
+  }
+  ASSIGN_OR_RETURN(encoder::EncoderLoadOptions options, LoadOptions(config));
+  ASSIGN_OR_RETURN(int64_t max_batch_tokens, MaxBatchTokens(config));
+  ASSIGN_OR_RETURN(std::shared_ptr<EncoderNetwork> net,
+                   encoder::ReadEncoderDescription(spec.version_path, options));
+  const std::vector<TensorSpec> inputs = ExpectedInputs(*net);
+  const std::vector<TensorSpec> outputs = ExpectedOutputs(*net);
+  if (config.inputs.empty()) {
+    config.inputs = inputs;
+  } else {
+    for (const TensorSpec& declared : config.inputs) {
+      RETURN_IF_ERROR(CheckDeclared(declared, inputs, "input", *net));
+    }
+    if (config.FindInput(kInputIds) == nullptr) {
+      return absl::InvalidArgumentError("the config declares inputs but not 'input_ids'");
+    }
+  }
+  if (config.outputs.empty()) {
+    config.outputs = outputs;
+  } else {
+    for (TensorSpec& declared : config.outputs) {
+      RETURN_IF_ERROR(CheckDeclared(declared, outputs, "output", *net));
+      declared.dims = Find(outputs, declared.name)->dims;  // -1 where fixed: report the real size
+    }
+  }
+  config.ragged_batching = RaggedBatchingConfig{.max_batch_tokens = max_batch_tokens};
+  return config;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Requests.
+
+// Element `i` of an INT64 or INT32 tensor (validated: the bytes hold the shape).
+int64_t IntAt(const TensorView& tensor, int64_t i) {
+  if (tensor.dtype == DataType::kInt64) {
+    int64_t v;
+    std::memcpy(&v, tensor.data.data() + i * 8, 8);
+    return v;
+  }
+  int32_t v;
+  std::memcpy(&v, tensor.data.data() + i * 4, 4);
+  return v;
+}
+
+// The request's inputs by role (null when absent).
+struct RequestInputs {
+  const TensorView* ids = nullptr;
+  const TensorView* mask = nullptr;
+  const TensorView* types = nullptr;
+};
+
+RequestInputs FindInputs(std::span<const TensorView> inputs) {
+  RequestInputs found;
+  for (const TensorView& input : inputs) {
+    if (input.name == kInputIds) found.ids = &input;
+    if (input.name == kAttentionMask) found.mask = &input;
+    if (input.name == kTokenTypeIds) found.types = &input;
+  }
+  return found;
+}
+
+// Packed length of row `r` (seq columns): up to and including the mask's last 1.
+int64_t RowLength(const RequestInputs& in, int64_t r, int64_t seq) {
+  if (in.mask == nullptr) return seq;
+  for (int64_t c = seq; c > 0; --c) {
+    if (IntAt(*in.mask, r * seq + c - 1) != 0) return c;
+  }
+  return 0;
+}
+
+class EncoderInstance final : public ModelInstance {
+ public:
+  EncoderInstance(const ModelConfig& config, std::shared_ptr<const EncoderNetwork> net)
+      : config_(config), net_(std::move(net)) {}
+
+  bool runs_ragged() const override { return true; }
+
+  absl::StatusOr<std::vector<Tensor>> Run(std::span<const TensorView> inputs) override {
+    // One batch of tensors (the engine API's plain path): every config output.
+    std::vector<RequestInputs> requests = {FindInputs(inputs)};
+    std::vector<std::vector<bool>> wanted = {std::vector<bool>(config_.outputs.size(), true)};
+    ASSIGN_OR_RETURN(auto outputs, RunPacked(requests, wanted));
+    return std::move(outputs.front());
+  }
+
+  absl::StatusOr<std::vector<std::vector<Tensor>>> RunRagged(
+      std::span<const InferenceRequest* const> requests) override {
+    std::vector<RequestInputs> inputs;
+    std::vector<std::vector<bool>> wanted;
+    inputs.reserve(requests.size());
+    for (const InferenceRequest* request : requests) {
+      inputs.push_back(FindInputs(request->inputs));
+      std::vector<bool> flags(config_.outputs.size(), request->requested_outputs.empty());
+      for (const std::string& name : request->requested_outputs) {
+        for (size_t o = 0; o < config_.outputs.size(); ++o) {
+          if (config_.outputs[o].name == name) flags[o] = true;
+        }
+      }
+      wanted.push_back(std::move(flags));
+    }
+    return RunPacked(inputs, wanted);
+  }
+
+ private:
+  absl::StatusOr<std::vector<std::vector<Tensor>>> RunPacked(
+      const std::vector<RequestInputs>& requests, const std::vector<std::vector<bool>>& wanted) {
+    const EncoderNetwork& net = *net_;
+    batch_.Clear();
+    // Per request: its [batch, seq] and each row's packed length.
+    std::vector<std::pair<int64_t, int64_t>> shapes;
+    for (const RequestInputs& in : requests) {
+      if (in.ids == nullptr || in.ids->shape.size() != 2) {
+        return absl::InternalError("encoder: a request without a bound [batch, seq] input_ids");
+      }
+      const int64_t rows = in.ids->shape[0];
+      const int64_t seq = in.ids->shape[1];
+      shapes.emplace_back(rows, seq);
+      for (int64_t r = 0; r < rows; ++r) {
+        const int64_t length = RowLength(in, r, seq);
+        int64_t real = 0;  // RoBERTa: non-pad tokens so far
+        for (int64_t c = 0; c < length; ++c) {
+          const int64_t i = r * seq + c;
+          const int32_t id = static_cast<int32_t>(IntAt(*in.ids, i));
+          batch_.token_ids.push_back(id);
+          batch_.token_types.push_back(
+              in.types == nullptr ? 0 : static_cast<int32_t>(IntAt(*in.types, i)));
+          batch_.attend.push_back(in.mask == nullptr || IntAt(*in.mask, i) != 0);
+          if (net.arch == encoder::EncoderArch::kRoberta) {
+            // create_position_ids_from_input_ids: pads sit at pad_token_id, the others count on
+            // from pad_token_id + 1.
+            if (id != net.pad_token_id) ++real;
+            batch_.positions.push_back(id == net.pad_token_id
+                                           ? net.pad_token_id
+                                           : static_cast<int32_t>(net.pad_token_id + real));
+          } else {
+            batch_.positions.push_back(static_cast<int32_t>(c));
+          }
+        }
+        batch_.offsets.push_back(batch_.tokens());
+      }
+    }
+    encoder::Forward(net, batch_, workspace_);
+
+    bool any_pooler = false;
+    bool any_logits = false;
+    for (size_t r = 0; r < requests.size(); ++r) {
+      for (size_t o = 0; o < config_.outputs.size(); ++o) {
+        if (!wanted[r][o]) continue;
+        any_pooler |= config_.outputs[o].name == kPoolerOutput;
+        any_logits |= config_.outputs[o].name == kLogits;
+      }
+    }
+    const int sequences = batch_.sequences();
+    if (any_pooler) {
+      pooler_.resize(static_cast<size_t>(sequences) * net.hidden);
+      encoder::PoolerOutput(net, batch_, workspace_, pooler_.data());
+    }
+    if (any_logits) {
+      logits_.resize(static_cast<size_t>(sequences) * net.num_labels);
+      encoder::Logits(net, batch_, workspace_, logits_.data());
+    }
+
+    const int h = net.hidden;
+    const float* hidden = workspace_.hidden();
+    std::vector<std::vector<Tensor>> results(requests.size());
+    int first_sequence = 0;
+    for (size_t r = 0; r < requests.size(); ++r) {
+      const auto [rows, seq] = shapes[r];
+      std::vector<Tensor>& out = results[r];
+      out.resize(config_.outputs.size());
+      for (size_t o = 0; o < config_.outputs.size(); ++o) {
+        if (!wanted[r][o]) continue;
+        const std::string& name = config_.outputs[o].name;
+        Tensor& tensor = out[o];
+        tensor.name = name;
+        tensor.dtype = DataType::kFp32;
+        if (name == kLastHiddenState) {
+          tensor.shape = {rows, seq, h};
+          tensor.data.assign(static_cast<size_t>(rows * seq * h) * sizeof(float), std::byte{0});
+          for (int64_t row = 0; row < rows; ++row) {
+            const int s = first_sequence + static_cast<int>(row);
+            const int64_t begin = batch_.offsets[s];
+            const int64_t length = batch_.offsets[s + 1] - begin;
+            std::memcpy(tensor.data.data() + row * seq * h * sizeof(float), hidden + begin * h,
+                        static_cast<size_t>(length * h) * sizeof(float));
+          }
+        } else if (name == kEmbedding) {
+          const int size = net.embedding_size();
+          tensor.shape = {rows, size};
+          tensor.data.resize(static_cast<size_t>(rows * size) * sizeof(float));
+          auto* values = reinterpret_cast<float*>(tensor.data.data());
+          for (int64_t row = 0; row < rows; ++row) {
+            encoder::PoolEmbedding(net, batch_, hidden, first_sequence + static_cast<int>(row),
+                                   values + row * size);
+          }
+        } else {
+          const bool pooler = name == kPoolerOutput;
+          const int width = pooler ? h : net.num_labels;
+          const std::vector<float>& source = pooler ? pooler_ : logits_;
+          tensor.shape = {rows, width};
+          tensor.data.resize(static_cast<size_t>(rows * width) * sizeof(float));
+          std::memcpy(tensor.data.data(), source.data() + int64_t{first_sequence} * width,
+                      tensor.data.size());
+        }
+      }
+      first_sequence += static_cast<int>(rows);
+    }
+    return results;
+  }
+
+  const ModelConfig& config_;
+  const std::shared_ptr<const EncoderNetwork> net_;
+  PackedBatch batch_;
+  encoder::EncoderWorkspace workspace_;
+  std::vector<float> pooler_;
+  std::vector<float> logits_;
+};
+
+class EncoderModel final : public Model {
+ public:
+  EncoderModel(ModelConfig config, std::shared_ptr<const EncoderNetwork> net)
+      : config_(std::move(config)), net_(std::move(net)) {}
+
+  const ModelConfig& config() const override { return config_; }
+  absl::StatusOr<std::unique_ptr<ModelInstance>> CreateInstance(int) override {
+    return std::make_unique<EncoderInstance>(config_, net_);
+  }
+  bool validates_requests() const override { return true; }
+  absl::Status ValidateAndBindRequest(InferenceRequest& request) const override;
+
+ private:
+  absl::Status Fail(absl::string_view message) const {
+    return absl::InvalidArgumentError(absl::StrCat("model '", config_.name, "': ", message));
+  }
+
+  const ModelConfig config_;
+  const std::shared_ptr<const EncoderNetwork> net_;
+};
+
+absl::Status EncoderModel::ValidateAndBindRequest(InferenceRequest& request) const {
+  const EncoderNetwork& net = *net_;
+  const TensorView* shape_source = nullptr;
+  for (size_t i = 0; i < request.inputs.size(); ++i) {
+    const TensorView& input = request.inputs[i];
+    if (config_.FindInput(input.name) == nullptr) {
+      return Fail(absl::StrCat("has no input named '", input.name,
+                               "' (inputs: ", Names(config_.inputs), ")"));
+    }
+    for (size_t j = 0; j < i; ++j) {
+      if (request.inputs[j].name == input.name) {
+        return Fail(absl::StrCat("input '", input.name, "' given twice"));
+      }
+    }
+    if (input.dtype != DataType::kInt64 && input.dtype != DataType::kInt32) {
+      return Fail(absl::StrCat("input '", input.name, "' has data type ", DataTypeName(input.dtype),
+                               ", the model expects INT64 (or INT32)"));
+    }
+    if (input.shape.size() != 2) {
+      return Fail(absl::StrCat("input '", input.name, "' has shape ", ShapeToString(input.shape),
+                               ", the model expects [batch, sequence]"));
+    }
+    if (input.shape[0] < 1 || input.shape[0] > config_.max_batch_size) {
+      return Fail(absl::StrCat("input '", input.name, "' has batch size ", input.shape[0],
+                               ", allowed 1..", config_.max_batch_size, " (max_batch_size)"));
+    }
+    if (input.shape[1] < 1 || input.shape[1] > net.max_sequence_length) {
+      return Fail(absl::StrCat("input '", input.name, "' has sequence length ", input.shape[1],
+                               ", allowed 1..", net.max_sequence_length,
+                               " (the checkpoint's position table)"));
+    }
+    if (shape_source != nullptr && input.shape != shape_source->shape) {
+      return Fail(absl::StrCat("input '", input.name, "' has shape ", ShapeToString(input.shape),
+                               " but input '", shape_source->name, "' has ",
+                               ShapeToString(shape_source->shape),
+                               " (all inputs of a request have one [batch, sequence] shape)"));
+    }
+    shape_source = &input;
+    const size_t expected = static_cast<size_t>(input.shape[0] * input.shape[1]) *
+                            (input.dtype == DataType::kInt64 ? 8 : 4);
+    if (input.data.size() != expected) {
+      return Fail(absl::StrCat("input '", input.name, "' holds ", input.data.size(),
+                               " bytes, shape ", ShapeToString(input.shape), " of ",
+                               DataTypeName(input.dtype), " needs ", expected));
+    }
+  }
+  const RequestInputs in = FindInputs(request.inputs);
+  if (in.ids == nullptr) {
+    return Fail(absl::StrCat("missing input '", kInputIds, "'"));
+  }
+  const int64_t rows = in.ids->shape[0];
+  const int64_t seq = in.ids->shape[1];
+  const int64_t count = rows * seq;
+  for (int64_t i = 0; i < count; ++i) {
+    const int64_t id = IntAt(*in.ids, i);
+    if (id < 0 || id >= net.vocab_size) {
+      return Fail(absl::StrCat("input '", kInputIds, "' [", i / seq, ",", i % seq, "] = ", id,
+                               " is outside the vocabulary [0, ", net.vocab_size, ")"));
+    }
+  }
+  if (in.types != nullptr) {
+    for (int64_t i = 0; i < count; ++i) {
+      const int64_t type = IntAt(*in.types, i);
+      if (type < 0 || type >= net.type_vocab_size) {
+        return Fail(absl::StrCat("input '", kTokenTypeIds, "' [", i / seq, ",", i % seq,
+                                 "] = ", type, " is outside [0, ", net.type_vocab_size,
+                                 ") (type_vocab_size)"));
+      }
+    }
+  }
+  if (in.mask != nullptr) {
+    for (int64_t i = 0; i < count; ++i) {
+      const int64_t value = IntAt(*in.mask, i);
+      if (value != 0 && value != 1) {
+        return Fail(absl::StrCat("input '", kAttentionMask, "' [", i / seq, ",", i % seq,
+                                 "] = ", value, "; a mask holds only 0 and 1"));
+      }
+    }
+  }
+  int64_t tokens = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t length = RowLength(in, r, seq);
+    if (length == 0) {
+      return Fail(absl::StrCat("input '", kAttentionMask, "' row ", r,
+                               " is all zeros; each sequence needs at least one token"));
+    }
+    tokens += length;
+  }
+  for (size_t i = 0; i < request.requested_outputs.size(); ++i) {
+    const std::string& name = request.requested_outputs[i];
+    if (config_.FindOutput(name) == nullptr) {
+      return Fail(
+          absl::StrCat("has no output named '", name, "' (outputs: ", Names(config_.outputs), ")"));
+    }
+    for (size_t j = 0; j < i; ++j) {
+      if (request.requested_outputs[j] == name) {
+        return Fail(absl::StrCat("output '", name, "' requested twice"));
+      }
+    }
+  }
+  // Config order, as the generic validation binds them (the batcher compares inputs by index).
+  std::stable_sort(request.inputs.begin(), request.inputs.end(),
+                   [&](const TensorView& a, const TensorView& b) {
+                     return config_.FindInput(a.name) < config_.FindInput(b.name);
+                   });
+  request.batch_size = static_cast<int>(rows);
+  request.token_count = tokens;
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<ModelConfig> CompleteEncoderConfig(const ModelSpec& spec) {
+  absl::StatusOr<ModelConfig> config = CompleteUnprefixed(spec);
+  if (!config.ok()) return WithContext(spec, config.status());
+  return config;
+}
+
+absl::StatusOr<std::unique_ptr<Model>> CreateEncoderModel(const ModelSpec& spec) {
+  // Completion is idempotent: a config the engine completed passes its own checks again, and a
+  // caller that skipped it (a benchmark, a test) gets the same model.
+  ASSIGN_OR_RETURN(const ModelConfig config, CompleteEncoderConfig(spec));
+  absl::StatusOr<encoder::EncoderLoadOptions> options = LoadOptions(config);
+  if (!options.ok()) return WithContext(spec, options.status());
+  // What the load allocates before any of it is: the FP32 weights, shared, and per instance the
+  // scratch of a batch at the token budget (grown on demand; a longer single request grows it).
+  absl::StatusOr<std::shared_ptr<EncoderNetwork>> description =
+      encoder::ReadEncoderDescription(spec.version_path, *options);
+  if (!description.ok()) return WithContext(spec, description.status());
+  const EncoderNetwork& shape = **description;
+  const int64_t tokens = config.ragged_batching.has_value()
+                             ? config.ragged_batching->max_batch_tokens
+                             : kDefaultEncoderMaxBatchTokens;
+  const int64_t per_token = 6 * int64_t{shape.hidden} + shape.intermediate;
+  const int64_t longest = shape.max_sequence_length;
+  const int64_t scratch = SaturatingMul(
+      SaturatingAdd(SaturatingMul(tokens, per_token), SaturatingMul(longest, longest)),
+      sizeof(float));
+  if (absl::Status status =
+          CheckLoadBytes(config, spec.limits, scratch, shape.weight_bytes,
+                         absl::StrCat("FP32 weights and per instance scratch for ", tokens,
+                                      " tokens (max_batch_tokens)"));
+      !status.ok()) {
+    return WithContext(spec, status);
+  }
+  absl::StatusOr<std::shared_ptr<const EncoderNetwork>> net =
+      encoder::LoadEncoderNetwork(spec.version_path, *options);
+  if (!net.ok()) return WithContext(spec, net.status());
+  cpu::UseSingleThreadedBlas();
+  return std::make_unique<EncoderModel>(config, *std::move(net));
+}
+
+}  // namespace sluice::engine::models

@@ -1,0 +1,395 @@
+// The encoder backend through the engine API on tiny checkpoints written here (HF names and
+// layout): config completion, load errors, request validation, and the packed-batch properties
+// (a sequence's answer independent of its batch-mates, trailing padding equal to no padding,
+// INT32 = INT64). Numerics against Hugging Face itself:
+// tests/integration/encoder_reference_test.py.
+
+#include "engine/models/encoder/encoder_model.h"
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "engine/backend.h"
+#include "engine/engine.h"
+#include "engine/models/safetensors.h"
+#include "engine/testing/answer.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace sluice::engine::models {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+
+constexpr int kHidden = 8;
+constexpr int kInter = 16;
+constexpr int kVocab = 20;
+constexpr int kPositions = 16;
+
+struct Checkpoint {
+  std::map<std::string, std::pair<Shape, std::vector<float>>> tensors;
+  std::string model_type = "bert";
+  std::string hidden_act = "gelu";
+  int type_vocab = 2;
+  int pad = 0;
+};
+
+Checkpoint TinyBert(uint32_t seed = 1) {
+  Checkpoint ck;
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 0.3f);
+  auto add = [&](const std::string& name, Shape shape) {
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;
+    std::vector<float> values(static_cast<size_t>(n));
+    for (float& v : values) v = normal(rng);
+    if (name.find("LayerNorm.weight") != std::string::npos) {
+      for (float& v : values) v += 1.0f;
+    }
+    ck.tensors[name] = {shape, values};
+  };
+  add("embeddings.word_embeddings.weight", {kVocab, kHidden});
+  add("embeddings.position_embeddings.weight", {kPositions, kHidden});
+  add("embeddings.token_type_embeddings.weight", {2, kHidden});
+  add("embeddings.LayerNorm.weight", {kHidden});
+  add("embeddings.LayerNorm.bias", {kHidden});
+  for (int l = 0; l < 2; ++l) {
+    const std::string p = absl::StrCat("encoder.layer.", l, ".");
+    for (const char* part : {"query", "key", "value"}) {
+      add(absl::StrCat(p, "attention.self.", part, ".weight"), {kHidden, kHidden});
+      add(absl::StrCat(p, "attention.self.", part, ".bias"), {kHidden});
+    }
+    add(p + "attention.output.dense.weight", {kHidden, kHidden});
+    add(p + "attention.output.dense.bias", {kHidden});
+    add(p + "attention.output.LayerNorm.weight", {kHidden});
+    add(p + "attention.output.LayerNorm.bias", {kHidden});
+    add(p + "intermediate.dense.weight", {kInter, kHidden});
+    add(p + "intermediate.dense.bias", {kInter});
+    add(p + "output.dense.weight", {kHidden, kInter});
+    add(p + "output.dense.bias", {kHidden});
+    add(p + "output.LayerNorm.weight", {kHidden});
+    add(p + "output.LayerNorm.bias", {kHidden});
+  }
+  add("pooler.dense.weight", {kHidden, kHidden});
+  add("pooler.dense.bias", {kHidden});
+  return ck;
+}
+
+class EncoderModelTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           absl::StrCat("sluice_encoder_test_", ::getpid(), "_",
+                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  // Writes the checkpoint into a fresh version folder; returns its path.
+  std::string Write(const Checkpoint& ck, const std::string& name = "m") {
+    const fs::path folder = dir_ / name / "1";
+    fs::create_directories(folder);
+    std::ofstream(folder / "config.json")
+        << "{\"model_type\": \"" << ck.model_type << "\", \"hidden_size\": " << kHidden
+        << ", \"num_hidden_layers\": 2, \"num_attention_heads\": 2, \"intermediate_size\": "
+        << kInter << ", \"hidden_act\": \"" << ck.hidden_act << "\", \"vocab_size\": " << kVocab
+        << ", \"max_position_embeddings\": " << kPositions
+        << ", \"type_vocab_size\": " << ck.type_vocab << ", \"pad_token_id\": " << ck.pad
+        << ", \"layer_norm_eps\": 1e-12}";
+    std::vector<TensorView> views;
+    for (const auto& [tensor_name, entry] : ck.tensors) {
+      views.push_back(TensorView{
+          tensor_name, DataType::kFp32, entry.first,
+          std::span<const std::byte>(reinterpret_cast<const std::byte*>(entry.second.data()),
+                                     entry.second.size() * sizeof(float))});
+    }
+    EXPECT_TRUE(WriteSafetensorsFile((folder / "model.safetensors").string(), views).ok());
+    return folder.string();
+  }
+
+  ModelSpec Spec(const std::string& folder, ModelConfig config = {}) {
+    if (config.name.empty()) config.name = "m";
+    config.backend = "encoder";
+    if (config.max_batch_size == 0) config.max_batch_size = 8;
+    ModelSpec spec;
+    spec.config = config;
+    spec.version_path = folder;
+    return spec;
+  }
+
+  fs::path dir_;
+};
+
+std::vector<std::byte> Int64Bytes(const std::vector<int64_t>& values) {
+  std::vector<std::byte> bytes(values.size() * 8);
+  if (!values.empty()) std::memcpy(bytes.data(), values.data(), bytes.size());
+  return bytes;
+}
+
+std::vector<float> Floats(const Tensor& tensor) {
+  std::vector<float> out(tensor.data.size() / sizeof(float));
+  std::memcpy(out.data(), tensor.data.data(), tensor.data.size());
+  return out;
+}
+
+double RelErr(const std::vector<float>& got, const std::vector<float>& want) {
+  EXPECT_EQ(got.size(), want.size());
+  double diff = 0;
+  double scale = 1e-12;
+  for (size_t i = 0; i < std::min(got.size(), want.size()); ++i) {
+    diff = std::max(diff, std::abs(double{got[i]} - want[i]));
+    scale = std::max(scale, std::abs(double{want[i]}));
+  }
+  return diff / scale;
+}
+
+// One request's inputs, owned.
+struct Input {
+  std::vector<std::vector<std::byte>> bytes;
+  std::vector<TensorView> views;
+  void Add(const std::string& name, Shape shape, const std::vector<int64_t>& values) {
+    bytes.push_back(Int64Bytes(values));
+    views.push_back(TensorView{name, DataType::kInt64, shape, bytes.back()});
+  }
+};
+
+TEST_F(EncoderModelTest, CompletesConfigFromCheckpoint) {
+  absl::StatusOr<ModelConfig> config = CompleteEncoderConfig(Spec(Write(TinyBert())));
+  ASSERT_TRUE(config.ok()) << config.status();
+  ASSERT_EQ(config->inputs.size(), 3u);
+  EXPECT_EQ(config->inputs[0].name, "input_ids");
+  EXPECT_EQ(config->inputs[0].dtype, DataType::kInt64);
+  EXPECT_EQ(config->inputs[2].name, "token_type_ids");
+  ASSERT_EQ(config->outputs.size(), 3u);
+  EXPECT_EQ(config->outputs[0].name, "last_hidden_state");
+  EXPECT_EQ(config->outputs[0].dims, (Shape{-1, kHidden}));
+  EXPECT_EQ(config->outputs[1].name, "embedding");
+  EXPECT_EQ(config->outputs[2].name, "pooler_output");
+  ASSERT_TRUE(config->ragged_batching.has_value());
+  EXPECT_EQ(config->ragged_batching->max_batch_tokens, kDefaultEncoderMaxBatchTokens);
+
+  ModelConfig declared;
+  declared.outputs.push_back({"logits", DataType::kFp32, {3}});
+  absl::StatusOr<ModelConfig> bad = CompleteEncoderConfig(Spec(Write(TinyBert()), declared));
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(bad.status().message(), HasSubstr("output 'logits' is declared"));
+  EXPECT_THAT(bad.status().message(), HasSubstr("classification head"));
+
+  ModelConfig tokens;
+  tokens.parameters["max_batch_tokens"] = "0";
+  EXPECT_THAT(CompleteEncoderConfig(Spec(Write(TinyBert()), tokens)).status().message(),
+              HasSubstr("max_batch_tokens"));
+}
+
+TEST_F(EncoderModelTest, LoadErrorsNameTensorAndShapes) {
+  Checkpoint missing = TinyBert();
+  missing.tensors.erase("encoder.layer.1.output.dense.bias");
+  ModelSpec spec = Spec(Write(missing, "missing"));
+  absl::StatusOr<std::unique_ptr<Model>> model = CreateEncoderModel(spec);
+  ASSERT_FALSE(model.ok());
+  EXPECT_THAT(model.status().message(), HasSubstr("'encoder.layer.1.output.dense.bias'"));
+  EXPECT_THAT(model.status().message(), HasSubstr("[8]"));
+
+  Checkpoint misshaped = TinyBert();
+  misshaped.tensors["encoder.layer.0.intermediate.dense.weight"].first = {kInter / 2, kHidden * 2};
+  model = CreateEncoderModel(Spec(Write(misshaped, "misshaped")));
+  ASSERT_FALSE(model.ok());
+  EXPECT_THAT(model.status().message(), HasSubstr("has shape [8,16], config.json needs [16,8]"));
+
+  Checkpoint gpt = TinyBert();
+  gpt.model_type = "gpt2";
+  model = CreateEncoderModel(Spec(Write(gpt, "gpt")));
+  EXPECT_THAT(model.status().message(), HasSubstr("model_type 'gpt2' is not supported"));
+
+  Checkpoint swish = TinyBert();
+  swish.hidden_act = "swish";
+  model = CreateEncoderModel(Spec(Write(swish, "swish")));
+  EXPECT_THAT(model.status().message(), HasSubstr("hidden_act 'swish'"));
+
+  EXPECT_TRUE(absl::IsNotFound(CreateEncoderModel(Spec((dir_ / "nothing").string())).status()));
+}
+
+TEST_F(EncoderModelTest, LegacyGammaBetaAndPrefixAccepted) {
+  Checkpoint plain = TinyBert();
+  Checkpoint renamed;
+  for (auto& [name, entry] : plain.tensors) {
+    std::string n = name;
+    if (n.ends_with("LayerNorm.weight")) n = n.substr(0, n.size() - 6) + "gamma";
+    if (n.ends_with("LayerNorm.bias")) n = n.substr(0, n.size() - 4) + "beta";
+    renamed.tensors["bert." + n] = entry;
+  }
+  renamed.tensors["cls.predictions.bias"] = {{kVocab}, std::vector<float>(kVocab, 0.5f)};
+  auto a = CreateEncoderModel(Spec(Write(plain, "plain")));
+  auto b = CreateEncoderModel(Spec(Write(renamed, "renamed")));
+  ASSERT_TRUE(a.ok()) << a.status();
+  ASSERT_TRUE(b.ok()) << b.status();
+  Input in;
+  in.Add("input_ids", {1, 3}, {2, 3, 4});
+  auto ia = (*a)->CreateInstance(0);
+  auto ib = (*b)->CreateInstance(0);
+  auto ra = (*ia)->Run(in.views);
+  auto rb = (*ib)->Run(in.views);
+  ASSERT_TRUE(ra.ok() && rb.ok());
+  EXPECT_EQ(Floats((*ra)[0]), Floats((*rb)[0]));
+}
+
+class EncoderEngineTest : public EncoderModelTest {
+ protected:
+  void SetUp() override {
+    EncoderModelTest::SetUp();
+    auto engine = Engine::Create(EngineOptions{});
+    ASSERT_TRUE(engine.ok());
+    engine_ = *std::move(engine);
+    ModelConfig config;
+    config.dynamic_batching = DynamicBatchingConfig{};
+    ASSERT_TRUE(engine_->LoadModel(Spec(Write(TinyBert(7)), config)).ok());
+  }
+  void TearDown() override {
+    engine_.reset();
+    EncoderModelTest::TearDown();
+  }
+
+  // Submits and waits; inputs are (name, shape, values).
+  absl::StatusOr<InferenceResponse> Infer(
+      const std::vector<std::tuple<std::string, Shape, std::vector<int64_t>>>& inputs,
+      std::vector<std::string> outputs = {}, DataType dtype = DataType::kInt64) {
+    auto answer = std::make_shared<testing::Answer>();
+    auto request = std::make_unique<InferenceRequest>("m", -1, testing::Answer::Into(answer));
+    auto owned = std::make_shared<std::vector<std::vector<std::byte>>>();
+    for (const auto& [name, shape, values] : inputs) {
+      if (dtype == DataType::kInt64) {
+        owned->push_back(Int64Bytes(values));
+      } else {
+        std::vector<int32_t> narrow(values.begin(), values.end());
+        owned->emplace_back(narrow.size() * 4);
+        std::memcpy(owned->back().data(), narrow.data(), owned->back().size());
+      }
+    }
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      request->inputs.push_back(
+          TensorView{std::get<0>(inputs[i]), dtype, std::get<1>(inputs[i]), (*owned)[i]});
+    }
+    request->keepalive = owned;
+    request->requested_outputs = std::move(outputs);
+    engine_->Submit(std::move(request));
+    return answer->WaitForResult(std::chrono::seconds(30));
+  }
+
+  std::unique_ptr<Engine> engine_;
+};
+
+TEST_F(EncoderEngineTest, SequenceIndependentOfBatchMatesAndPadding) {
+  // Alone, each sequence at its own length.
+  const std::vector<int64_t> a = {1, 5, 9, 3};
+  const std::vector<int64_t> b = {2, 7, 7, 7, 11, 19, 4, 4, 6, 0, 13, 12, 1, 2, 3, 4};
+  auto alone_a = Infer({{"input_ids", {1, 4}, a}});
+  auto alone_b = Infer({{"input_ids", {1, 16}, b}});
+  ASSERT_TRUE(alone_a.ok()) << alone_a.status();
+  ASSERT_TRUE(alone_b.ok()) << alone_b.status();
+  // Together in one request: a padded to 16 with a mask.
+  std::vector<int64_t> ids = a;
+  ids.resize(16, 0);
+  ids.insert(ids.end(), b.begin(), b.end());
+  std::vector<int64_t> mask(32, 1);
+  for (int i = 4; i < 16; ++i) mask[i] = 0;
+  auto together = Infer({{"input_ids", {2, 16}, ids}, {"attention_mask", {2, 16}, mask}});
+  ASSERT_TRUE(together.ok()) << together.status();
+  for (size_t o = 0; o < 3; ++o) {
+    const std::vector<float> both = Floats(together->outputs[o]);
+    const std::vector<float> one_a = Floats(alone_a->outputs[o]);
+    const std::vector<float> one_b = Floats(alone_b->outputs[o]);
+    const size_t per_row = both.size() / 2;
+    std::vector<float> row_a(both.begin(), both.begin() + static_cast<ptrdiff_t>(per_row));
+    std::vector<float> row_b(both.begin() + static_cast<ptrdiff_t>(per_row), both.end());
+    if (together->outputs[o].name == "last_hidden_state") {
+      // Rows past a's 4 tokens are padding: zeros.
+      for (size_t i = 4 * kHidden; i < row_a.size(); ++i) EXPECT_EQ(row_a[i], 0.0f);
+      row_a.resize(4 * kHidden);
+    }
+    EXPECT_LT(RelErr(row_a, one_a), 1e-5) << together->outputs[o].name;
+    EXPECT_LT(RelErr(row_b, one_b), 1e-5) << together->outputs[o].name;
+  }
+  // INT32 gives what INT64 gives.
+  auto narrow = Infer({{"input_ids", {1, 4}, a}}, {"embedding"}, DataType::kInt32);
+  ASSERT_TRUE(narrow.ok()) << narrow.status();
+  EXPECT_EQ(Floats(narrow->outputs[0]), Floats(alone_a->outputs[1]));
+  EXPECT_EQ(narrow->outputs[0].shape, (Shape{1, kHidden}));
+}
+
+TEST_F(EncoderEngineTest, RequestsOfDifferentLengthsInFlightTogether) {
+  // Each alone first, then all submitted at once: the token budget lets them share batches
+  // (ragged batching), and each answer must equal its answer alone.
+  std::vector<std::vector<int64_t>> sequences;
+  std::vector<std::vector<float>> alone;
+  for (int length : {1, 3, 16, 7, 12, 2}) {
+    std::vector<int64_t> ids(static_cast<size_t>(length));
+    for (int i = 0; i < length; ++i) ids[i] = (length * 7 + i * 3) % kVocab;
+    auto result = Infer({{"input_ids", {1, length}, ids}}, {"embedding"});
+    ASSERT_TRUE(result.ok()) << result.status();
+    alone.push_back(Floats(result->outputs[0]));
+    sequences.push_back(std::move(ids));
+  }
+  std::vector<std::shared_ptr<testing::Answer>> answers;
+  auto owned = std::make_shared<std::vector<std::vector<std::byte>>>();
+  owned->reserve(sequences.size());
+  for (const auto& ids : sequences) {
+    auto answer = std::make_shared<testing::Answer>();
+    auto request = std::make_unique<InferenceRequest>("m", -1, testing::Answer::Into(answer));
+    owned->push_back(Int64Bytes(ids));
+    request->inputs.push_back(TensorView{
+        "input_ids", DataType::kInt64, {1, static_cast<int64_t>(ids.size())}, owned->back()});
+    request->keepalive = owned;
+    request->requested_outputs = {"embedding"};
+    engine_->Submit(std::move(request));
+    answers.push_back(answer);
+  }
+  for (size_t i = 0; i < answers.size(); ++i) {
+    auto result = answers[i]->WaitForResult(std::chrono::seconds(30));
+    ASSERT_TRUE(result.ok()) << result.status();
+    EXPECT_LT(RelErr(Floats(result->outputs[0]), alone[i]), 1e-5) << "sequence " << i;
+  }
+}
+
+TEST_F(EncoderEngineTest, BadRequestsNameTensorAndLimit) {
+  struct Case {
+    std::vector<std::tuple<std::string, Shape, std::vector<int64_t>>> inputs;
+    std::vector<std::string> needles;
+  };
+  const std::vector<Case> cases = {
+      {{{"input_ids", {1, 2}, {1, 20}}}, {"input_ids", "[0, 20)"}},
+      {{{"input_ids", {1, 17}, std::vector<int64_t>(17, 1)}}, {"sequence length 17", "1..16"}},
+      {{{"input_ids", {1, 2}, {1, 2}}, {"attention_mask", {1, 2}, {1, 3}}},
+       {"attention_mask", "0 and 1"}},
+      {{{"input_ids", {1, 2}, {1, 2}}, {"attention_mask", {1, 1}, {1}}},
+       {"attention_mask", "[1,1]", "[1,2]"}},
+      {{{"input_ids", {1, 2}, {1, 2}}, {"token_type_ids", {1, 2}, {0, 2}}},
+       {"token_type_ids", "[0, 2)"}},
+      {{{"attention_mask", {1, 2}, {1, 1}}}, {"missing input 'input_ids'"}},
+      {{{"input_ids", {9, 1}, std::vector<int64_t>(9, 1)}}, {"max_batch_size"}},
+      {{{"input_ids", {1, 2}, {1, 2}}, {"nonsense", {1, 2}, {1, 2}}}, {"no input named"}},
+  };
+  for (const Case& c : cases) {
+    auto result = Infer(c.inputs);
+    ASSERT_FALSE(result.ok());
+    EXPECT_TRUE(absl::IsInvalidArgument(result.status())) << result.status();
+    for (const std::string& needle : c.needles) {
+      EXPECT_THAT(result.status().message(), HasSubstr(needle));
+    }
+  }
+  EXPECT_THAT(Infer({{"input_ids", {1, 1}, {1}}}, {"logits"}).status().message(),
+              HasSubstr("no output named 'logits'"));
+  EXPECT_TRUE(Infer({{"input_ids", {1, 1}, {1}}}).ok());
+}
+
+}  // namespace
+}  // namespace sluice::engine::models

@@ -1,0 +1,490 @@
+#include "engine/models/encoder/encoder_network.h"
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <utility>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/status_macros.h"
+#include "engine/models/safetensors.h"
+#include "nlohmann/json.hpp"
+
+namespace sluice::engine::models::encoder {
+namespace {
+
+using Json = nlohmann::json;
+namespace fs = std::filesystem;
+
+constexpr int64_t kMaxJsonFileBytes = int64_t{4} << 20;
+// Sizes a config.json may give (a bound on what a hostile file makes the load allocate; real
+// models are far below: BERT-large has hidden 1024, 24 layers, intermediate 4096).
+constexpr int64_t kMaxDimension = 1 << 20;
+constexpr int64_t kMaxLayers = 512;
+
+absl::StatusOr<std::string> ReadSmallFile(const fs::path& path) {
+  std::error_code ec;
+  const auto size = fs::file_size(path, ec);
+  if (ec) {
+    return absl::NotFoundError(absl::StrCat("cannot read '", path.string(), "': ", ec.message()));
+  }
+  if (static_cast<int64_t>(size) > kMaxJsonFileBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("'", path.string(), "' is ", size,
+                                                   " bytes, over the limit of ", kMaxJsonFileBytes,
+                                                   " for a JSON configuration file"));
+  }
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    return absl::NotFoundError(
+        absl::StrCat("cannot open '", path.string(), "': ", std::strerror(errno)));
+  }
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  return buffer.str();
+}
+
+absl::StatusOr<Json> ReadJsonFile(const fs::path& path) {
+  ASSIGN_OR_RETURN(std::string text, ReadSmallFile(path));
+  Json json = Json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (json.is_discarded() || !json.is_object()) {
+    return absl::InvalidArgumentError(absl::StrCat("'", path.string(), "' is not a JSON object"));
+  }
+  return json;
+}
+
+// An integer field of config.json in [min, max]; `fallback` when absent (nullopt: required).
+absl::StatusOr<int64_t> IntField(const Json& json, const fs::path& path, const char* key,
+                                 std::optional<int64_t> fallback, int64_t min, int64_t max) {
+  auto it = json.find(key);
+  if (it == json.end() || it->is_null()) {
+    if (fallback.has_value()) return *fallback;
+    return absl::InvalidArgumentError(absl::StrCat("'", path.string(), "' has no \"", key, "\""));
+  }
+  if (!it->is_number_integer()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("'", path.string(), "': \"", key, "\" is not an integer"));
+  }
+  const int64_t value = it->get<int64_t>();
+  if (value < min || value > max) {
+    return absl::InvalidArgumentError(absl::StrCat("'", path.string(), "': \"", key, "\" = ", value,
+                                                   " is outside [", min, ", ", max, "]"));
+  }
+  return value;
+}
+
+absl::StatusOr<std::string> StringField(const Json& json, const fs::path& path, const char* key,
+                                        std::optional<std::string> fallback) {
+  auto it = json.find(key);
+  if (it == json.end() || it->is_null()) {
+    if (fallback.has_value()) return *fallback;
+    return absl::InvalidArgumentError(absl::StrCat("'", path.string(), "' has no \"", key, "\""));
+  }
+  if (!it->is_string()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("'", path.string(), "': \"", key, "\" is not a string"));
+  }
+  return it->get<std::string>();
+}
+
+bool BoolField(const Json& json, const char* key) {
+  auto it = json.find(key);
+  return it != json.end() && it->is_boolean() && it->get<bool>();
+}
+
+// Pooling and normalisation from modules.json and the Pooling module's config.json.
+absl::Status ReadSentenceTransformersFiles(const fs::path& folder, EncoderNetwork& net) {
+  fs::path pooling_dir = folder / "1_Pooling";
+  const fs::path modules_path = folder / "modules.json";
+  std::error_code ec;
+  if (fs::exists(modules_path, ec)) {
+    ASSIGN_OR_RETURN(std::string text, ReadSmallFile(modules_path));
+    Json modules = Json::parse(text, nullptr, /*allow_exceptions=*/false);
+    if (modules.is_discarded() || !modules.is_array()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("'", modules_path.string(), "' is not a JSON array"));
+    }
+    for (const Json& module : modules) {
+      if (!module.is_object()) continue;
+      const std::string type = module.value("type", "");
+      if (absl::EndsWith(type, ".Normalize")) net.normalize = true;
+      if (absl::EndsWith(type, ".Pooling")) {
+        const std::string path = module.value("path", "");
+        if (path.empty() || path.find("..") != std::string::npos || path.front() == '/') {
+          return absl::InvalidArgumentError(absl::StrCat("'", modules_path.string(),
+                                                         "': Pooling module path '", path,
+                                                         "' must be a folder inside the model"));
+        }
+        pooling_dir = folder / path;
+      }
+    }
+  }
+  const fs::path pooling_path = pooling_dir / "config.json";
+  if (!fs::exists(pooling_path, ec)) {
+    net.pooling.cls = true;  // BertModel users take the first token; so does the pooler
+    return absl::OkStatus();
+  }
+  ASSIGN_OR_RETURN(Json pooling, ReadJsonFile(pooling_path));
+  net.pooling.cls = BoolField(pooling, "pooling_mode_cls_token");
+  net.pooling.max = BoolField(pooling, "pooling_mode_max_tokens");
+  net.pooling.mean = BoolField(pooling, "pooling_mode_mean_tokens");
+  net.pooling.mean_sqrt_len = BoolField(pooling, "pooling_mode_mean_sqrt_len_tokens");
+  for (const char* unsupported : {"pooling_mode_weightedmean_tokens", "pooling_mode_lasttoken"}) {
+    if (BoolField(pooling, unsupported)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("'", pooling_path.string(), "': \"", unsupported,
+                       "\" is not supported (supported: cls_token, max_tokens, mean_tokens, "
+                       "mean_sqrt_len_tokens)"));
+    }
+  }
+  if (net.pooling.count() == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("'", pooling_path.string(), "' enables no pooling mode"));
+  }
+  if (pooling.contains("word_embedding_dimension")) {
+    ASSIGN_OR_RETURN(int64_t dim, IntField(pooling, pooling_path, "word_embedding_dimension",
+                                           std::nullopt, 1, kMaxDimension));
+    if (dim != net.hidden) {
+      return absl::InvalidArgumentError(absl::StrCat("'", pooling_path.string(),
+                                                     "': word_embedding_dimension ", dim,
+                                                     " differs from hidden_size ", net.hidden));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ReadConfigJson(const fs::path& folder, EncoderNetwork& net) {
+  const fs::path path = folder / "config.json";
+  ASSIGN_OR_RETURN(Json json, ReadJsonFile(path));
+  ASSIGN_OR_RETURN(net.model_type, StringField(json, path, "model_type", std::nullopt));
+  if (net.model_type == "bert") {
+    net.arch = EncoderArch::kBert;
+  } else if (net.model_type == "roberta" || net.model_type == "xlm-roberta") {
+    net.arch = EncoderArch::kRoberta;
+  } else {
+    return absl::InvalidArgumentError(
+        absl::StrCat("'", path.string(), "': model_type '", net.model_type,
+                     "' is not supported by the encoder backend (supported: bert, roberta, "
+                     "xlm-roberta)"));
+  }
+  ASSIGN_OR_RETURN(const std::string position_type,
+                   StringField(json, path, "position_embedding_type", "absolute"));
+  if (position_type != "absolute") {
+    return absl::InvalidArgumentError(absl::StrCat("'", path.string(),
+                                                   "': position_embedding_type '", position_type,
+                                                   "' is not supported (only \"absolute\")"));
+  }
+  ASSIGN_OR_RETURN(int64_t hidden,
+                   IntField(json, path, "hidden_size", std::nullopt, 1, kMaxDimension));
+  ASSIGN_OR_RETURN(int64_t layers,
+                   IntField(json, path, "num_hidden_layers", std::nullopt, 1, kMaxLayers));
+  ASSIGN_OR_RETURN(int64_t heads,
+                   IntField(json, path, "num_attention_heads", std::nullopt, 1, kMaxDimension));
+  ASSIGN_OR_RETURN(int64_t intermediate,
+                   IntField(json, path, "intermediate_size", std::nullopt, 1, kMaxDimension));
+  ASSIGN_OR_RETURN(int64_t vocab,
+                   IntField(json, path, "vocab_size", std::nullopt, 1, int64_t{1} << 24));
+  ASSIGN_OR_RETURN(int64_t positions,
+                   IntField(json, path, "max_position_embeddings", std::nullopt, 1, kMaxDimension));
+  ASSIGN_OR_RETURN(int64_t types, IntField(json, path, "type_vocab_size", 2, 0, 1 << 16));
+  ASSIGN_OR_RETURN(int64_t pad, IntField(json, path, "pad_token_id", 0, 0, vocab - 1));
+  if (hidden % heads != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("'", path.string(), "': hidden_size ", hidden,
+                                                   " is not a multiple of num_attention_heads ",
+                                                   heads));
+  }
+  ASSIGN_OR_RETURN(net.activation_name, StringField(json, path, "hidden_act", "gelu"));
+  absl::StatusOr<HiddenActivation> activation = ParseHiddenActivation(net.activation_name);
+  if (!activation.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("'", path.string(), "': ", activation.status().message()));
+  }
+  net.activation = *activation;
+  auto eps = json.find("layer_norm_eps");
+  if (eps != json.end()) {
+    if (!eps->is_number() || eps->get<double>() <= 0 || eps->get<double>() > 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("'", path.string(), "': \"layer_norm_eps\" must be a number in (0, 1]"));
+    }
+    net.layer_norm_eps = static_cast<float>(eps->get<double>());
+  }
+  net.hidden = static_cast<int>(hidden);
+  net.layers = static_cast<int>(layers);
+  net.heads = static_cast<int>(heads);
+  net.intermediate = static_cast<int>(intermediate);
+  net.vocab_size = static_cast<int>(vocab);
+  net.max_position_embeddings = static_cast<int>(positions);
+  net.type_vocab_size = static_cast<int>(types);
+  net.pad_token_id = static_cast<int>(pad);
+  if (net.arch == EncoderArch::kRoberta) {
+    net.position_offset = net.pad_token_id + 1;
+    net.max_sequence_length = net.max_position_embeddings - net.position_offset;
+    if (net.max_sequence_length < 1) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "'", path.string(), "': max_position_embeddings ", positions,
+          " leaves no position after pad_token_id ", pad, " (RoBERTa positions start at pad + 1)"));
+    }
+  } else {
+    net.position_offset = 0;
+    net.max_sequence_length = net.max_position_embeddings;
+  }
+  auto id2label = json.find("id2label");
+  if (id2label != json.end() && id2label->is_object()) {
+    std::map<int64_t, std::string> by_index;
+    for (const auto& [key, value] : id2label->items()) {
+      char* end = nullptr;
+      const long long index = std::strtoll(key.c_str(), &end, 10);
+      if (end == key.c_str() || *end != '\0' || index < 0 || index >= kMaxDimension ||
+          !value.is_string()) {
+        return absl::InvalidArgumentError(absl::StrCat("'", path.string(), "': id2label entry '",
+                                                       key, "' is not index -> label name"));
+      }
+      by_index[index] = value.get<std::string>();
+    }
+    if (!by_index.empty() &&
+        by_index.rbegin()->first + 1 == static_cast<int64_t>(by_index.size())) {
+      for (auto& [index, label] : by_index) net.labels.push_back(std::move(label));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// The weights file's tensors, with the task-head prefix ("bert." / "roberta.") stripped from the
+// encoder's own names.
+class WeightSource {
+ public:
+  WeightSource(const SafetensorsFile& file, std::string prefix)
+      : file_(file), prefix_(std::move(prefix)) {}
+
+  const TensorView* FindEncoder(const std::string& name) const {
+    if (const TensorView* t = file_.Find(prefix_ + name); t != nullptr) return t;
+    return prefix_.empty() ? nullptr : file_.Find(name);
+  }
+  const TensorView* FindHead(const std::string& name) const { return file_.Find(name); }
+
+  // The tensor `name` (encoder part unless `head`), FP32, checked against `shape`. A LayerNorm
+  // weight/bias may be stored under TensorFlow's legacy names gamma/beta.
+  absl::StatusOr<std::vector<float>> Get(const std::string& name, const Shape& shape,
+                                         bool head = false) const {
+    const TensorView* tensor = head ? FindHead(name) : FindEncoder(name);
+    if (tensor == nullptr && absl::EndsWith(name, "LayerNorm.weight")) {
+      tensor = FindEncoder(absl::StrCat(name.substr(0, name.size() - 6), "gamma"));
+    }
+    if (tensor == nullptr && absl::EndsWith(name, "LayerNorm.bias")) {
+      tensor = FindEncoder(absl::StrCat(name.substr(0, name.size() - 4), "beta"));
+    }
+    const std::string shown = head ? name : prefix_ + name;
+    if (tensor == nullptr) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("safetensors file '", file_.path(), "' has no tensor '", shown,
+                       "' (config.json needs it with shape ", ShapeToString(shape), ")"));
+    }
+    if (tensor->shape != shape) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "safetensors file '", file_.path(), "': tensor '", tensor->name, "' has shape ",
+          ShapeToString(tensor->shape), ", config.json needs ", ShapeToString(shape)));
+    }
+    absl::StatusOr<std::vector<float>> values = ToFloat32(*tensor);
+    if (!values.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("safetensors file '", file_.path(), "': ", values.status().message()));
+    }
+    return values;
+  }
+
+ private:
+  const SafetensorsFile& file_;
+  const std::string prefix_;
+};
+
+// The prefix of the encoder's tensors: "bert." / "roberta." when the checkpoint is a task model's.
+std::string DetectPrefix(const SafetensorsFile& file) {
+  for (const char* prefix : {"bert.", "roberta."}) {
+    if (file.Find(absl::StrCat(prefix, "embeddings.word_embeddings.weight")) != nullptr) {
+      return prefix;
+    }
+  }
+  return "";
+}
+
+// Which heads the file holds, and the label count, from the header alone.
+absl::Status DescribeHeads(const SafetensorsFile& file, EncoderNetwork& net) {
+  const std::string prefix = DetectPrefix(file);
+  WeightSource source(file, prefix);
+  if (source.FindEncoder("pooler.dense.weight") != nullptr) {
+    net.pooler_weight.assign(1, 0.0f);  // marks presence until the weights are read
+  }
+  const TensorView* classifier = nullptr;
+  if (const TensorView* out_proj = file.Find("classifier.out_proj.weight"); out_proj != nullptr) {
+    net.classifier = ClassifierKind::kRoberta;
+    classifier = out_proj;
+  } else if (const TensorView* linear = file.Find("classifier.weight"); linear != nullptr) {
+    net.classifier = ClassifierKind::kBert;
+    classifier = linear;
+    if (!net.has_pooler()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "safetensors file '", file.path(), "' has 'classifier.weight' but no pooler ('", prefix,
+          "pooler.dense.weight'), which BERT's classification head reads"));
+    }
+  }
+  if (classifier != nullptr) {
+    if (classifier->shape.size() != 2 || classifier->shape[0] < 1 ||
+        classifier->shape[0] > kMaxDimension || classifier->shape[1] != net.hidden) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "safetensors file '", file.path(), "': tensor '", classifier->name, "' has shape ",
+          ShapeToString(classifier->shape), ", config.json needs [num_labels,", net.hidden, "]"));
+    }
+    net.num_labels = static_cast<int>(classifier->shape[0]);
+    if (!net.labels.empty() && static_cast<int>(net.labels.size()) != net.num_labels) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("config.json's id2label names ", net.labels.size(), " labels but tensor '",
+                       classifier->name, "' has ", net.num_labels, " (shape ",
+                       ShapeToString(classifier->shape), ")"));
+    }
+  }
+  bool one_dtype = true;
+  const DataType first = file.tensors().empty() ? DataType::kFp32 : file.tensors().front().dtype;
+  for (const TensorView& tensor : file.tensors()) {
+    // An I64 position_ids buffer rides along in many checkpoints; it is not a weight.
+    if (tensor.dtype == DataType::kInt64) continue;
+    one_dtype &= tensor.dtype == first;
+  }
+  net.stored_dtype =
+      one_dtype && (first == DataType::kFp16 || first == DataType::kBf16) ? first : DataType::kFp32;
+  return absl::OkStatus();
+}
+
+int64_t WeightBytes(const EncoderNetwork& net) {
+  const int64_t h = net.hidden;
+  const int64_t i = net.intermediate;
+  int64_t floats =
+      (int64_t{net.vocab_size} + net.max_position_embeddings + net.type_vocab_size + 2) * h;
+  floats +=
+      int64_t{net.layers} * (3 * h * h + 3 * h + h * h + h + 2 * h + i * h + i + h * i + h + 2 * h);
+  if (net.has_pooler()) floats += h * h + h;
+  if (net.classifier == ClassifierKind::kRoberta) floats += h * h + h;
+  if (net.classifier != ClassifierKind::kNone) floats += int64_t{net.num_labels} * (h + 1);
+  return floats * static_cast<int64_t>(sizeof(float));
+}
+
+absl::StatusOr<std::shared_ptr<EncoderNetwork>> Describe(const fs::path& folder,
+                                                         const SafetensorsFile& file,
+                                                         const EncoderLoadOptions& options) {
+  auto net = std::make_shared<EncoderNetwork>();
+  RETURN_IF_ERROR(ReadConfigJson(folder, *net));
+  RETURN_IF_ERROR(ReadSentenceTransformersFiles(folder, *net));
+  if (options.normalize.has_value()) net->normalize = *options.normalize;
+  RETURN_IF_ERROR(DescribeHeads(file, *net));
+  net->weight_bytes = WeightBytes(*net);
+  if (net->weight_bytes > options.max_weight_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat("config.json describes ", net->weight_bytes,
+                                                   " bytes of FP32 weights, over the limit of ",
+                                                   options.max_weight_bytes));
+  }
+  return net;
+}
+
+absl::StatusOr<SafetensorsFile> OpenWeights(const fs::path& folder) {
+  const fs::path config = folder / "config.json";
+  std::error_code ec;
+  if (!fs::exists(config, ec)) {
+    return absl::NotFoundError(
+        absl::StrCat("no '", config.string(),
+                     "' (the encoder backend serves a Hugging Face checkpoint folder: "
+                     "config.json and model.safetensors)"));
+  }
+  return SafetensorsFile::Open((folder / "model.safetensors").string());
+}
+
+absl::Status ReadWeights(const SafetensorsFile& file, EncoderNetwork& net) {
+  WeightSource w(file, DetectPrefix(file));
+  const int64_t h = net.hidden;
+  const int64_t inter = net.intermediate;
+  ASSIGN_OR_RETURN(net.word_embeddings,
+                   w.Get("embeddings.word_embeddings.weight", {net.vocab_size, h}));
+  ASSIGN_OR_RETURN(net.position_embeddings, w.Get("embeddings.position_embeddings.weight",
+                                                  {net.max_position_embeddings, h}));
+  if (net.type_vocab_size > 0) {
+    ASSIGN_OR_RETURN(net.type_embeddings,
+                     w.Get("embeddings.token_type_embeddings.weight", {net.type_vocab_size, h}));
+  }
+  ASSIGN_OR_RETURN(net.embedding_norm_gamma, w.Get("embeddings.LayerNorm.weight", {h}));
+  ASSIGN_OR_RETURN(net.embedding_norm_beta, w.Get("embeddings.LayerNorm.bias", {h}));
+  net.encoder_layers.resize(net.layers);
+  for (int l = 0; l < net.layers; ++l) {
+    EncoderLayer& layer = net.encoder_layers[l];
+    const std::string p = absl::StrCat("encoder.layer.", l, ".");
+    layer.qkv_weight.reserve(static_cast<size_t>(3 * h * h));
+    layer.qkv_bias.reserve(static_cast<size_t>(3 * h));
+    for (const char* part : {"query", "key", "value"}) {
+      ASSIGN_OR_RETURN(std::vector<float> weight,
+                       w.Get(absl::StrCat(p, "attention.self.", part, ".weight"), {h, h}));
+      ASSIGN_OR_RETURN(std::vector<float> bias,
+                       w.Get(absl::StrCat(p, "attention.self.", part, ".bias"), {h}));
+      layer.qkv_weight.insert(layer.qkv_weight.end(), weight.begin(), weight.end());
+      layer.qkv_bias.insert(layer.qkv_bias.end(), bias.begin(), bias.end());
+    }
+    ASSIGN_OR_RETURN(layer.attention_out_weight,
+                     w.Get(p + "attention.output.dense.weight", {h, h}));
+    ASSIGN_OR_RETURN(layer.attention_out_bias, w.Get(p + "attention.output.dense.bias", {h}));
+    ASSIGN_OR_RETURN(layer.attention_norm_gamma,
+                     w.Get(p + "attention.output.LayerNorm.weight", {h}));
+    ASSIGN_OR_RETURN(layer.attention_norm_beta, w.Get(p + "attention.output.LayerNorm.bias", {h}));
+    ASSIGN_OR_RETURN(layer.intermediate_weight, w.Get(p + "intermediate.dense.weight", {inter, h}));
+    ASSIGN_OR_RETURN(layer.intermediate_bias, w.Get(p + "intermediate.dense.bias", {inter}));
+    ASSIGN_OR_RETURN(layer.output_weight, w.Get(p + "output.dense.weight", {h, inter}));
+    ASSIGN_OR_RETURN(layer.output_bias, w.Get(p + "output.dense.bias", {h}));
+    ASSIGN_OR_RETURN(layer.output_norm_gamma, w.Get(p + "output.LayerNorm.weight", {h}));
+    ASSIGN_OR_RETURN(layer.output_norm_beta, w.Get(p + "output.LayerNorm.bias", {h}));
+  }
+  if (net.has_pooler()) {
+    ASSIGN_OR_RETURN(net.pooler_weight, w.Get("pooler.dense.weight", {h, h}));
+    ASSIGN_OR_RETURN(net.pooler_bias, w.Get("pooler.dense.bias", {h}));
+  }
+  const int64_t labels = net.num_labels;
+  if (net.classifier == ClassifierKind::kBert) {
+    ASSIGN_OR_RETURN(net.classifier_weight, w.Get("classifier.weight", {labels, h}, true));
+    ASSIGN_OR_RETURN(net.classifier_bias, w.Get("classifier.bias", {labels}, true));
+  } else if (net.classifier == ClassifierKind::kRoberta) {
+    ASSIGN_OR_RETURN(net.classifier_dense_weight, w.Get("classifier.dense.weight", {h, h}, true));
+    ASSIGN_OR_RETURN(net.classifier_dense_bias, w.Get("classifier.dense.bias", {h}, true));
+    ASSIGN_OR_RETURN(net.classifier_weight, w.Get("classifier.out_proj.weight", {labels, h}, true));
+    ASSIGN_OR_RETURN(net.classifier_bias, w.Get("classifier.out_proj.bias", {labels}, true));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<HiddenActivation> ParseHiddenActivation(const std::string& name) {
+  if (name == "gelu") return HiddenActivation::kGeluErf;
+  if (name == "gelu_new" || name == "gelu_pytorch_tanh" || name == "gelu_fast") {
+    return HiddenActivation::kGeluTanh;
+  }
+  if (name == "relu") return HiddenActivation::kRelu;
+  return absl::InvalidArgumentError(
+      absl::StrCat("hidden_act '", name,
+                   "' is not supported (supported: gelu (erf form), gelu_new, gelu_pytorch_tanh, "
+                   "gelu_fast (tanh form), relu)"));
+}
+
+absl::StatusOr<std::shared_ptr<EncoderNetwork>> ReadEncoderDescription(
+    const std::string& folder, const EncoderLoadOptions& options) {
+  ASSIGN_OR_RETURN(SafetensorsFile file, OpenWeights(folder));
+  return Describe(folder, file, options);
+}
+
+absl::StatusOr<std::shared_ptr<const EncoderNetwork>> LoadEncoderNetwork(
+    const std::string& folder, const EncoderLoadOptions& options) {
+  ASSIGN_OR_RETURN(SafetensorsFile file, OpenWeights(folder));
+  ASSIGN_OR_RETURN(std::shared_ptr<EncoderNetwork> net, Describe(folder, file, options));
+  RETURN_IF_ERROR(ReadWeights(file, *net));
+  return std::shared_ptr<const EncoderNetwork>(std::move(net));
+}
+
+}  // namespace sluice::engine::models::encoder

@@ -1,0 +1,155 @@
+#pragma once
+
+// The network of a BERT-family encoder, read from a Hugging Face checkpoint folder as
+// save_pretrained() and sentence-transformers write it:
+//
+//   config.json                 model_type (bert, roberta, xlm-roberta), sizes, hidden_act, eps...
+//   model.safetensors           the weights (F32, F16 or BF16), with or without the "bert." /
+//                               "roberta." prefix that task-head checkpoints add
+//   modules.json                (optional) sentence-transformers' module list: a Pooling module's
+//                               folder, whether a Normalize module follows
+//   1_Pooling/config.json       (optional) the pooling modes; CLS when there is none
+//
+// Everything here is device-neutral: FP32 weights in PyTorch's own layouts (nn.Linear's
+// [out_features, in_features], row-major), with the query, key and value projections of each layer
+// concatenated into one [3 x hidden, hidden] matrix at load so that one GEMM computes all three.
+// The CPU forward pass (encoder_forward.h) computes with it directly; a GPU backend uploads the
+// same arrays. Immutable once loaded; shared read-only by every instance.
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "engine/data_type.h"
+
+namespace sluice::engine::models::encoder {
+
+enum class EncoderArch {
+  kBert,     // model_type "bert": positions 0..n-1, token types
+  kRoberta,  // "roberta", "xlm-roberta": positions offset by pad_token_id + 1, pads at pad_token_id
+};
+
+// config.json's hidden_act. The two GELU forms differ by up to ~1e-3 and are never swapped.
+enum class HiddenActivation {
+  kGeluErf,   // "gelu": x/2 (1 + erf(x / sqrt 2)), as torch.nn.functional.gelu
+  kGeluTanh,  // "gelu_new", "gelu_pytorch_tanh", "gelu_fast": the tanh approximation
+  kRelu,      // "relu"
+};
+
+// Pooling modes of 1_Pooling/config.json, in the order sentence-transformers concatenates them.
+struct PoolingModes {
+  bool cls = false;
+  bool max = false;
+  bool mean = false;
+  bool mean_sqrt_len = false;
+  int count() const { return cls + max + mean + mean_sqrt_len; }
+};
+
+enum class ClassifierKind {
+  kNone,
+  kBert,     // classifier.{weight,bias} on pooler_output
+  kRoberta,  // classifier.dense + tanh + classifier.out_proj on the first token's hidden state
+};
+
+struct EncoderLayer {
+  std::vector<float> qkv_weight;            // [3H, H]: query rows, then key rows, then value rows
+  std::vector<float> qkv_bias;              // [3H]
+  std::vector<float> attention_out_weight;  // [H, H]
+  std::vector<float> attention_out_bias;    // [H]
+  std::vector<float> attention_norm_gamma;  // [H]
+  std::vector<float> attention_norm_beta;   // [H]
+  std::vector<float> intermediate_weight;   // [I, H]
+  std::vector<float> intermediate_bias;     // [I]
+  std::vector<float> output_weight;         // [H, I]
+  std::vector<float> output_bias;           // [H]
+  std::vector<float> output_norm_gamma;     // [H]
+  std::vector<float> output_norm_beta;      // [H]
+};
+
+struct EncoderNetwork {
+  // From config.json.
+  std::string model_type;  // as written: "bert", "roberta", "xlm-roberta"
+  EncoderArch arch = EncoderArch::kBert;
+  int hidden = 0;
+  int layers = 0;
+  int heads = 0;
+  int intermediate = 0;
+  HiddenActivation activation = HiddenActivation::kGeluErf;
+  std::string activation_name;  // as written in config.json
+  float layer_norm_eps = 1e-12f;
+  int vocab_size = 0;
+  int max_position_embeddings = 0;
+  int type_vocab_size = 0;
+  int pad_token_id = 0;
+
+  // The longest sequence the position table allows: max_position_embeddings for BERT, minus
+  // pad_token_id + 1 for RoBERTa (whose positions start after the padding index).
+  int max_sequence_length = 0;
+  // Position id of a sequence's first token: 0 for BERT, pad_token_id + 1 for RoBERTa.
+  int position_offset = 0;
+  // Whether requests may carry token_type_ids (type_vocab_size > 1).
+  bool has_token_types() const { return type_vocab_size > 1; }
+
+  std::vector<float> word_embeddings;      // [vocab, H]
+  std::vector<float> position_embeddings;  // [max_position_embeddings, H]
+  std::vector<float> type_embeddings;      // [type_vocab_size, H]
+  std::vector<float> embedding_norm_gamma;
+  std::vector<float> embedding_norm_beta;
+  std::vector<EncoderLayer> encoder_layers;
+
+  // pooler.dense (empty without): pooler_output = tanh(W h[CLS] + b).
+  std::vector<float> pooler_weight;  // [H, H]
+  std::vector<float> pooler_bias;    // [H]
+  bool has_pooler() const { return !pooler_weight.empty(); }
+
+  ClassifierKind classifier = ClassifierKind::kNone;
+  int num_labels = 0;
+  std::vector<float> classifier_dense_weight;  // RoBERTa head: [H, H]
+  std::vector<float> classifier_dense_bias;
+  std::vector<float> classifier_weight;  // [num_labels, H] (RoBERTa: out_proj)
+  std::vector<float> classifier_bias;    // [num_labels]
+  // id2label of config.json, by label index (empty where it names none).
+  std::vector<std::string> labels;
+
+  // Sentence-embedding head (the `embedding` output): pooling modes and L2 normalisation.
+  PoolingModes pooling;
+  bool normalize = false;
+
+  // The precision of the checkpoint's weights when they all share one (kFp16, kBf16: the FP32
+  // arrays hold exactly those values widened), kFp32 otherwise. A GPU backend computes in it.
+  DataType stored_dtype = DataType::kFp32;
+  // Bytes of the FP32 arrays above (for load limits and the memory figures).
+  int64_t weight_bytes = 0;
+
+  int head_size() const { return hidden / heads; }
+  int embedding_size() const { return hidden * pooling.count(); }
+};
+
+struct EncoderLoadOptions {
+  // The L2 normalisation of `embedding`: absent = as modules.json says (a Normalize module).
+  std::optional<bool> normalize;
+  // Largest tensor element count accepted before conversion (a bound on what a broken or hostile
+  // config.json / header can make the load allocate).
+  int64_t max_weight_bytes = int64_t{16} << 30;
+};
+
+// Reads config.json and the sentence-transformers files of `folder` without the weights: the
+// sizes, the architecture, pooling and normalisation, and which heads the weights hold (from the
+// safetensors header). Cheap; config completion uses it. Errors as LoadEncoderNetwork.
+absl::StatusOr<std::shared_ptr<EncoderNetwork>> ReadEncoderDescription(
+    const std::string& folder, const EncoderLoadOptions& options);
+
+// Reads the whole checkpoint of `folder`. NotFound for a missing config.json or model.safetensors;
+// InvalidArgument for anything else, the message naming the file and field, or the tensor and both
+// shapes ("tensor 'encoder.layer.0.attention.self.query.weight' has shape [32,16], config.json
+// needs [32,32]"); an unsupported model_type or hidden_act is named.
+absl::StatusOr<std::shared_ptr<const EncoderNetwork>> LoadEncoderNetwork(
+    const std::string& folder, const EncoderLoadOptions& options);
+
+// "gelu" -> kGeluErf etc.; InvalidArgument listing the supported names.
+absl::StatusOr<HiddenActivation> ParseHiddenActivation(const std::string& name);
+
+}  // namespace sluice::engine::models::encoder
