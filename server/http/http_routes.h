@@ -5,6 +5,9 @@
 // repository as the gRPC service. Handle() returns at once: an infer is converted, validated and
 // submitted, and the engine's completion thread answers it; load/unload run on this object's
 // control thread (they block for as long as loading takes); everything else is answered inline.
+//
+// Also OpenAI's embeddings API (issue 21) under /v1: `POST /v1/embeddings` on encoder models with
+// an `embedding` output, `GET /v1/models[/{id}]`, with OpenAI's error shape (openai_routes.cc).
 
 #include <atomic>
 #include <condition_variable>
@@ -13,10 +16,12 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "engine/engine.h"
 #include "server/http/http_server.h"
 #include "server/http/json_conversion.h"
+#include "server/http/openai_embeddings.h"
 #include "server/model_control.h"
 #include "server/model_repository.h"
 
@@ -36,6 +41,9 @@ struct HttpRoutesOptions {
   // Borrowed, nullable, must outlive the routes: counts infer requests received and not yet
   // answered (sluice_http_infer_requests_active).
   std::atomic<int64_t>* active_infer_requests = nullptr;
+  // Bounds of POST /v1/embeddings (inputs per request, tokens per input, bytes per string); the
+  // body is also bounded by max_json_bytes.
+  openai::EmbeddingsLimits embeddings_limits;
 };
 
 // Thread-safe; the HTTP server calls Handle() from its I/O threads.
@@ -63,6 +71,9 @@ class HttpRoutes {
              const HttpRequest& request, Responder respond);
   void Repository(const std::string& model, const std::string& action, const HttpRequest& request,
                   Responder respond);
+  // /v1/...: OpenAI's API (openai_routes.cc). `segments` are the decoded path segments.
+  void OpenAi(const std::vector<std::string>& segments, HttpRequest&& request, Responder respond);
+  void Embeddings(HttpRequest&& request, Responder respond);
 
   engine::Engine* const engine_;
   ModelRepository* const repository_;
