@@ -410,10 +410,11 @@ class Session : public SessionBase, public std::enable_shared_from_this<Session<
 
   // The error body in the shape of the API the request was for: OpenAI's under /v1/ (its SDK reads
   // `error.message`, `error.type`), KServe's `{"error": "..."}` elsewhere and when the request
-  // line was never read.
+  // line was never read (the target is empty then).
   std::string ErrorBodyForTarget(int status, absl::string_view message) const {
-    if (parser_.has_value() && parser_->is_header_done() &&
-        parser_->get().target().starts_with("/v1/")) {
+    // The target is set as soon as the request line is parsed, before the fields: a 413 from
+    // Content-Length (body_limit) comes before is_header_done().
+    if (parser_.has_value() && parser_->get().target().starts_with("/v1/")) {
       openai::ApiError error;
       error.http_status = status;
       error.message = std::string(message);

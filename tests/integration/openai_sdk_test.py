@@ -257,6 +257,58 @@ class OpenAiSdkTest(unittest.TestCase):
         self.assertIn("/v1/embeddings", body["error"]["message"])
 
 
+class OpenAiSdkLimitsTest(unittest.TestCase):
+    """Overload and size limits, on a server of their own: the embedder with one-input batches
+    and a one-request queue, and a 1 KiB body limit."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.root = tempfile.mkdtemp(prefix="sluice_openai_limits_")
+        shutil.copytree(os.path.join(ARGS.models, "embedder", "1"),
+                        os.path.join(cls.root, "tiny_queue", "1"))
+        with open(os.path.join(cls.root, "tiny_queue", "config.pbtxt"), "w") as f:
+            f.write('name: "tiny_queue"\nbackend: "encoder"\nmax_batch_size: 1\n'
+                    "dynamic_batching { default_queue_policy { max_queue_size: 1 } }\n")
+        cls.server = SluiceServer(ARGS.server, cls.root, timeout_s=60,
+                                  extra_args=["--http-max-body-bytes=1024"])
+        cls.client = openai.OpenAI(base_url=f"http://{cls.server.url}/v1", api_key="unused",
+                                   max_retries=0, timeout=60)
+
+    @classmethod
+    def tearDownClass(cls):
+        rc = cls.server.stop()
+        shutil.rmtree(cls.root, ignore_errors=True)
+        assert rc == 0, f"sluice-server exited with {rc}"
+
+    def test_full_queue_is_rate_limit_error(self):
+        # 150 one-token inputs are 150 engine requests submitted at once into a queue of one
+        # (two executor slots): the queue overflows, and the answer is OpenAI's 429 (the body
+        # stays under the 1 KiB limit). Bounded: at most 5 such requests.
+        errors = []
+        for _ in range(5):
+            try:
+                self.client.embeddings.create(model="tiny_queue", input=[[5]] * 150)
+            except openai.RateLimitError as e:
+                errors.append(e)
+                break
+        self.assertTrue(errors, "a one-request queue never overflowed")
+        error = errors[0]
+        self.assertEqual(error.status_code, 429)
+        self.assertEqual(error.type, "rate_limit_error")
+        self.assertEqual(error.response.headers.get("retry-after"), "1")
+        self.assertIn("tiny_queue", error.message)
+        # The server still answers one input.
+        ok = self.client.embeddings.create(model="tiny_queue", input=[[2, 3]])
+        self.assertEqual(len(ok.data[0].embedding), EMBEDDER_DIM)
+
+    def test_body_over_the_limit_is_413_in_openai_shape(self):
+        with self.assertRaises(openai.APIStatusError) as caught:
+            self.client.embeddings.create(model="tiny_queue", input=[[1] * 600])
+        self.assertEqual(caught.exception.status_code, 413, caught.exception.message)
+        self.assertEqual(caught.exception.type, "invalid_request_error")
+        self.assertIn("--http-max-body-bytes", caught.exception.message)
+
+
 def main():
     global ARGS
     parser = argparse.ArgumentParser()
