@@ -108,6 +108,12 @@ class Gather {
         remaining_(parts),
         answers_(parts) {}
 
+  // Whether a part has failed already (then the rest need not run: the answer is that error).
+  bool Failed() const {
+    absl::MutexLock lock(&mu_);
+    return !error_.ok();
+  }
+
   void Complete(size_t part, absl::StatusOr<engine::InferenceResponse> result) {
     absl::Status error;
     std::vector<engine::InferenceResponse> answers;
@@ -178,7 +184,7 @@ class Gather {
   const EmbeddingsRequest request_;
   const Responder respond_;
   const std::shared_ptr<const ActiveCount> active_;
-  absl::Mutex mu_;
+  mutable absl::Mutex mu_;
   size_t remaining_ ABSL_GUARDED_BY(mu_);
   absl::Status error_ ABSL_GUARDED_BY(mu_);
   std::vector<engine::InferenceResponse> answers_ ABSL_GUARDED_BY(mu_);
@@ -310,6 +316,12 @@ void HttpRoutes::Embeddings(HttpRequest&& request, Responder respond) {
   auto gather =
       std::make_shared<Gather>(std::move(embeddings), parts, std::move(respond), std::move(active));
   for (size_t part = 0; part < parts; ++part) {
+    // A part the engine refused at once (queue full, draining) decides the answer: the parts
+    // after it are not submitted.
+    if (gather->Failed()) {
+      gather->Complete(part, absl::CancelledError("an earlier part of the request failed"));
+      continue;
+    }
     std::unique_ptr<engine::InferenceRequest> inference = openai::ToInferenceRequest(
         slices[part], counts, [gather, part](absl::StatusOr<engine::InferenceResponse> result) {
           gather->Complete(part, std::move(result));
