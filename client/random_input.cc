@@ -88,8 +88,16 @@ absl::StatusOr<inference::ModelInferRequest> MakeRandomRequest(
   }
   inference::ModelInferRequest request;
   request.set_model_name(metadata.name());
+  // An encoder with a tokenizer takes `text` (and `text_pair`) or token ids, never both: random
+  // inputs are token ids.
+  bool has_token_ids = false;
+  for (const auto& tensor : metadata.inputs()) has_token_ids |= tensor.name() == "input_ids";
   for (int i = 0; i < metadata.inputs_size(); ++i) {
     const auto& tensor = metadata.inputs(i);
+    if (has_token_ids && tensor.datatype() == "BYTES" &&
+        (tensor.name() == "text" || tensor.name() == "text_pair")) {
+      continue;
+    }
     std::vector<int64_t> shape(tensor.shape().begin(), tensor.shape().end());
     for (size_t d = 0; d < shape.size(); ++d) {
       if (shape[d] < 0) shape[d] = d == 0 ? batch_size : sequence_length;

@@ -25,6 +25,8 @@ absl::StatusOr<std::string> RandomInput(absl::string_view datatype, absl::Span<c
 // batch dimension of a model with max_batch_size > 0), which becomes `batch_size`. Inputs with
 // the Triton BERT names of sequence models get values such a model accepts: `attention_mask` all
 // ones, `token_type_ids` all zeros, `input_ids` random in [0, 64) (inside any vocabulary).
+// A model with both `input_ids` and BYTES `text`/`text_pair` inputs (an encoder with a
+// tokenizer, which takes one or the other) gets token ids only.
 // REQUIRES: batch_size >= 1 and sequence_length >= 1 (InvalidArgument otherwise).
 absl::StatusOr<inference::ModelInferRequest> MakeRandomRequest(
     const inference::ModelMetadataResponse& metadata, int64_t batch_size = 1, uint64_t seed = 0,

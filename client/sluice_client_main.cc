@@ -54,6 +54,9 @@ struct InferFlags {
   uint64_t seed = 0;
   std::vector<std::string> outputs;
   bool pretty = false;
+  // --text / --text-pair: one batch item each (an encoder model with a tokenizer).
+  std::vector<std::string> text;
+  std::vector<std::string> text_pair;
 };
 
 absl::StatusOr<std::unique_ptr<InferenceClient>> Connect(const GlobalFlags& flags) {
@@ -153,6 +156,28 @@ absl::StatusOr<int> RunConfig(InferenceClient& client, const std::string& model,
 // `infer MODEL`: one inference from JSON or random inputs; prints the outputs as JSON.
 absl::StatusOr<int> RunInfer(InferenceClient& client, const InferFlags& flags) {
   std::string json_text;  // Read before any RPC, so a bad path fails fast.
+  if (!flags.text.empty()) {
+    // Text for an encoder with a tokenizer: `text` (and `text_pair`) BYTES [n, 1].
+    if (!flags.text_pair.empty() && flags.text_pair.size() != flags.text.size()) {
+      return absl::InvalidArgumentError(absl::StrCat("--text-pair given ", flags.text_pair.size(),
+                                                     " times, --text ", flags.text.size(),
+                                                     " times: one second text per first text"));
+    }
+    inference::ModelInferRequest request;
+    const int64_t n = static_cast<int64_t>(flags.text.size());
+    RETURN_IF_ERROR(AddBytesInput(request, "text", {n, 1}, flags.text));
+    if (!flags.text_pair.empty()) {
+      RETURN_IF_ERROR(AddBytesInput(request, "text_pair", {n, 1}, flags.text_pair));
+    }
+    request.set_model_name(flags.model);
+    request.set_model_version(flags.version);
+    if (!flags.id.empty()) request.set_id(flags.id);
+    for (const std::string& output : flags.outputs) AddRequestedOutput(request, output);
+    ASSIGN_OR_RETURN(inference::ModelInferResponse response, client.Infer(request));
+    ASSIGN_OR_RETURN(std::string text, ResponseToJson(response, flags.pretty ? 2 : -1));
+    std::cout << text << "\n";
+    return kExitOk;
+  }
   if (!flags.random) {
     ASSIGN_OR_RETURN(json_text, ReadInput(flags.input_json));
   }
@@ -193,6 +218,7 @@ absl::StatusOr<int> RunStats(InferenceClient& client, const std::string& model,
                                  model_stats.inference_count(), model_stats.execution_count());
     line("success", s.success());
     line("fail", s.fail());
+    if (s.tokenize().count() > 0) line("tokenize", s.tokenize());
     line("queue", s.queue());
     line("compute_input", s.compute_input());
     line("compute_infer", s.compute_infer());
@@ -214,6 +240,8 @@ int Main(int argc, char** argv) {
       "  sluice-client infer mlp --random --batch 8 --output OUTPUT0\n"
       "  sluice-client infer embedder --random --batch 2 --seq-len 16 --output embedding\n"
       "  sluice-client infer simple --input-json request.json\n"
+      "  sluice-client infer embedder --text \"a sentence\" --text \"another\" --output embedding\n"
+      "  sluice-client infer reranker --text \"a query\" --text-pair \"a passage\"\n"
       "Exit status: 0 success, 1 error, 2 usage error.");
 
   GlobalFlags global;
@@ -268,7 +296,17 @@ int Main(int argc, char** argv) {
   infer->add_option("--seed", infer_flags.seed, "With --random: generator seed")
       ->needs(random)
       ->capture_default_str();
+  CLI::Option* text = infer->add_option(
+      "--text", infer_flags.text,
+      "Text input (repeatable: one batch item each) for an encoder model with a tokenizer; the "
+      "server tokenizes it (input 'text', BYTES [n, 1])");
+  infer
+      ->add_option("--text-pair", infer_flags.text_pair,
+                   "With --text: the second text of each pair (cross-encoders; input "
+                   "'text_pair'), given as often as --text")
+      ->needs(text);
   input_json->excludes(random);
+  text->excludes(random)->excludes(input_json);
   infer
       ->add_option("--output", infer_flags.outputs,
                    "Output to return (repeatable; default: all outputs)")
@@ -297,8 +335,8 @@ int Main(int argc, char** argv) {
     const int code = app.exit(e);
     return code == 0 ? kExitOk : kExitUsage;
   }
-  if (*infer && !infer_flags.random && infer_flags.input_json.empty()) {
-    std::cerr << "error: infer needs --input-json FILE or --random\n"
+  if (*infer && !infer_flags.random && infer_flags.input_json.empty() && infer_flags.text.empty()) {
+    std::cerr << "error: infer needs --input-json FILE, --random or --text\n"
               << "Run with --help for more information.\n";
     return kExitUsage;
   }

@@ -278,6 +278,26 @@ TEST(MakeRandomRequestTest, SequenceModelInputs) {
   EXPECT_FALSE(MakeRandomRequest(metadata, 1, 1, 0).ok());
 }
 
+TEST(MakeRandomRequestTest, EncoderWithTokenizerGetsTokenIdsOnly) {
+  // An encoder with a tokenizer also lists BYTES text / text_pair; a request carries one or the
+  // other, so random inputs are the token ids alone.
+  inference::ModelMetadataResponse metadata;
+  metadata.set_name("embedder");
+  for (const char* name : {"input_ids", "attention_mask", "text", "text_pair"}) {
+    auto* input = metadata.add_inputs();
+    input->set_name(name);
+    const bool text = absl::string_view(name).substr(0, 4) == "text";
+    input->set_datatype(text ? "BYTES" : "INT64");
+    input->add_shape(-1);
+    input->add_shape(text ? 1 : -1);
+  }
+  absl::StatusOr<inference::ModelInferRequest> request = MakeRandomRequest(metadata, 2, 1, 5);
+  ASSERT_TRUE(request.ok()) << request.status();
+  ASSERT_EQ(request->inputs_size(), 2);
+  EXPECT_EQ(request->inputs(0).name(), "input_ids");
+  EXPECT_EQ(request->inputs(1).name(), "attention_mask");
+}
+
 TEST(InputsFromJsonTest, FullySpecifiedInputsWithoutMetadata) {
   absl::StatusOr<inference::ModelInferRequest> request = InputsFromJson(R"({
       "id": "r1",

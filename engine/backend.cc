@@ -15,4 +15,9 @@ absl::Status Model::ValidateAndBindRequest(InferenceRequest& request) const {
                                           request.id, "' but validates no requests itself"));
 }
 
+absl::Status Model::PrepareRequest(InferenceRequest& request) const {
+  return absl::InternalError(absl::StrCat("model '", config().name, "' asked to prepare request '",
+                                          request.id, "' but prepares no requests"));
+}
+
 }  // namespace sluice::engine

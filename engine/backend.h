@@ -58,6 +58,17 @@ class Model {
   // Same contract as engine::ValidateAndBindRequest (sets batch_size, and token_count for
   // sequence models). Called only when validates_requests().
   virtual absl::Status ValidateAndBindRequest(InferenceRequest& request) const;
+
+  // Models whose requests may need work too heavy for the RPC thread before they can be batched
+  // (the encoder's `text` inputs, tokenized into token ids): true when `request`, already
+  // validated, needs PrepareRequest. Engine::Submit then hands it to the engine's bounded
+  // preparation pool (engine/preparation_pool.h) instead of enqueuing it.
+  virtual bool NeedsPreparation(const InferenceRequest& request) const { return false; }
+  // Runs on a preparation pool thread: turns the request's inputs into the ones the model runs
+  // (the request owns them from then on, through its keepalive), in config order, and sets
+  // token_count. An error answers the request (INVALID_ARGUMENT naming the batch item for bad
+  // text). Thread-safe: called on several pool threads at once.
+  virtual absl::Status PrepareRequest(InferenceRequest& request) const;
 };
 
 // Where a model version lives and how it is configured.

@@ -37,6 +37,9 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(EngineOptions options) {
         "access log sample rate ", options.access_log_sample_rate, " is outside 0..1"));
   }
   std::unique_ptr<Engine> engine(new Engine(options));
+  ASSIGN_OR_RETURN(engine->preparation_,
+                   PreparationPool::Create({.threads = options.preparation_threads,
+                                            .max_queue = options.preparation_queue_size}));
   if (options.stats_interval.count() > 0) {
     Engine* raw = engine.get();
     ASSIGN_OR_RETURN(engine->collector_,
@@ -205,6 +208,42 @@ void Engine::Submit(std::unique_ptr<InferenceRequest> request) {
     return;
   }
   request->resolved_version = model.version;
+  if (model.model->NeedsPreparation(*request)) {
+    // Tokenization is not bounded enough for the RPC thread: the pool does it, then enqueues. The
+    // job keeps the version alive (an unload meanwhile stops its scheduler, whose Enqueue then
+    // answers UNAVAILABLE).
+    auto holder = std::make_shared<std::unique_ptr<InferenceRequest>>(std::move(request));
+    PreparationPool::Job job = [this, loaded = *loaded, holder,
+                                submitted = std::chrono::steady_clock::now()] {
+      Prepare(*loaded, std::move(*holder), submitted);
+    };
+    if (absl::Status queued = preparation_->TrySubmit(job); !queued.ok()) {
+      model.stats.RecordFailure(**holder, queued.code());
+      (*holder)->Complete(std::move(queued));
+    }
+    return;
+  }
+  model.scheduler->Enqueue(std::move(request));
+}
+
+void Engine::Prepare(LoadedModel& model, std::unique_ptr<InferenceRequest> request,
+                     std::chrono::steady_clock::time_point submitted) {
+  absl::Status status;
+  if (request->IsCancelled()) {
+    status =
+        absl::CancelledError("the client cancelled the request while it waited for tokenization");
+  } else if (request->deadline.has_value() && options_.clock->Now() >= *request->deadline) {
+    status = absl::DeadlineExceededError(
+        "the request's deadline passed while it waited for tokenization");
+  } else {
+    status = model.model->PrepareRequest(*request);
+  }
+  if (!status.ok()) {
+    model.stats.RecordFailure(*request, status.code());
+    request->Complete(std::move(status));
+    return;
+  }
+  model.stats.RecordPreparation(std::chrono::steady_clock::now() - submitted);
   model.scheduler->Enqueue(std::move(request));
 }
 
@@ -258,7 +297,7 @@ bool Engine::draining() const { return draining_.load(std::memory_order_acquire)
 bool Engine::WaitIdle(std::chrono::milliseconds timeout) const {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   for (;;) {
-    bool idle = true;
+    bool idle = preparation_->Idle();
     for (const auto& [name, loaded] : versions_.Select("", -1)) {
       idle = idle && loaded->scheduler->Idle();
     }
@@ -271,6 +310,8 @@ bool Engine::WaitIdle(std::chrono::milliseconds timeout) const {
 void Engine::Shutdown() {
   BeginDrain();
   if (collector_ != nullptr) collector_->Stop();  // it reads the models freed below
+  // Before the schedulers stop: what the pool holds is prepared and enqueued, and answered there.
+  if (preparation_ != nullptr) preparation_->Stop();
   for (auto& [name, versions] : versions_.RemoveAll()) {
     for (auto& [version, loaded] : versions) loaded->scheduler->Stop();
   }

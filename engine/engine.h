@@ -24,6 +24,7 @@
 #include "engine/model_config.h"
 #include "engine/model_stats.h"
 #include "engine/model_version_table.h"
+#include "engine/preparation_pool.h"
 #include "engine/stats_collector.h"
 
 namespace sluice::engine {
@@ -51,6 +52,11 @@ struct EngineOptions {
   // Fraction of requests (0..1) that get an access-log record (model, version, id, batch, queue
   // and compute time, status) at info level through `logger`. 0: none.
   double access_log_sample_rate = 0;
+  // The preparation pool (engine/preparation_pool.h) that tokenizes text inputs off the RPC
+  // threads: its worker threads, and how many requests may wait for them before Submit answers
+  // RESOURCE_EXHAUSTED.
+  int preparation_threads = 2;
+  int64_t preparation_queue_size = 1024;
   // Test-only, empty in production: called on a model instance's executor thread before each batch
   // with the model's name, version and the instance's index; a non-OK status faults that batch as
   // a CUDA error would (fault_injection.h builds one from SLUICE_TEST_FAULT_INJECT).
@@ -131,6 +137,11 @@ class Engine {
   // ExecutorOptions::on_fault of `model`'s instance `instance`, on that executor's thread: marks
   // the version UNAVAILABLE with the reason and fails its queue (ModelScheduler::Fail).
   void OnExecutorFault(LoadedModel& model, int instance, const absl::Status& fault);
+  // A preparation pool job: prepares `request` (validated for `model`) and enqueues it, or
+  // answers it (cancelled, past its deadline, or a preparation error).
+  // `submitted`: when Submit queued it (the start of its tokenize phase).
+  void Prepare(LoadedModel& model, std::unique_ptr<InferenceRequest> request,
+               std::chrono::steady_clock::time_point submitted);
 
   const EngineOptions options_;
   // Loaded, faulted and failed versions (engine/model_version_table.h); its own lock.
@@ -139,6 +150,9 @@ class Engine {
   // The collector thread (null when stats_interval is 0); set once by Create(), stopped by
   // Shutdown() before any model is freed.
   std::unique_ptr<StatsCollector> collector_;
+  // Tokenizes text requests before they are enqueued; set once by Create(), stopped (its queue
+  // run) by Shutdown() before the schedulers.
+  std::unique_ptr<PreparationPool> preparation_;
 };
 
 }  // namespace sluice::engine

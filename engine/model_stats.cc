@@ -158,9 +158,22 @@ void ModelStats::RecordDeviceItems(uint64_t items, std::chrono::steady_clock::ti
   stats_.device_items = items;
 }
 
+void ModelStats::RecordPreparation(std::chrono::nanoseconds duration) {
+  std::lock_guard<std::mutex> lock(prep_mu_);
+  tokenize_.Add(duration);
+  tokenize_duration_.Observe(kDurationBucketBoundsSeconds, Seconds(duration));
+}
+
 ModelStatsSnapshot ModelStats::Snapshot() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return stats_;
+  ModelStatsSnapshot snapshot;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    snapshot = stats_;
+  }
+  std::lock_guard<std::mutex> lock(prep_mu_);
+  snapshot.tokenize = tokenize_;
+  snapshot.tokenize_duration = tokenize_duration_;
+  return snapshot;
 }
 
 }  // namespace sluice::engine

@@ -117,6 +117,11 @@ struct ModelStatsSnapshot {
   DurationStat compute_input;
   DurationStat compute_infer;
   DurationStat compute_output;
+  // Per request whose inputs were prepared on the engine's preparation pool (text inputs
+  // tokenized): pool wait + tokenization, i.e. Submit -> enqueued into the batcher. A sluice
+  // phase of its own (ModelStatistics InferStatistics.tokenize, a sluice extension field); not
+  // part of `queue`, which starts when the request reaches the batcher.
+  DurationStat tokenize;
   // Per executed batch size.
   std::map<uint64_t, BatchStat> batch_stats;
   // Requests in the queue when the snapshot was taken (filled in by the engine).
@@ -138,6 +143,8 @@ struct ModelStatsSnapshot {
   DurationHistogram compute_input_duration;
   DurationHistogram compute_infer_duration;
   DurationHistogram compute_output_duration;
+  // Per prepared request: as `tokenize` (sluice_tokenize_duration_seconds).
+  DurationHistogram tokenize_duration;
   // From the stats collector (0 until it ran): items the executors counted where they compute
   // (the device counters on a GPU), and their rate over the collector's last interval.
   uint64_t device_items = 0;
@@ -201,6 +208,11 @@ class ModelStats {
   // far (monotonic); sets device_items and, from the previous reading, the throughput.
   void RecordDeviceItems(uint64_t items, std::chrono::steady_clock::time_point now);
 
+  // Called once per prepared request, on the preparation pool thread that prepared it, with the
+  // time from Submit to enqueue. Takes its own mutex, not the one the completion path records
+  // batches under, so pool threads never wait for completion threads.
+  void RecordPreparation(std::chrono::nanoseconds duration);
+
   ModelStatsSnapshot Snapshot() const;
 
  private:
@@ -212,6 +224,9 @@ class ModelStats {
   // The collector's previous reading; guarded by mu_.
   std::chrono::steady_clock::time_point last_device_reading_{};
   uint64_t last_device_items_ = 0;
+  mutable std::mutex prep_mu_;
+  DurationStat tokenize_;                // guarded by prep_mu_
+  DurationHistogram tokenize_duration_;  // guarded by prep_mu_
 };
 
 }  // namespace sluice::engine

@@ -109,6 +109,15 @@ struct GeneratorContext {
   RequestBudget* budget;
   // RunOptions::make_sync_sender; null or empty: gRPC.
   const std::function<absl::StatusOr<std::function<absl::Status()>>()>* make_sync_sender = nullptr;
+  // RunOptions::request_variants; null or empty: always `request`.
+  const std::vector<std::shared_ptr<const inference::ModelInferRequest>>* variants = nullptr;
+
+  // The request to send next: `request`, or one of `variants` drawn at random.
+  const std::shared_ptr<const inference::ModelInferRequest>& Pick() const {
+    if (variants == nullptr || variants->empty()) return request;
+    thread_local std::minstd_rand rng(std::random_device{}());
+    return (*variants)[std::uniform_int_distribution<size_t>(0, variants->size() - 1)(rng)];
+  }
 };
 
 // Closed loop, LoadMode::kSync: `concurrency` threads, each sending with the blocking Infer().
@@ -148,7 +157,7 @@ class SyncClosedLoop final : public LoadGenerator {
         const absl::Status status = send();
         context_.collector->RecordResult(status, NowNs() - start_ns);
       } else {
-        client::InferResult result = context_.client->Infer(*context_.request);
+        client::InferResult result = context_.client->Infer(*context_.Pick());
         context_.collector->RecordResult(result.status(), NowNs() - start_ns);
       }
     }
@@ -182,7 +191,7 @@ class AsyncClosedLoop final : public LoadGenerator {
     if (stop_.load(std::memory_order_relaxed) || !context_.budget->TryTake()) return;
     context_.collector->RecordSent();
     const int64_t start_ns = NowNs();
-    context_.client->AsyncInfer(context_.request, [this, start_ns](client::InferResult result) {
+    context_.client->AsyncInfer(context_.Pick(), [this, start_ns](client::InferResult result) {
       context_.collector->RecordResult(result.status(), NowNs() - start_ns);
       SendNext();
     });
@@ -287,7 +296,7 @@ class StreamLoad final : public LoadGenerator {
   // REQUIRES: the caller counted the request in outstanding_ (under mu_, in the same critical
   // section that checked stopping_ or took the slot), so that a drain never sees zero in between.
   void Send(int64_t slot) {
-    inference::ModelInferRequest request = *context_.request;
+    inference::ModelInferRequest request = *context_.Pick();
     request.set_id(ids_[slot]);
     send_ns_[slot].store(NowNs(), std::memory_order_release);
     absl::Status written = stream_->Write(std::move(request));
@@ -429,7 +438,7 @@ class OpenLoop final : public LoadGenerator {
     outstanding_.fetch_add(1, std::memory_order_relaxed);
     context_.collector->RecordSent();
     const int64_t start_ns = NowNs();
-    context_.client->AsyncInfer(context_.request, [this, start_ns](client::InferResult result) {
+    context_.client->AsyncInfer(context_.Pick(), [this, start_ns](client::InferResult result) {
       context_.collector->RecordResult(result.status(), NowNs() - start_ns);
       outstanding_.fetch_sub(1, std::memory_order_relaxed);
     });
@@ -560,7 +569,12 @@ class LevelRunner {
     }
 
     WindowCollector collector;
-    GeneratorContext context{&client_, request_, &collector, &budget_, &options_.make_sync_sender};
+    GeneratorContext context{&client_,
+                             request_,
+                             &collector,
+                             &budget_,
+                             &options_.make_sync_sender,
+                             &options_.request_variants};
     std::unique_ptr<LoadGenerator> generator;
     if (!closed) {
       generator =

@@ -112,6 +112,11 @@ struct RunOptions {
   // server's statistics either way).
   std::function<absl::StatusOr<std::function<absl::Status()>>()> make_sync_sender;
 
+  // --text-file: when non-empty, every gRPC send draws one of these at random (uniformly, a
+  // generator per thread) instead of RunLoad's `request`; `request` still names the model.
+  // Not used by make_sync_sender (HTTP), which sends its own body.
+  std::vector<std::shared_ptr<const inference::ModelInferRequest>> request_variants;
+
   // Called about every progress_interval_ms from the thread running RunLoad (may be empty).
   std::function<void(const Progress&)> on_progress;
   int64_t progress_interval_ms = 250;

@@ -23,9 +23,12 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "client/inference_client.h"
+#include "client/tensor_codec.h"
 #include "client/tls_flags.h"
 #include "loadtest/http_sender.h"
 #include "loadtest/load_runner.h"
@@ -58,6 +61,7 @@ struct Flags {
   int64_t sequence_length = 1;
   std::vector<std::string> shapes;
   std::string input_data = "random";
+  std::string text_file;
   uint64_t seed = 0;
   uint64_t priority = 0;
   int64_t warmup_ms = 1000;
@@ -130,6 +134,11 @@ void AddFlags(CLI::App& app, Flags& flags) {
   app.add_option("--input-data", flags.input_data,
                  "random, zeros, or a JSON file of inputs (sluice-client --input-json format)")
       ->capture_default_str();
+  app.add_option("--text-file", flags.text_file,
+                 "Text inputs for an encoder model with a tokenizer: one text per line (empty "
+                 "lines skipped, at most 100000), each request a line drawn at random, sent as "
+                 "input 'text' BYTES [1, 1] (gRPC only), e.g. -m embedder --text-file texts.txt")
+      ->check(CLI::ExistingFile);
   app.add_option("--priority", flags.priority,
                  "Priority level of every request (the \"priority\" parameter; 1 is served first, "
                  "for models with dynamic_batching priority_levels); 0: not sent, the model's "
@@ -330,6 +339,30 @@ int Run(const Flags& flags, const std::string& command_line) {
   }
 
   absl::StatusOr<inference::ModelInferRequest> request = BuildRequest(*metadata, spec);
+  if (!flags.text_file.empty()) {
+    // One request per line of the file; the first is the probe and names the model.
+    if (flags.protocol == "http") return Fail("--text-file works over gRPC only");
+    absl::StatusOr<std::string> text = ReadFile(flags.text_file);
+    if (!text.ok()) return Fail(absl::StrCat("--text-file: ", text.status().message()));
+    for (absl::string_view line : absl::StrSplit(*text, '\n', absl::SkipWhitespace())) {
+      if (options.request_variants.size() >= 100000) break;
+      inference::ModelInferRequest variant;
+      variant.set_model_name(flags.model);
+      variant.set_model_version(flags.model_version);
+      if (flags.priority > 0) {
+        (*variant.mutable_parameters())["priority"].set_uint64_param(flags.priority);
+      }
+      absl::Status added = client::AddBytesInput(variant, "text", {int64_t{1}, int64_t{1}},
+                                                 {std::string(absl::StripSuffix(line, "\r"))});
+      if (!added.ok()) return Fail(added.message());
+      options.request_variants.push_back(
+          std::make_shared<const inference::ModelInferRequest>(std::move(variant)));
+    }
+    if (options.request_variants.empty()) {
+      return Fail(absl::StrCat("--text-file ", flags.text_file, " holds no text"));
+    }
+    request = *options.request_variants.front();
+  }
   if (!request.ok()) return Fail(request.status().message());
   // One request first, so that a request the model rejects fails here with the server's reason
   // rather than as a window of errors. It is counted in the totals (the server counts it too).
@@ -381,7 +414,10 @@ int Run(const Flags& flags, const std::string& command_line) {
   context.batch_size = options.batch_size;
   context.inputs = DescribeInputs(*request);
   context.input_fill =
-      spec.input_json.empty() ? flags.input_data : absl::StrCat("from ", flags.input_data);
+      !flags.text_file.empty()
+          ? absl::StrCat("one of ", options.request_variants.size(), " lines of ", flags.text_file)
+      : spec.input_json.empty() ? flags.input_data
+                                : absl::StrCat("from ", flags.input_data);
   context.request_bytes = RequestPayloadBytes(*request);
   context.warmup_ms = options.warmup_ms;
   context.window_ms = options.window_ms;

@@ -253,6 +253,7 @@ inference::ModelStatisticsResponse ToStatisticsResponse(
     FillDuration(s.fail, infer->mutable_fail());
     FillDuration(s.queue, infer->mutable_queue());
     FillDuration(s.compute_input, infer->mutable_compute_input());
+    if (s.tokenize.count > 0) FillDuration(s.tokenize, infer->mutable_tokenize());
     FillDuration(s.compute_infer, infer->mutable_compute_infer());
     FillDuration(s.compute_output, infer->mutable_compute_output());
     for (const auto& [batch_size, batch] : s.batch_stats) {

@@ -185,6 +185,11 @@ std::vector<MetricFamily> BuildMetricFamilies(const MetricsInput& input) {
       Family("sluice_queue_duration_seconds",
              "Successful requests' time in the model's queue (enqueued to batch dispatch)",
              MetricType::Histogram);
+  MetricFamily tokenize_duration =
+      Family("sluice_tokenize_duration_seconds",
+             "Text requests' time from validation to enqueue into the batcher: the wait for a "
+             "tokenizer thread plus tokenization (encoder models with a tokenizer)",
+             MetricType::Histogram);
   MetricFamily compute_duration = Family(
       "sluice_compute_duration_seconds",
       "Per executed batch, time of each compute phase: input (gather inputs / copy to device), "
@@ -219,6 +224,10 @@ std::vector<MetricFamily> BuildMetricFamilies(const MetricsInput& input) {
     AddGauge(queue_depth, model, static_cast<double>(s.queue_depth));
     AddHistogram(request_duration, model, engine::kDurationBucketBoundsSeconds, s.request_duration);
     AddHistogram(queue_duration, model, engine::kDurationBucketBoundsSeconds, s.queue_duration);
+    if (s.tokenize_duration.count > 0) {
+      AddHistogram(tokenize_duration, model, engine::kDurationBucketBoundsSeconds,
+                   s.tokenize_duration);
+    }
     AddHistogram(compute_duration, With(model, "phase", "input"),
                  engine::kDurationBucketBoundsSeconds, s.compute_input_duration);
     AddHistogram(compute_duration, With(model, "phase", "infer"),
@@ -232,7 +241,7 @@ std::vector<MetricFamily> BuildMetricFamilies(const MetricsInput& input) {
   std::vector<MetricFamily> families;
   for (MetricFamily* family :
        {&requests, &items, &batches, &batch_size, &batch_tokens, &queue_depth, &request_duration,
-        &queue_duration, &compute_duration, &device_items, &throughput}) {
+        &queue_duration, &tokenize_duration, &compute_duration, &device_items, &throughput}) {
     families.push_back(std::move(*family));
   }
 

@@ -1,5 +1,6 @@
 #include "server/metrics_exporter.h"
 
+#include <chrono>
 #include <ctime>
 #include <set>
 #include <string>
@@ -92,6 +93,23 @@ TEST(MetricsExporterTest, MapsTheSnapshotToFamilies) {
   // Nothing made up: no process or GPU readings were given.
   EXPECT_THAT(text, Not(HasSubstr("process_")));
   EXPECT_THAT(text, Not(HasSubstr("sluice_gpu_")));
+}
+
+TEST(MetricsExporterTest, TokenizePhaseOnlyForModelsThatTokenized) {
+  engine::ModelStats text(engine::ModelStatsOptions{.counts_tokens = true});
+  text.RecordPreparation(std::chrono::microseconds(80));
+  text.RecordPreparation(std::chrono::microseconds(700));
+  MetricsInput input;
+  input.models.push_back({"encoder", 1, text.Snapshot()});
+  input.models.push_back(SampleStats());  // "simple": never tokenizes
+  const std::string out = SerializeText(BuildMetricFamilies(input));
+  const std::string m = R"(model="encoder",version="1")";
+  EXPECT_THAT(out, HasSubstr("# TYPE sluice_tokenize_duration_seconds histogram\n"));
+  EXPECT_THAT(out,
+              HasSubstr("sluice_tokenize_duration_seconds_bucket{" + m + R"(,le="0.0001"} 1)"));
+  EXPECT_THAT(out, HasSubstr("sluice_tokenize_duration_seconds_bucket{" + m + R"(,le="0.001"} 2)"));
+  EXPECT_THAT(out, HasSubstr("sluice_tokenize_duration_seconds_count{" + m + "} 2\n"));
+  EXPECT_THAT(out, Not(HasSubstr(R"(sluice_tokenize_duration_seconds_count{model="simple")")));
 }
 
 TEST(MetricsExporterTest, TokensPerBatchOnlyForRaggedModels) {

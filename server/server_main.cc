@@ -86,6 +86,8 @@ struct Flags {
   int64_t max_queue_size = 4096;
   int executor_slots = 2;
   int gpu_executor_slots = 3;
+  int tokenizer_threads = 2;
+  int64_t tokenizer_queue_size = 1024;
   int exit_timeout_secs = 30;
   bool allow_metrics = true;
   std::string metrics_address = "0.0.0.0";
@@ -347,6 +349,18 @@ void AddFlags(CLI::App& app, Flags& flags) {
       ->envname("SLUICE_GPU_EXECUTOR_SLOTS")
       ->check(CLI::Range(1, 16))
       ->capture_default_str();
+  app.add_option("--tokenizer-threads", flags.tokenizer_threads,
+                 "Threads that tokenize text inputs (encoder models with a tokenizer) before "
+                 "batching, off the gRPC/HTTP threads; shared by all models")
+      ->envname("SLUICE_TOKENIZER_THREADS")
+      ->check(CLI::Range(1, 256))
+      ->capture_default_str();
+  app.add_option("--tokenizer-queue-size", flags.tokenizer_queue_size,
+                 "Text requests that may wait for a tokenizer thread; beyond it requests get "
+                 "RESOURCE_EXHAUSTED at once")
+      ->envname("SLUICE_TOKENIZER_QUEUE_SIZE")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20))
+      ->capture_default_str();
   app.add_option("--allow-metrics", flags.allow_metrics,
                  "Serve Prometheus metrics (and run the stats collector); false turns both off")
       ->envname("SLUICE_ALLOW_METRICS")
@@ -526,6 +540,8 @@ int Run(const Flags& flags) {
   engine_options.default_max_queue_size = flags.max_queue_size;
   engine_options.executor_slots = flags.executor_slots;
   engine_options.gpu_executor_slots = flags.gpu_executor_slots;
+  engine_options.preparation_threads = flags.tokenizer_threads;
+  engine_options.preparation_queue_size = flags.tokenizer_queue_size;
   // The collector's readings are only published as metrics, so it runs only with them.
   engine_options.stats_interval =
       std::chrono::milliseconds(flags.allow_metrics ? flags.metrics_interval_ms : 0);

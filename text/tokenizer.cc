@@ -845,6 +845,8 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromVocab(absl::string_vie
   if (entries.empty()) {
     return Invalid(kSource, "the vocabulary is empty");
   }
+  // The ids are the line numbers: the final line break is no token (vocab_size counted it).
+  const int32_t lines = static_cast<int32_t>(entries.size());
   // A repeated line keeps its last id, as transformers' dict does; its first id is a hole.
   std::vector<std::pair<std::string, int32_t>> unique;
   absl::flat_hash_map<std::string, size_t> seen;
@@ -857,7 +859,7 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromVocab(absl::string_vie
     }
   }
   RETURN_IF_ERROR(impl->AddVocab(std::move(unique), kSource));
-  impl->vocab_size = next_id;
+  impl->vocab_size = lines;
 
   constexpr absl::string_view kConfig = "tokenizer_config.json";
   ASSIGN_OR_RETURN(bool lowercase, OptionalBool(config, "do_lower_case", true, kConfig));

@@ -191,6 +191,8 @@ TEST(TokenizerLoadTest, VocabTxtNeedsItsSpecialTokens) {
   auto encoding = (*tokenizer)->Encode("HELLOS");
   ASSERT_TRUE(encoding.ok());
   EXPECT_THAT(encoding->ids, ElementsAre(2, 4, 5, 3));
+  // Six lines, six tokens: the final line break is not a token.
+  EXPECT_EQ((*tokenizer)->vocab_size(), 6);
   auto cased =
       Tokenizer::FromVocab("[PAD]\n[UNK]\n[CLS]\n[SEP]\nhello\n", R"({"do_lower_case": false})");
   ASSERT_TRUE(cased.ok());

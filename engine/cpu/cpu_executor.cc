@@ -188,10 +188,10 @@ absl::Status CpuExecutor::ScatterRagged(Slot& slot, const Batch& batch, SlotAnsw
                       out.shape[0] == request.batch_size &&
                       *FixedByteSize(out.dtype, *elements) == out.data.size();
       if (!ok) {
-        return absl::InternalError(absl::StrCat(
-            "model '", config_.name, "': backend output '", out.name, "' of shape ",
-            ShapeToString(out.shape), " does not match config output '", spec.name,
-            "' for a request of ", request.batch_size, " items"));
+        return absl::InternalError(
+            absl::StrCat("model '", config_.name, "': backend output '", out.name, "' of shape ",
+                         ShapeToString(out.shape), " does not match config output '", spec.name,
+                         "' for a request of ", request.batch_size, " items"));
       }
       answers.responses[r].outputs.push_back(std::move(out));
     }

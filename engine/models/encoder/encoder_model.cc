@@ -2,15 +2,18 @@
 
 #include <algorithm>
 #include <cstring>
+#include <filesystem>
 #include <utility>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
+#include "common/wire/bytes_elements.h"
 #include "engine/cpu/dense.h"
 #include "engine/models/encoder/encoder_forward.h"
 #include "engine/models/encoder/encoder_network.h"
+#include "text/tokenizer.h"
 
 namespace sluice::engine::models {
 namespace {
@@ -21,6 +24,8 @@ using encoder::PackedBatch;
 constexpr absl::string_view kInputIds = "input_ids";
 constexpr absl::string_view kAttentionMask = "attention_mask";
 constexpr absl::string_view kTokenTypeIds = "token_type_ids";
+constexpr absl::string_view kText = "text";
+constexpr absl::string_view kTextPair = "text_pair";
 constexpr absl::string_view kLastHiddenState = "last_hidden_state";
 constexpr absl::string_view kEmbedding = "embedding";
 constexpr absl::string_view kPoolerOutput = "pooler_output";
@@ -72,15 +77,26 @@ absl::StatusOr<int64_t> MaxBatchTokens(const ModelConfig& config) {
   return value;
 }
 
+// Whether the version folder holds a tokenizer (then the model takes text inputs too).
+bool HasTokenizer(const std::string& dir) {
+  std::error_code error;
+  return std::filesystem::exists(std::filesystem::path(dir) / "tokenizer.json", error) ||
+         std::filesystem::exists(std::filesystem::path(dir) / "vocab.txt", error);
+}
+
 // The inputs and outputs the checkpoint supports, in the order they are listed.
-std::vector<TensorSpec> ExpectedInputs(const EncoderNetwork& net) {
+std::vector<TensorSpec> ExpectedInputs(const EncoderNetwork& net, bool text) {
   std::vector<TensorSpec> inputs = {{std::string(kInputIds), DataType::kInt64, {-1}},
                                     {std::string(kAttentionMask), DataType::kInt64, {-1}}};
   if (net.has_token_types()) inputs.push_back({std::string(kTokenTypeIds), DataType::kInt64, {-1}});
+  if (text) {
+    inputs.push_back({std::string(kText), DataType::kBytes, {1}});
+    inputs.push_back({std::string(kTextPair), DataType::kBytes, {1}});
+  }
   return inputs;
 }
 
-std::vector<TensorSpec> ExpectedOutputs(const EncoderNetwork& net) {
+std::vector<TensorSpec> ExpectedOutputs(const EncoderNetwork& net, bool text) {
   std::vector<TensorSpec> outputs = {
       {std::string(kLastHiddenState), DataType::kFp32, {-1, net.hidden}},
       {std::string(kEmbedding), DataType::kFp32, {net.embedding_size()}}};
@@ -89,6 +105,7 @@ std::vector<TensorSpec> ExpectedOutputs(const EncoderNetwork& net) {
   if (net.classifier != encoder::ClassifierKind::kNone) {
     outputs.push_back({std::string(kLogits), DataType::kFp32, {net.num_labels}});
   }
+  if (text) outputs.push_back({std::string(kInputIds), DataType::kInt64, {-1}});
   return outputs;
 }
 
@@ -110,15 +127,18 @@ absl::Status CheckDeclared(const TensorSpec& declared, const std::vector<TensorS
                            const char* kind, const EncoderNetwork& net) {
   const TensorSpec* want = Find(expected, declared.name);
   if (want == nullptr) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(kind, " '", declared.name, "' is declared, but this ", net.model_type,
-                     " checkpoint gives only: ", Names(expected),
-                     declared.name == kLogits         ? " (no classification head 'classifier.*')"
-                     : declared.name == kPoolerOutput ? " (no 'pooler.dense')"
-                     : declared.name == kTokenTypeIds ? " (type_vocab_size <= 1: no token types)"
-                                                      : ""));
+    return absl::InvalidArgumentError(absl::StrCat(
+        kind, " '", declared.name, "' is declared, but this ", net.model_type,
+        " checkpoint gives only: ", Names(expected),
+        declared.name == kLogits         ? " (no classification head 'classifier.*')"
+        : declared.name == kPoolerOutput ? " (no 'pooler.dense')"
+        : declared.name == kTokenTypeIds ? " (type_vocab_size <= 1: no token types)"
+        : declared.name == kText || declared.name == kTextPair || declared.name == kInputIds
+            ? " (text inputs and the input_ids output need a tokenizer.json or "
+              "vocab.txt in the version folder)"
+            : ""));
   }
-  const bool int_input = want->dtype == DataType::kInt64;
+  const bool int_input = want->dtype == DataType::kInt64 && absl::string_view(kind) == "input";
   if (declared.dtype != want->dtype && !(int_input && declared.dtype == DataType::kInt32)) {
     return absl::InvalidArgumentError(absl::StrCat(
         kind, " '", declared.name, "' is declared ", DataTypeName(declared.dtype),
@@ -147,16 +167,17 @@ absl::StatusOr<ModelConfig> CompleteUnprefixed(const ModelSpec& spec) {
   ASSIGN_OR_RETURN(int64_t max_batch_tokens, MaxBatchTokens(config));
   ASSIGN_OR_RETURN(std::shared_ptr<EncoderNetwork> net,
                    encoder::ReadEncoderDescription(spec.version_path, options));
-  const std::vector<TensorSpec> inputs = ExpectedInputs(*net);
-  const std::vector<TensorSpec> outputs = ExpectedOutputs(*net);
+  const bool text = HasTokenizer(spec.version_path);
+  const std::vector<TensorSpec> inputs = ExpectedInputs(*net, text);
+  const std::vector<TensorSpec> outputs = ExpectedOutputs(*net, text);
   if (config.inputs.empty()) {
     config.inputs = inputs;
   } else {
     for (const TensorSpec& declared : config.inputs) {
       RETURN_IF_ERROR(CheckDeclared(declared, inputs, "input", *net));
     }
-    if (config.FindInput(kInputIds) == nullptr) {
-      return absl::InvalidArgumentError("the config declares inputs but not 'input_ids'");
+    if (config.FindInput(kInputIds) == nullptr && config.FindInput(kText) == nullptr) {
+      return absl::InvalidArgumentError("the config declares inputs but not 'input_ids' or 'text'");
     }
   }
   if (config.outputs.empty()) {
@@ -184,6 +205,18 @@ int64_t IntAt(const TensorView& tensor, int64_t i) {
   int32_t v;
   std::memcpy(&v, tensor.data.data() + i * 4, 4);
   return v;
+}
+
+// Reads the `count` elements of a BYTES tensor (validated framing) as views into its data.
+std::vector<absl::string_view> BytesElements(const TensorView& tensor, int64_t count) {
+  std::vector<absl::string_view> elements;
+  elements.reserve(static_cast<size_t>(count));
+  wire::BytesElementReader reader(tensor.data);
+  absl::string_view element;
+  while (static_cast<int64_t>(elements.size()) < count && reader.Next(element)) {
+    elements.push_back(element);
+  }
+  return elements;
 }
 
 // The request's inputs by role (null when absent).
@@ -318,7 +351,19 @@ class EncoderInstance final : public ModelInstance {
         Tensor& tensor = out[o];
         tensor.name = name;
         tensor.dtype = DataType::kFp32;
-        if (name == kLastHiddenState) {
+        if (name == kInputIds) {
+          // The tokens the request ran with, [rows, seq], 0 past each row's end.
+          const RequestInputs& in = requests[r];
+          tensor.dtype = DataType::kInt64;
+          tensor.shape = {rows, seq};
+          tensor.data.assign(static_cast<size_t>(rows * seq) * sizeof(int64_t), std::byte{0});
+          auto* values = reinterpret_cast<int64_t*>(tensor.data.data());
+          for (int64_t row = 0; row < rows; ++row) {
+            const int64_t length = RowLength(in, row, seq);
+            for (int64_t c = 0; c < length; ++c)
+              values[row * seq + c] = IntAt(*in.ids, row * seq + c);
+          }
+        } else if (name == kLastHiddenState) {
           tensor.shape = {rows, seq, h};
           tensor.data.assign(static_cast<size_t>(rows * seq * h) * sizeof(float), std::byte{0});
           for (int64_t row = 0; row < rows; ++row) {
@@ -360,10 +405,18 @@ class EncoderInstance final : public ModelInstance {
   std::vector<float> logits_;
 };
 
+// What a prepared (tokenized) request owns: its token tensors, and whatever its text inputs'
+// views pointed into (the RPC message), kept until the request is done.
+struct PreparedInputs {
+  std::shared_ptr<const void> previous;
+  std::vector<Tensor> tensors;
+};
+
 class EncoderModel final : public Model {
  public:
-  EncoderModel(ModelConfig config, std::shared_ptr<const EncoderNetwork> net)
-      : config_(std::move(config)), net_(std::move(net)) {}
+  EncoderModel(ModelConfig config, std::shared_ptr<const EncoderNetwork> net,
+               std::shared_ptr<const text::Tokenizer> tokenizer)
+      : config_(std::move(config)), net_(std::move(net)), tokenizer_(std::move(tokenizer)) {}
 
   const ModelConfig& config() const override { return config_; }
   absl::StatusOr<std::unique_ptr<ModelInstance>> CreateInstance(int) override {
@@ -371,18 +424,174 @@ class EncoderModel final : public Model {
   }
   bool validates_requests() const override { return true; }
   absl::Status ValidateAndBindRequest(InferenceRequest& request) const override;
+  bool NeedsPreparation(const InferenceRequest& request) const override {
+    for (const TensorView& input : request.inputs) {
+      if (input.name == kText) return true;
+    }
+    return false;
+  }
+  absl::Status PrepareRequest(InferenceRequest& request) const override;
 
  private:
+  // ValidateAndBindRequest for a request with text inputs (tokenized later, on the pool).
+  absl::Status ValidateTextRequest(InferenceRequest& request) const;
+  absl::Status ValidateRequestedOutputs(const InferenceRequest& request) const;
+
   absl::Status Fail(absl::string_view message) const {
     return absl::InvalidArgumentError(absl::StrCat("model '", config_.name, "': ", message));
   }
 
   const ModelConfig config_;
   const std::shared_ptr<const EncoderNetwork> net_;
+  // Null without a tokenizer in the version folder (then the config has no text inputs).
+  const std::shared_ptr<const text::Tokenizer> tokenizer_;
 };
+
+absl::Status EncoderModel::ValidateRequestedOutputs(const InferenceRequest& request) const {
+  for (size_t i = 0; i < request.requested_outputs.size(); ++i) {
+    const std::string& name = request.requested_outputs[i];
+    if (config_.FindOutput(name) == nullptr) {
+      return Fail(
+          absl::StrCat("has no output named '", name, "' (outputs: ", Names(config_.outputs), ")"));
+    }
+    for (size_t j = 0; j < i; ++j) {
+      if (request.requested_outputs[j] == name) {
+        return Fail(absl::StrCat("output '", name, "' requested twice"));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status EncoderModel::ValidateTextRequest(InferenceRequest& request) const {
+  const TensorView* text = nullptr;
+  const TensorView* pair = nullptr;
+  for (size_t i = 0; i < request.inputs.size(); ++i) {
+    const TensorView& input = request.inputs[i];
+    if (input.name == kText) {
+      text = &input;
+    } else if (input.name == kTextPair) {
+      pair = &input;
+    } else if (config_.FindInput(input.name) != nullptr) {
+      return Fail(absl::StrCat("the request carries both text and token ids (input '", input.name,
+                               "'); send either 'text' (and 'text_pair') or token ids, not both"));
+    } else {
+      return Fail(absl::StrCat("has no input named '", input.name,
+                               "' (inputs: ", Names(config_.inputs), ")"));
+    }
+    for (size_t j = 0; j < i; ++j) {
+      if (request.inputs[j].name == input.name) {
+        return Fail(absl::StrCat("input '", input.name, "' given twice"));
+      }
+    }
+  }
+  if (text == nullptr) {
+    return Fail(absl::StrCat("input '", kTextPair, "' needs input '", kText,
+                             "' (the first text of each pair)"));
+  }
+  for (const TensorView* input : {text, pair}) {
+    if (input == nullptr) continue;
+    if (input->dtype != DataType::kBytes) {
+      return Fail(absl::StrCat("input '", input->name, "' has data type ",
+                               DataTypeName(input->dtype), ", the model expects BYTES"));
+    }
+    if (input->shape.size() != 2 || input->shape[1] != 1) {
+      return Fail(absl::StrCat("input '", input->name, "' has shape ", ShapeToString(input->shape),
+                               ", the model expects [batch, 1] (one string per batch item)"));
+    }
+    if (input->shape[0] < 1 || input->shape[0] > config_.max_batch_size) {
+      return Fail(absl::StrCat("input '", input->name, "' has batch size ", input->shape[0],
+                               ", allowed 1..", config_.max_batch_size, " (max_batch_size)"));
+    }
+    if (absl::Status framing = ValidateBytesElements(input->name, input->data, input->shape[0]);
+        !framing.ok()) {
+      return Fail(framing.message());
+    }
+  }
+  if (pair != nullptr && pair->shape != text->shape) {
+    return Fail(absl::StrCat("input '", kTextPair, "' has shape ", ShapeToString(pair->shape),
+                             " but input '", kText, "' has ", ShapeToString(text->shape),
+                             " (one pair per batch item)"));
+  }
+  RETURN_IF_ERROR(ValidateRequestedOutputs(request));
+  request.batch_size = static_cast<int>(text->shape[0]);
+  request.token_count = 0;  // PrepareRequest counts them
+  return absl::OkStatus();
+}
+
+absl::Status EncoderModel::PrepareRequest(InferenceRequest& request) const {
+  const TensorView* text = nullptr;
+  const TensorView* pair = nullptr;
+  for (const TensorView& input : request.inputs) {
+    if (input.name == kText) text = &input;
+    if (input.name == kTextPair) pair = &input;
+  }
+  if (text == nullptr || tokenizer_ == nullptr) {
+    return absl::InternalError(
+        absl::StrCat("model '", config_.name, "': asked to tokenize a request without text"));
+  }
+  const int64_t rows = text->shape[0];
+  const std::vector<absl::string_view> firsts = BytesElements(*text, rows);
+  std::vector<absl::string_view> seconds;
+  if (pair != nullptr) seconds = BytesElements(*pair, rows);
+  std::vector<text::Encoding> encodings;
+  encodings.reserve(static_cast<size_t>(rows));
+  int64_t longest = 0;
+  int64_t tokens = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    absl::StatusOr<text::Encoding> encoding = pair == nullptr
+                                                  ? tokenizer_->Encode(firsts[r])
+                                                  : tokenizer_->EncodePair(firsts[r], seconds[r]);
+    if (!encoding.ok()) {
+      return Fail(absl::StrCat("input '", pair == nullptr ? kText : "text/text_pair",
+                               "' batch item ", r, ": ", encoding.status().message()));
+    }
+    if (encoding->num_tokens() == 0) {
+      return Fail(absl::StrCat("input '", kText, "' batch item ", r,
+                               " gives no tokens (this tokenizer adds no special tokens)"));
+    }
+    if (encoding->num_tokens() > net_->max_sequence_length) {
+      return Fail(absl::StrCat("input '", kText, "' batch item ", r, " is ", encoding->num_tokens(),
+                               " tokens, more than the limit of ", net_->max_sequence_length,
+                               " (the checkpoint's position table)"));
+    }
+    longest = std::max<int64_t>(longest, encoding->num_tokens());
+    tokens += encoding->num_tokens();
+    encodings.push_back(*std::move(encoding));
+  }
+  auto owned = std::make_shared<PreparedInputs>();
+  owned->previous = std::move(request.keepalive);
+  const bool types = config_.FindInput(kTokenTypeIds) != nullptr;
+  for (absl::string_view name : {kInputIds, kAttentionMask, kTokenTypeIds}) {
+    if (name == kTokenTypeIds && !types) continue;
+    Tensor tensor{std::string(name), DataType::kInt64, {rows, longest}, {}};
+    tensor.data.assign(static_cast<size_t>(rows * longest) * sizeof(int64_t), std::byte{0});
+    auto* values = reinterpret_cast<int64_t*>(tensor.data.data());
+    for (int64_t r = 0; r < rows; ++r) {
+      const text::Encoding& encoding = encodings[r];
+      for (int c = 0; c < encoding.num_tokens(); ++c) {
+        values[r * longest + c] = name == kInputIds        ? encoding.ids[c]
+                                  : name == kAttentionMask ? 1
+                                                           : encoding.type_ids[c];
+      }
+    }
+    owned->tensors.push_back(std::move(tensor));
+  }
+  // Config order (input_ids, attention_mask[, token_type_ids]), as a token-id request binds.
+  request.inputs.clear();
+  for (const Tensor& tensor : owned->tensors) request.inputs.push_back(tensor.View());
+  request.keepalive = std::move(owned);
+  request.token_count = tokens;
+  return absl::OkStatus();
+}
 
 absl::Status EncoderModel::ValidateAndBindRequest(InferenceRequest& request) const {
   const EncoderNetwork& net = *net_;
+  for (const TensorView& input : request.inputs) {
+    if ((input.name == kText || input.name == kTextPair) && config_.FindInput(input.name)) {
+      return ValidateTextRequest(request);
+    }
+  }
   const TensorView* shape_source = nullptr;
   for (size_t i = 0; i < request.inputs.size(); ++i) {
     const TensorView& input = request.inputs[i];
@@ -469,18 +678,7 @@ absl::Status EncoderModel::ValidateAndBindRequest(InferenceRequest& request) con
     }
     tokens += length;
   }
-  for (size_t i = 0; i < request.requested_outputs.size(); ++i) {
-    const std::string& name = request.requested_outputs[i];
-    if (config_.FindOutput(name) == nullptr) {
-      return Fail(
-          absl::StrCat("has no output named '", name, "' (outputs: ", Names(config_.outputs), ")"));
-    }
-    for (size_t j = 0; j < i; ++j) {
-      if (request.requested_outputs[j] == name) {
-        return Fail(absl::StrCat("output '", name, "' requested twice"));
-      }
-    }
-  }
+  RETURN_IF_ERROR(ValidateRequestedOutputs(request));
   // Config order, as the generic validation binds them (the batcher compares inputs by index).
   std::stable_sort(request.inputs.begin(), request.inputs.end(),
                    [&](const TensorView& a, const TensorView& b) {
@@ -526,11 +724,38 @@ absl::StatusOr<std::unique_ptr<Model>> CreateEncoderModel(const ModelSpec& spec)
       !status.ok()) {
     return WithContext(spec, status);
   }
+  // The tokenizer, where the config takes text (the version folder holds one). Its length limit:
+  // sentence_bert_config.json max_seq_length, else the tokenizer's, else max_position_embeddings
+  // (text::ReadMaxSequenceLength), never beyond the checkpoint's position table.
+  std::shared_ptr<const text::Tokenizer> tokenizer;
+  if (config.FindInput(kText) != nullptr) {
+    text::TokenizerOptions tokenizer_options;
+    absl::StatusOr<int> limit = text::ReadMaxSequenceLength(spec.version_path);
+    if (!limit.ok() && !absl::IsNotFound(limit.status())) {
+      return WithContext(spec, limit.status());
+    }
+    tokenizer_options.max_length =
+        limit.ok() ? std::min(*limit, shape.max_sequence_length) : shape.max_sequence_length;
+    absl::StatusOr<std::unique_ptr<text::Tokenizer>> loaded =
+        text::Tokenizer::LoadFolder(spec.version_path, tokenizer_options);
+    if (!loaded.ok()) {
+      return WithContext(spec,
+                         absl::Status(loaded.status().code(),
+                                      absl::StrCat("tokenizer: ", loaded.status().message())));
+    }
+    if ((*loaded)->vocab_size() > shape.vocab_size) {
+      return WithContext(spec,
+                         absl::InvalidArgumentError(absl::StrCat(
+                             "tokenizer: its vocabulary has ", (*loaded)->vocab_size(),
+                             " tokens, more than the checkpoint's vocab_size ", shape.vocab_size)));
+    }
+    tokenizer = *std::move(loaded);
+  }
   absl::StatusOr<std::shared_ptr<const EncoderNetwork>> net =
       encoder::LoadEncoderNetwork(spec.version_path, *options);
   if (!net.ok()) return WithContext(spec, net.status());
   cpu::UseSingleThreadedBlas();
-  return std::make_unique<EncoderModel>(config, *std::move(net));
+  return std::make_unique<EncoderModel>(config, *std::move(net), std::move(tokenizer));
 }
 
 }  // namespace sluice::engine::models
