@@ -2,8 +2,9 @@
 
 // The conversion layer of the OpenAI-compatible embeddings API (issue 21, second half): OpenAI's
 // `POST /v1/embeddings` JSON <-> an engine InferenceRequest for an encoder model, and the
-// `GET /v1/models` list. Pure functions, no server wiring: the route and the `openai` SDK test
-// come with the encoder backend (issue 19) and its text wiring (issue 20).
+// `GET /v1/models` list. Pure functions; the routes that use them are HttpRoutes' OpenAi() and
+// Embeddings() (openai_routes.cc), tested with the official SDK (tests/integration/
+// openai_sdk_test.py).
 //
 // The encoder model contract this layer assumes (the encoder's config must match it):
 //   inputs   `text` BYTES [n, 1]                 when the request gives strings (the model
