@@ -12,6 +12,8 @@
   and logits equal transformers' on them.
 - The same text over HTTP/REST (JSON and binary BYTES) gives the gRPC answer.
 - A full tokenizer pool answers RESOURCE_EXHAUSTED at once, and the server keeps serving.
+- sluice-client --text / --text-pair, sluice-client stats (the tokenize phase in
+  ModelStatistics) and sluice-loadtest --text-file.
 - Errors through the real server, which keeps serving: text and token ids together, invalid UTF-8
   (names the batch item), text_pair without text, wrong datatype, over-long text with truncation
   off (names the limit), and the tokenize phase counted in Prometheus.
@@ -23,6 +25,7 @@ import json
 import os
 import re
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -253,6 +256,42 @@ class TextEmbeddingTest(unittest.TestCase):
                             outputs=[grpcclient.InferRequestedOutput("embedding")]
                             ).as_numpy("embedding")
 
+    def test_cli_text_stats_and_loadtest_text_file(self):
+        url = f"127.0.0.1:{self.server.grpc_port}"
+        sentences = ["A man is eating food.", "Café déjà vu"]
+        args = [ARGS.client, "--url", url, "infer", "minilm", "--output", "embedding"]
+        for sentence in sentences:
+            args += ["--text", sentence]
+        out = subprocess.run(args, capture_output=True, text=True, timeout=60)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        [tensor] = json.loads(out.stdout)["outputs"]
+        got = np.array(tensor["data"], np.float32).reshape(tensor["shape"])
+        self.assertLess(rel_err(got, self.st.encode(sentences, convert_to_numpy=True)), TOLERANCE)
+        # --text-pair must come as often as --text.
+        bad = subprocess.run([ARGS.client, "--url", url, "infer", "cross", "--text", "a",
+                              "--text", "b", "--text-pair", "c"],
+                             capture_output=True, text=True, timeout=60)
+        self.assertNotEqual(bad.returncode, 0)
+        self.assertIn("--text-pair", bad.stderr)
+        # sluice-loadtest draws lines of a file.
+        path = os.path.join(self.root, "texts.txt")
+        with open(path, "w") as f:
+            f.write("\n".join(SENTENCES[:3] + ["", "one more line"]) + "\n")
+        load = subprocess.run([ARGS.loadtest, "--url", url, "-m", "minilm", "--text-file", path,
+                               "--concurrency", "4", "--max-requests", "200", "--warmup-ms", "100",
+                               "--window-ms", "300", "--max-windows", "2"],
+                              capture_output=True, text=True, timeout=120)
+        self.assertEqual(load.returncode, 0, load.stdout + load.stderr)
+        self.assertIn("one of 4 lines", load.stdout)
+        self.assertRegex(load.stdout, r"succeeded, 0 failed")
+        # ModelStatistics' tokenize phase (sluice's extension field), as sluice-client prints it.
+        stats = subprocess.run([ARGS.client, "--url", url, "stats", "minilm"],
+                               capture_output=True, text=True, timeout=60)
+        self.assertEqual(stats.returncode, 0, stats.stderr)
+        count = int(re.search(r"tokenize\s+count=(\d+)", stats.stdout).group(1))
+        sent = int(re.search(r"total: (\d+) requests sent", load.stdout).group(1))
+        self.assertGreaterEqual(count, sent + 1)  # the loadtest's requests and the CLI's
+
     def test_tokenize_phase_in_prometheus(self):
         self.infer("minilm", [text_input("text", ["count me"])], ["embedding"])
         port = int(re.search(r"metrics_port=(\d+)", self.server.log()).group(1))
@@ -268,6 +307,8 @@ def main():
     global ARGS
     parser = argparse.ArgumentParser()
     parser.add_argument("--server", required=True)
+    parser.add_argument("--client", required=True, help="sluice-client")
+    parser.add_argument("--loadtest", required=True, help="sluice-loadtest")
     ARGS, rest = parser.parse_known_args()
     torch.set_num_threads(1)
     unittest.main(argv=[sys.argv[0]] + rest, verbosity=2)
