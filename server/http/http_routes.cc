@@ -191,6 +191,10 @@ void HttpRoutes::Handle(HttpRequest&& request, Responder respond) {
     response.headers.emplace_back("Allow", std::string(allowed));
     respond(std::move(response));
   };
+  if (!segments.empty() && segments[0] == "v1") {
+    OpenAi(segments, std::move(request), std::move(respond));
+    return;
+  }
   if (segments.empty() || segments[0] != "v2") {
     not_found();
     return;

@@ -5,6 +5,9 @@
 // repository as the gRPC service. Handle() returns at once: an infer is converted, validated and
 // submitted, and the engine's completion thread answers it; load/unload run on this object's
 // control thread (they block for as long as loading takes); everything else is answered inline.
+//
+// Also OpenAI's embeddings API (issue 21) under /v1: `POST /v1/embeddings` on encoder models with
+// an `embedding` output, `GET /v1/models[/{id}]`, with OpenAI's error shape (openai_routes.cc).
 
 #include <atomic>
 #include <condition_variable>
@@ -13,10 +16,12 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "engine/engine.h"
 #include "server/http/http_server.h"
 #include "server/http/json_conversion.h"
+#include "server/http/openai_embeddings.h"
 #include "server/model_control.h"
 #include "server/model_repository.h"
 
@@ -45,6 +50,9 @@ struct HttpRoutesOptions {
   // /v2/cudasharedmemory/...); borrowed, nullable (then those routes answer 501 and requests
   // naming a region are refused), must outlive the routes.
   shm::SharedMemoryRegistry* shared_memory = nullptr;
+  // Bounds of POST /v1/embeddings (inputs per request, tokens per input, bytes per string); the
+  // body is also bounded by max_json_bytes.
+  openai::EmbeddingsLimits embeddings_limits;
 };
 
 // Thread-safe; the HTTP server calls Handle() from its I/O threads.
@@ -75,6 +83,9 @@ class HttpRoutes {
   // /v2/{system,cuda}sharedmemory[/region/<name>]/{status,register,unregister}.
   void SharedMemory(bool cuda, const std::string& region, const std::string& action,
                     const HttpRequest& request, Responder respond);
+  // /v1/...: OpenAI's API (openai_routes.cc). `segments` are the decoded path segments.
+  void OpenAi(const std::vector<std::string>& segments, HttpRequest&& request, Responder respond);
+  void Embeddings(HttpRequest&& request, Responder respond);
 
   engine::Engine* const engine_;
   ModelRepository* const repository_;

@@ -20,6 +20,7 @@
 #include "boost/beast/ssl.hpp"
 #include "nlohmann/json.hpp"
 #include "server/http/byte_budget.h"
+#include "server/http/openai_embeddings.h"
 
 namespace sluice::server::http {
 namespace {
@@ -302,7 +303,8 @@ class Session : public SessionBase, public std::enable_shared_from_this<Session<
     HttpResponse response;
     response.status = 503;
     response.headers.emplace_back("Retry-After", "1");
-    response.body = ErrorJson(
+    response.body = ErrorBodyForTarget(
+        503,
         absl::StrCat("server busy: a request body of ", bytes, " bytes does not fit in the ",
                      budget.limit_bytes() - std::min(budget.used_bytes(), budget.limit_bytes()),
                      " bytes left of the in-flight body budget (", budget.limit_bytes(),
@@ -406,13 +408,30 @@ class Session : public SessionBase, public std::enable_shared_from_this<Session<
     Tcp().close();
   }
 
+  // The error body in the shape of the API the request was for: OpenAI's under /v1/ (its SDK reads
+  // `error.message`, `error.type`), KServe's `{"error": "..."}` elsewhere and when the request
+  // line was never read (the target is empty then).
+  std::string ErrorBodyForTarget(int status, absl::string_view message) const {
+    // The target is set as soon as the request line is parsed, before the fields: a 413 from
+    // Content-Length (body_limit) comes before is_header_done().
+    if (parser_.has_value() && parser_->get().target().starts_with("/v1/")) {
+      openai::ApiError error;
+      error.http_status = status;
+      error.message = std::string(message);
+      if (status >= 500) error.type = "server_error";
+      return openai::ErrorBody(error);
+    }
+    return ErrorJson(message);
+  }
+
   void SendErrorAndClose(int status, absl::string_view message) {
     keep_alive_ = false;
+    const std::string body = ErrorBodyForTarget(status, message);
     parser_.reset();
     ReleaseCharge();
     HttpResponse response;
     response.status = status;
-    response.body = ErrorJson(message);
+    response.body = body;
     Write(std::move(response));
   }
 

@@ -242,7 +242,7 @@ ParsedRequest ParseEmbeddingsRequest(absl::string_view body, const EmbeddingsLim
 }
 
 std::unique_ptr<engine::InferenceRequest> ToInferenceRequest(
-    const EmbeddingsRequest& request, bool with_num_tokens,
+    const EmbeddingsRequest& request, TokenCounts counts,
     engine::InferenceRequest::Completion on_complete) {
   auto storage = std::make_shared<Storage>();
   auto inference = std::make_unique<engine::InferenceRequest>(request.model, /*model_version=*/-1,
@@ -273,7 +273,12 @@ std::unique_ptr<engine::InferenceRequest> ToInferenceRequest(
         engine::TensorView{kMaskInput, engine::DataType::kInt64, shape, storage->mask});
   }
   inference->requested_outputs.emplace_back(kEmbeddingOutput);
-  if (with_num_tokens) inference->requested_outputs.emplace_back(kNumTokensOutput);
+  // Token ids given: their count is the usage; nothing more to ask for.
+  if (!request.texts.empty() && counts == TokenCounts::kNumTokens) {
+    inference->requested_outputs.emplace_back(kNumTokensOutput);
+  } else if (!request.texts.empty() && counts == TokenCounts::kInputIds) {
+    inference->requested_outputs.emplace_back(kIdsInput);
+  }
   inference->keepalive = std::move(storage);
   return inference;
 }
@@ -282,9 +287,11 @@ absl::StatusOr<std::string> ToResponseJson(const EmbeddingsRequest& request,
                                            const engine::InferenceResponse& response) {
   const engine::Tensor* embedding = nullptr;
   const engine::Tensor* num_tokens = nullptr;
+  const engine::Tensor* ids = nullptr;
   for (const engine::Tensor& output : response.outputs) {
     if (output.name == kEmbeddingOutput) embedding = &output;
     if (output.name == kNumTokensOutput) num_tokens = &output;
+    if (output.name == kIdsInput) ids = &output;
   }
   const int64_t n = static_cast<int64_t>(request.size());
   if (embedding == nullptr || embedding->dtype != engine::DataType::kFp32 ||
@@ -315,6 +322,21 @@ absl::StatusOr<std::string> ToResponseJson(const EmbeddingsRequest& request,
       int64_t count = 0;
       std::memcpy(&count, num_tokens->data.data() + i * sizeof(int64_t), sizeof(int64_t));
       prompt_tokens += count;
+    }
+  } else if (ids != nullptr && ids->dtype == engine::DataType::kInt64 && ids->shape.size() == 2 &&
+             ids->shape[0] == n &&
+             ids->data.size() == static_cast<size_t>(n * ids->shape[1]) * sizeof(int64_t)) {
+    // Padded with 0 after each row's last token (the closing special token, never id 0).
+    const int64_t seq = ids->shape[1];
+    for (int64_t i = 0; i < n; ++i) {
+      for (int64_t k = seq; k > 0; --k) {
+        int64_t id = 0;
+        std::memcpy(&id, ids->data.data() + (i * seq + k - 1) * sizeof(int64_t), sizeof(int64_t));
+        if (id != 0) {
+          prompt_tokens += k;
+          break;
+        }
+      }
     }
   }
 

@@ -2,8 +2,9 @@
 
 // The conversion layer of the OpenAI-compatible embeddings API (issue 21, second half): OpenAI's
 // `POST /v1/embeddings` JSON <-> an engine InferenceRequest for an encoder model, and the
-// `GET /v1/models` list. Pure functions, no server wiring: the route and the `openai` SDK test
-// come with the encoder backend (issue 19) and its text wiring (issue 20).
+// `GET /v1/models` list. Pure functions; the routes that use them are HttpRoutes' OpenAi() and
+// Embeddings() (openai_routes.cc), tested with the official SDK (tests/integration/
+// openai_sdk_test.py).
 //
 // The encoder model contract this layer assumes (the encoder's config must match it):
 //   inputs   `text` BYTES [n, 1]                 when the request gives strings (the model
@@ -13,7 +14,11 @@
 //                                               the longest, mask 1 for real tokens);
 //   outputs  `embedding` FP32 [n, dim]           (requested by name), and optionally
 //            `num_tokens` INT64 [n] or [n, 1]    (tokens per input after tokenization; used for
-//                                               usage.prompt_tokens of string inputs).
+//                                               usage.prompt_tokens of string inputs), or
+//            `input_ids` INT64 [n, seq]          (the ids each row ran with, padded with 0, as the
+//                                               encoder with a tokenizer answers, issue 20: a
+//                                               row's count runs to its last non-zero id, which
+//                                               is the tokenizer's closing special token).
 //
 // Errors are OpenAI's shape: {"error": {"message", "type", "param", "code"}}.
 
@@ -72,10 +77,13 @@ struct ParsedRequest {
 };
 ParsedRequest ParseEmbeddingsRequest(absl::string_view body, const EmbeddingsLimits& limits);
 
-// The engine request for `request` on its model (newest version), requesting `embedding` (and
-// `num_tokens` when `with_num_tokens`, i.e. the model has that output).
+// Where the token counts of string inputs come from (the model's outputs say which it has).
+enum class TokenCounts { kNone, kNumTokens, kInputIds };
+
+// The engine request for `request` on its model (newest version), requesting `embedding` and,
+// for string inputs, the output `counts` names (`num_tokens` or `input_ids`).
 std::unique_ptr<engine::InferenceRequest> ToInferenceRequest(
-    const EmbeddingsRequest& request, bool with_num_tokens,
+    const EmbeddingsRequest& request, TokenCounts counts,
     engine::InferenceRequest::Completion on_complete);
 
 // The OpenAI response for `response` (the engine's answer to ToInferenceRequest): `dimensions`

@@ -128,9 +128,9 @@ TEST(OpenAiEmbeddingsTest, ErrorsHaveOpenAisShape) {
 }
 
 TEST(OpenAiEmbeddingsTest, StringsBecomeABytesTensorOfOneColumn) {
-  auto request = ToInferenceRequest(MustParse(R"({"model":"enc","input":["hi","there"]})"),
-                                    /*with_num_tokens=*/true,
-                                    [](absl::StatusOr<engine::InferenceResponse>) {});
+  auto request =
+      ToInferenceRequest(MustParse(R"({"model":"enc","input":["hi","there"]})"),
+                         TokenCounts::kNumTokens, [](absl::StatusOr<engine::InferenceResponse>) {});
   EXPECT_EQ(request->model_name(), "enc");
   ASSERT_EQ(request->inputs.size(), 1u);
   const engine::TensorView& text = request->inputs[0];
@@ -143,9 +143,9 @@ TEST(OpenAiEmbeddingsTest, StringsBecomeABytesTensorOfOneColumn) {
 }
 
 TEST(OpenAiEmbeddingsTest, TokenArraysArePaddedWithAMask) {
-  auto request = ToInferenceRequest(MustParse(R"({"model":"enc","input":[[5,6,7],[8]]})"),
-                                    /*with_num_tokens=*/false,
-                                    [](absl::StatusOr<engine::InferenceResponse>) {});
+  auto request =
+      ToInferenceRequest(MustParse(R"({"model":"enc","input":[[5,6,7],[8]]})"),
+                         TokenCounts::kNumTokens, [](absl::StatusOr<engine::InferenceResponse>) {});
   ASSERT_EQ(request->inputs.size(), 2u);
   EXPECT_EQ(request->inputs[0].name, "input_ids");
   EXPECT_EQ(request->inputs[0].dtype, engine::DataType::kInt64);
@@ -155,6 +155,33 @@ TEST(OpenAiEmbeddingsTest, TokenArraysArePaddedWithAMask) {
   EXPECT_EQ(request->inputs[1].shape, (engine::Shape{2, 3}));
   EXPECT_EQ(Values<int64_t>(request->inputs[1]), (std::vector<int64_t>{1, 1, 1, 1, 0, 0}));
   EXPECT_EQ(request->requested_outputs, std::vector<std::string>{"embedding"});
+}
+
+TEST(OpenAiEmbeddingsTest, TextUsageComesFromTheInputIdsOutput) {
+  auto request =
+      ToInferenceRequest(MustParse(R"({"model":"enc","input":["a b","c"]})"),
+                         TokenCounts::kInputIds, [](absl::StatusOr<engine::InferenceResponse>) {});
+  EXPECT_EQ(request->requested_outputs, (std::vector<std::string>{"embedding", "input_ids"}));
+  // Token ids given: no count output is asked for.
+  auto ids_request =
+      ToInferenceRequest(MustParse(R"({"model":"enc","input":[[1,2]]})"), TokenCounts::kInputIds,
+                         [](absl::StatusOr<engine::InferenceResponse>) {});
+  EXPECT_EQ(ids_request->requested_outputs, std::vector<std::string>{"embedding"});
+
+  // [CLS] a b [SEP] and [CLS] c [SEP] 0: 4 + 3 tokens; an id 0 inside a row still counts
+  // (RoBERTa's <s> is 0).
+  engine::InferenceResponse answer = EncoderAnswer(2, 3);
+  engine::Tensor ids{"input_ids", engine::DataType::kInt64, {2, 4}, {}};
+  const std::vector<int64_t> values = {0, 7, 8, 2, 101, 9, 102, 0};
+  ids.data.resize(values.size() * sizeof(int64_t));
+  std::memcpy(ids.data.data(), values.data(), ids.data.size());
+  answer.outputs.push_back(std::move(ids));
+  absl::StatusOr<std::string> body =
+      ToResponseJson(MustParse(R"({"model":"enc","input":["a b","c"]})"), answer);
+  ASSERT_TRUE(body.ok()) << body.status();
+  const json parsed = json::parse(*body);
+  EXPECT_EQ(parsed["usage"]["prompt_tokens"], 7);
+  EXPECT_EQ(parsed["usage"]["total_tokens"], 7);
 }
 
 TEST(OpenAiEmbeddingsTest, FloatResponseHasOpenAisShapeAndUsage) {
