@@ -7,8 +7,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "server/infer_conversion.h"
-#include "server/shared_memory/shared_memory_registry.h"
 #include "server/model_config_parser.h"
+#include "server/shared_memory/shared_memory_registry.h"
 #include "server/status_convert.h"
 #include "server/stream_infer_reactor.h"
 

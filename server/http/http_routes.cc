@@ -17,8 +17,8 @@
 #include "proto/grpc_service.pb.h"
 #include "server/http/json_conversion.h"
 #include "server/infer_conversion.h"
-#include "server/shared_memory/shared_memory_registry.h"
 #include "server/model_config_parser.h"
+#include "server/shared_memory/shared_memory_registry.h"
 #include "server/status_convert.h"
 
 namespace sluice::server::http {
