@@ -12,12 +12,12 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/mutex.h"
 #include "boost/asio.hpp"
 #include "boost/asio/ssl.hpp"
 #include "boost/beast/core.hpp"
 #include "boost/beast/http.hpp"
 #include "boost/beast/ssl.hpp"
+#include "common/mutex.h"
 #include "nlohmann/json.hpp"
 #include "server/http/byte_budget.h"
 #include "server/http/openai_embeddings.h"
@@ -37,7 +37,7 @@ using TlsStream = beast::ssl_stream<beast::tcp_stream>;
 // Whether Responders may still queue writes. Stop() clears it under the mutex, so a Responder
 // that runs concurrently either posts before the I/O context stops or not at all.
 struct Liveness {
-  absl::Mutex mu;
+  common::Mutex mu;
   bool alive ABSL_GUARDED_BY(mu) = true;
 };
 
@@ -74,11 +74,11 @@ struct HttpServer::Impl : std::enable_shared_from_this<HttpServer::Impl> {
   void DrainSessions(bool stopping);
 
   void Register(SessionBase* session, std::weak_ptr<SessionBase> weak) {
-    absl::MutexLock lock(&sessions_mu);
+    common::MutexLock lock(&sessions_mu);
     sessions.emplace(session, std::move(weak));
   }
   void Unregister(SessionBase* session) {
-    absl::MutexLock lock(&sessions_mu);
+    common::MutexLock lock(&sessions_mu);
     sessions.erase(session);
   }
 
@@ -91,7 +91,7 @@ struct HttpServer::Impl : std::enable_shared_from_this<HttpServer::Impl> {
   std::atomic<bool> draining{false};
   // Set by Stop(): a connection waiting for its first request is closed too.
   std::atomic<bool> stopping{false};
-  absl::Mutex sessions_mu;
+  common::Mutex sessions_mu;
   std::unordered_map<SessionBase*, std::weak_ptr<SessionBase>> sessions
       ABSL_GUARDED_BY(sessions_mu);
   // Declared before the I/O context: sessions destroyed with it may still hold TLS streams.
@@ -356,7 +356,7 @@ class Session : public SessionBase, public std::enable_shared_from_this<Session<
         std::make_shared<const Hold>(Hold{impl_.shared_from_this(), this->shared_from_this()});
     Responder responder = [hold](HttpResponse response) {
       Liveness& liveness = *hold->impl->liveness;
-      absl::MutexLock lock(&liveness.mu);
+      common::MutexLock lock(&liveness.mu);
       if (!liveness.alive) return;
       asio::post(hold->session->stream_.get_executor(),
                  [session = hold->session, response = std::move(response)]() mutable {
@@ -587,7 +587,7 @@ void HttpServer::Impl::RefuseBusy(tcp::socket socket) {
 void HttpServer::Impl::DrainSessions(bool stopping_now) {
   std::vector<std::shared_ptr<SessionBase>> open;
   {
-    absl::MutexLock lock(&sessions_mu);
+    common::MutexLock lock(&sessions_mu);
     open.reserve(sessions.size());
     for (auto& [raw, weak] : sessions) {
       if (std::shared_ptr<SessionBase> session = weak.lock()) open.push_back(std::move(session));
@@ -703,7 +703,7 @@ void HttpServer::Stop(std::chrono::milliseconds grace) {
     std::this_thread::sleep_for(milliseconds(5));
   }
   {
-    absl::MutexLock lock(&impl_->liveness->mu);
+    common::MutexLock lock(&impl_->liveness->mu);
     impl_->liveness->alive = false;
   }
   impl_->ioc.stop();

@@ -14,8 +14,8 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/mutex.h"
 #include "common/echo.h"
+#include "common/mutex.h"
 #include "server/http/http_routes.h"
 #include "server/http/openai_embeddings.h"
 
@@ -110,7 +110,7 @@ class Gather {
 
   // Whether a part has failed already (then the rest need not run: the answer is that error).
   bool Failed() const {
-    absl::MutexLock lock(&mu_);
+    common::MutexLock lock(&mu_);
     return !error_.ok();
   }
 
@@ -118,7 +118,7 @@ class Gather {
     absl::Status error;
     std::vector<engine::InferenceResponse> answers;
     {
-      absl::MutexLock lock(&mu_);
+      common::MutexLock lock(&mu_);
       if (!result.ok()) {
         if (error_.ok()) error_ = result.status();
       } else {
@@ -211,7 +211,7 @@ class Gather {
   const EmbeddingsRequest request_;
   const Responder respond_;
   const std::shared_ptr<const ActiveCount> active_;
-  mutable absl::Mutex mu_;
+  mutable common::Mutex mu_;
   size_t remaining_ ABSL_GUARDED_BY(mu_);
   absl::Status error_ ABSL_GUARDED_BY(mu_);
   std::vector<engine::InferenceResponse> answers_ ABSL_GUARDED_BY(mu_);
