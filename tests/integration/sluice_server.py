@@ -8,6 +8,7 @@ import os
 import re
 import signal
 import subprocess
+import sys
 import tempfile
 import time
 
@@ -49,5 +50,10 @@ class SluiceServer:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()
+        if self.process.returncode != 0:
+            # A failed stop (a sanitizer's exit 66, a crash, a hang) is only diagnosable with the
+            # server's own words: keep them in the test's output before the log goes.
+            sys.stderr.write(f"sluice-server exited {self.process.returncode}; its log:\n"
+                             f"{self.log()[-20000:]}\n")
         os.unlink(self._log.name)
         return self.process.returncode
