@@ -23,7 +23,7 @@ BUILD_PACKAGES=(
   prometheus-cpp-dev
   # the HTTP/REST front end: Boost.Beast/Asio (header-only), OpenSSL for its TLS, simdjson for
   # JSON tensors
-  libboost1.81-dev libssl-dev libsimdjson-dev
+  libboost1.81-dev libssl-dev libsimdjson-dev zlib1g-dev
   # the CPU backend's GEMMs (cblas_sgemm)
   libopenblas-dev
   # text/'s Unicode (character classes, NFD, lowercase): ICU

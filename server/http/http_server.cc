@@ -20,6 +20,7 @@
 #include "common/mutex.h"
 #include "nlohmann/json.hpp"
 #include "server/http/byte_budget.h"
+#include "server/http/content_coding.h"
 #include "server/http/openai_embeddings.h"
 
 namespace sluice::server::http {
@@ -30,6 +31,11 @@ namespace beast = boost::beast;
 namespace bhttp = boost::beast::http;
 using tcp = asio::ip::tcp;
 using std::chrono::milliseconds;
+
+absl::string_view AsAbsl(beast::string_view view) { return {view.data(), view.size()}; }
+
+// Answers larger than this go uncompressed whatever Accept-Encoding asked (see Session::Write).
+constexpr size_t kMaxCompressedResponseBytes = 64 << 20;
 
 using PlainStream = beast::tcp_stream;
 using TlsStream = beast::ssl_stream<beast::tcp_stream>;
@@ -315,8 +321,56 @@ class Session : public SessionBase, public std::enable_shared_from_this<Session<
     Write(std::move(response));
   }
 
+  // A body sent with Content-Encoding gzip or deflate is inflated here, on the I/O thread, as
+  // JSON is parsed there: bounded by --http-max-body-bytes like a plain body, and charged to the
+  // in-flight budget step by step before the inflated bytes are taken (the compressed bytes'
+  // charge is given back once they are gone). False: answered with an error (the body was read in
+  // full, so the connection stays usable).
+  bool DecodeBody() {
+    auto& message = parser_->get();
+    absl::StatusOr<ContentCoding> coding =
+        ParseContentEncoding(AsAbsl(message[bhttp::field::content_encoding]));
+    if (!coding.ok()) {
+      AnswerDecodeError(415, coding.status().message());
+      return false;
+    }
+    if (*coding == ContentCoding::kIdentity) return true;
+    uint64_t reserved = 0;
+    ByteBudget& budget = *impl_.budget;
+    absl::StatusOr<std::string> inflated = Inflate(
+        message.body(), *coding, impl_.options.max_body_bytes, impl_.options.max_body_bytes_flag,
+        [&budget](uint64_t bytes) { return budget.TryAcquire(bytes); }, &reserved);
+    ReleaseCharge();  // the compressed bytes' charge; the inflated ones hold `reserved`
+    charged_ = reserved;
+    if (!inflated.ok()) {
+      ReleaseCharge();
+      const absl::StatusCode code = inflated.status().code();
+      AnswerDecodeError(code == absl::StatusCode::kResourceExhausted ? 413
+                        : code == absl::StatusCode::kUnavailable     ? 503
+                                                                     : 400,
+                        inflated.status().message());
+      return false;
+    }
+    message.body() = std::move(*inflated);
+    message.erase(bhttp::field::content_encoding);
+    return true;
+  }
+
+  void AnswerDecodeError(int status, absl::string_view message) {
+    HttpResponse response;
+    response.status = status;
+    if (status == 503) response.headers.emplace_back("Retry-After", "1");
+    response.body = ErrorBodyForTarget(status, message);
+    keep_alive_ = parser_->get().keep_alive();
+    parser_.reset();
+    phase_ = Phase::kInHandler;
+    Write(std::move(response));
+  }
+
   void OnBody() {
     Tcp().expires_never();  // the engine's time is the request's own (its timeout parameter)
+    response_coding_ = ChooseResponseCoding(AsAbsl(parser_->get()[bhttp::field::accept_encoding]));
+    if (!DecodeBody()) return;
     bhttp::request<bhttp::string_body> message = parser_->release();
     parser_.reset();
     keep_alive_ = message.keep_alive();
@@ -450,6 +504,18 @@ class Session : public SessionBase, public std::enable_shared_from_this<Session<
     out->set(bhttp::field::server, "sluice");
     if (!response.content_type.empty()) out->set(bhttp::field::content_type, response.content_type);
     for (auto& [name, value] : response.headers) out->set(name, value);
+    // The answer in the coding the request's Accept-Encoding asked for; bodies past
+    // kMaxCompressedResponseBytes go uncompressed (HTTP allows identity whatever was asked), so
+    // that one answer cannot hold an I/O thread for long.
+    if (const ContentCoding coding = std::exchange(response_coding_, ContentCoding::kIdentity);
+        coding != ContentCoding::kIdentity && !response.body.empty() &&
+        response.body.size() <= kMaxCompressedResponseBytes) {
+      if (absl::StatusOr<std::string> coded = Deflate(response.body, coding); coded.ok()) {
+        response.body = std::move(*coded);
+        out->set(bhttp::field::content_encoding, std::string(ContentCodingName(coding)));
+        out->set(bhttp::field::vary, "Accept-Encoding");
+      }
+    }
     out->body() = std::move(response.body);
     out->keep_alive(keep_alive_);
     out->prepare_payload();
@@ -533,6 +599,9 @@ class Session : public SessionBase, public std::enable_shared_from_this<Session<
   std::optional<bhttp::request_parser<bhttp::string_body>> parser_;
   std::unique_ptr<bhttp::response<bhttp::string_body>> response_;
   bool keep_alive_ = true;
+  // The coding the request being answered asked for (Accept-Encoding); identity for refusals
+  // written before a request was read in full.
+  ContentCoding response_coding_ = ContentCoding::kIdentity;
   Phase phase_ = Phase::kIdle;
   bool first_request_pending_ = true;  // no byte of a request read yet on this connection
   bool watching_ = false;              // a disconnect watch (async_wait) is pending

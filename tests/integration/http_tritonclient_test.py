@@ -1,17 +1,21 @@
 """Triton's own HTTP client (tritonclient.http, PyPI tritonclient[http], pinned in
 tests/python-requirements.txt) against sluice's KServe v2 HTTP/REST front end: health, metadata,
 configuration, statistics, the repository index, load/unload, and inference on simple, identity and
-mlp with binary and JSON tensors, and the errors a client sees.
+mlp with binary and JSON tensors, gzip/deflate bodies both ways, and the errors a client sees.
 
 Run by CTest with the test-reference virtual environment's python (SLUICE_TEST_PYTHON).
 """
 
 import argparse
+import gzip
+import http.client
+import json
 import os
 import shutil
 import sys
 import tempfile
 import unittest
+import zlib
 
 import numpy as np
 import tritonclient.http as httpclient
@@ -114,6 +118,88 @@ class TritonHttpClientTest(unittest.TestCase):
                 np.testing.assert_array_equal(p.get_result().as_numpy("OUTPUT0"), x)
         finally:
             client.close()
+
+    def test_compressed_requests_and_responses(self):
+        """tritonclient.http's request_compression_algorithm / response_compression_algorithm, as
+        Triton serves them: the values must come back right whichever way the bodies travel."""
+        a = np.arange(32, dtype=np.int32).reshape(2, 16)
+        b = np.full((2, 16), 3, dtype=np.int32)
+        for binary in (True, False):
+            for request_coding, response_coding in (("gzip", None), ("deflate", None),
+                                                    (None, "gzip"), (None, "deflate"),
+                                                    ("gzip", "deflate")):
+                with self.subTest(binary=binary, request=request_coding, response=response_coding):
+                    inputs = [httpclient.InferInput("INPUT0", [2, 16], "INT32"),
+                              httpclient.InferInput("INPUT1", [2, 16], "INT32")]
+                    inputs[0].set_data_from_numpy(a, binary_data=binary)
+                    inputs[1].set_data_from_numpy(b, binary_data=binary)
+                    outputs = [httpclient.InferRequestedOutput("OUTPUT0", binary_data=binary)]
+                    result = self.client.infer("simple", inputs, outputs=outputs,
+                                               request_compression_algorithm=request_coding,
+                                               response_compression_algorithm=response_coding)
+                    np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), a + b)
+
+    def raw_post(self, path, body, headers):
+        connection = http.client.HTTPConnection(self.server.url, timeout=10)
+        try:
+            connection.request("POST", path, body=body, headers=headers)
+            response = connection.getresponse()
+            return response.status, dict(response.getheaders()), response.read()
+        finally:
+            connection.close()
+
+    def test_compression_on_the_wire_and_its_errors(self):
+        request = json.dumps({"inputs": [
+            {"name": "INPUT0", "shape": [1, 16], "datatype": "INT32", "data": list(range(16))},
+            {"name": "INPUT1", "shape": [1, 16], "datatype": "INT32", "data": [1] * 16}]})
+        path = "/v2/models/simple/infer"
+        # A gzip body, a gzip answer: the server really compressed it (the client above would not
+        # notice an uncompressed one).
+        status, headers, body = self.raw_post(path, gzip.compress(request.encode()),
+                                              {"Content-Encoding": "gzip",
+                                               "Accept-Encoding": "gzip",
+                                               "Content-Type": "application/json"})
+        self.assertEqual(status, 200, body)
+        self.assertEqual(headers.get("Content-Encoding"), "gzip")
+        answer = json.loads(gzip.decompress(body))
+        self.assertEqual(answer["outputs"][0]["data"], [i + 1 for i in range(16)])
+        # No Accept-Encoding: a plain answer.
+        status, headers, body = self.raw_post(path, zlib.compress(request.encode()),
+                                              {"Content-Encoding": "deflate"})
+        self.assertEqual(status, 200, body)
+        self.assertNotIn("Content-Encoding", headers)
+        self.assertEqual(json.loads(body)["outputs"][1]["data"], [i - 1 for i in range(16)])
+        # Errors, each with its message, on a connection that keeps serving.
+        status, _, body = self.raw_post(path, b"not gzip", {"Content-Encoding": "gzip"})
+        self.assertEqual(status, 400)
+        self.assertIn("not valid gzip data", json.loads(body)["error"])
+        status, _, body = self.raw_post(path, request.encode(), {"Content-Encoding": "br"})
+        self.assertEqual(status, 415)
+        self.assertIn("gzip or deflate", json.loads(body)["error"])
+        self.assertTrue(self.client.is_server_live())
+
+    def test_a_compression_bomb_is_refused_and_the_server_keeps_serving(self):
+        # 64 MiB of zeros, about 64 KiB compressed, against a 1 MiB --http-max-body-bytes.
+        bomb = gzip.compress(b"\0" * (64 << 20), compresslevel=9)
+        self.assertLess(len(bomb), 1 << 20)
+        server = SluiceServer(ARGS.server, ARGS.models, ["--http-max-body-bytes=1048576"])
+        try:
+            connection = http.client.HTTPConnection(server.url, timeout=10)
+            connection.request("POST", "/v2/models/identity/infer", body=bomb,
+                               headers={"Content-Encoding": "gzip"})
+            response = connection.getresponse()
+            body = response.read()
+            connection.close()
+            self.assertEqual(response.status, 413)
+            self.assertIn("inflates to more than 1048576 bytes (--http-max-body-bytes)",
+                          json.loads(body)["error"])
+            client = httpclient.InferenceServerClient(url=server.url)
+            try:
+                self.assertTrue(client.is_server_ready())
+            finally:
+                client.close()
+        finally:
+            self.assertEqual(server.stop(), 0)
 
     def test_statistics(self):
         stats = self.client.get_inference_statistics("simple")
