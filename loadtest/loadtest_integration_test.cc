@@ -370,7 +370,7 @@ TEST(LoadTestErrors, SequenceLengthRangeUsageErrors) {
   ToolRun http =
       RunLoadTest({"-m", "embedder", "--seq-len", "8:64", "--protocol", "http", "--mode", "sync"});
   EXPECT_EQ(http.exit_code, 2);
-  EXPECT_THAT(http.err, HasSubstr("needs random inputs over gRPC"));
+  EXPECT_THAT(http.err, HasSubstr("needs random or zero inputs over gRPC"));
 }
 
 // ---- The echo server ----------------------------------------------------------------------------

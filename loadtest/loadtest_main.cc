@@ -315,11 +315,11 @@ int Run(const Flags& flags, const std::string& command_line) {
   spec.token_id_limit = flags.vocab_size;
   spec.seed = flags.seed;
   if (!lengths->fixed()) {
-    if (!flags.text_file.empty() || flags.input_data != "random" || flags.shared_memory != "none" ||
-        flags.protocol != "grpc") {
-      std::cerr << "error: --seq-len MIN:MAX (a length per request) needs random inputs over "
-                   "gRPC: leave out --text-file, --input-data, --shared-memory and --protocol "
-                   "http\n";
+    if (!flags.text_file.empty() || (flags.input_data != "random" && flags.input_data != "zeros") ||
+        flags.shared_memory != "none" || flags.protocol != "grpc") {
+      std::cerr << "error: --seq-len MIN:MAX (a length per request) needs random or zero inputs "
+                   "over gRPC: leave out --text-file, --input-data FILE, --shared-memory and "
+                   "--protocol http\n";
       return kExitUsage;
     }
   }
@@ -391,9 +391,9 @@ int Run(const Flags& flags, const std::string& command_line) {
     if (!made.ok()) return Fail(absl::StrCat("--seq-len: ", made.status().message()));
     ragged = *std::move(made);
     options.request_source = [ragged](uint64_t index) {
-      std::shared_ptr<const inference::ModelInferRequest> made = ragged->Make(index);
-      const int64_t tokens = RequestTokens(*made);
-      return OutgoingRequest{std::move(made), tokens};
+      std::shared_ptr<const inference::ModelInferRequest> next = ragged->Make(index);
+      const int64_t tokens = RequestTokens(*next);
+      return OutgoingRequest{std::move(next), tokens};
     };
     request = *ragged->MakeLongest();
   } else if (!flags.text_file.empty()) {
