@@ -1,3 +1,4 @@
+# shellcheck shell=bash disable=SC2034  # sourced; the variables it sets are for the caller
 # bench-lib.sh - what the one-server benchmark scripts (bench-http.sh, bench-shared-memory.sh,
 # bench-ragged.sh) share; sourced, not run. bench.sh keeps its own machinery (it also starts
 # echo servers and baseline builds).
