@@ -1,8 +1,10 @@
 #include "client/random_input.h"
 
 #include <algorithm>
+#include <cstring>
 #include <utility>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "client/tensor_codec.h"
 #include "common/status_macros.h"
@@ -78,13 +80,17 @@ absl::StatusOr<std::string> RandomInput(absl::string_view datatype, absl::Span<c
 
 absl::StatusOr<inference::ModelInferRequest> MakeRandomRequest(
     const inference::ModelMetadataResponse& metadata, int64_t batch_size, uint64_t seed,
-    int64_t sequence_length) {
+    int64_t sequence_length, int64_t token_id_limit) {
   if (batch_size < 1) {
     return absl::InvalidArgumentError(absl::StrCat("batch size ", batch_size, " is not >= 1"));
   }
   if (sequence_length < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("sequence length ", sequence_length, " is not >= 1"));
+  }
+  if (token_id_limit < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("token id limit ", token_id_limit, " is not >= 1"));
   }
   inference::ModelInferRequest request;
   request.set_model_name(metadata.name());
@@ -107,15 +113,19 @@ absl::StatusOr<inference::ModelInferRequest> MakeRandomRequest(
     if (raw.ok() && int_type &&
         (tensor.name() == "input_ids" || tensor.name() == "attention_mask" ||
          tensor.name() == "token_type_ids")) {
-      // A sequence model's token ids in [0, 64) (inside any vocabulary; the signed draw has
-      // negatives), its mask all ones (every token real), its segment ids 0. Little-endian.
+      // A sequence model's token ids in [0, token_id_limit) (the signed draw above has
+      // negatives: drawn again), its mask all ones (every token real), its segment ids 0.
       const size_t width = tensor.datatype() == "INT64" ? 8 : 4;
+      SplitMix64 ids(seed + static_cast<uint64_t>(i));
       for (size_t at = 0; at < raw->size(); at += width) {
-        const char low = (*raw)[at];
-        std::fill(raw->begin() + static_cast<ptrdiff_t>(at),
-                  raw->begin() + static_cast<ptrdiff_t>(at + width), '\0');
-        if (tensor.name() == "input_ids") (*raw)[at] = static_cast<char>(low & 63);
-        if (tensor.name() == "attention_mask") (*raw)[at] = 1;
+        int64_t value = 0;
+        if (tensor.name() == "input_ids") {
+          value = static_cast<int64_t>(ids.Next() % static_cast<uint64_t>(token_id_limit));
+        } else if (tensor.name() == "attention_mask") {
+          value = 1;
+        }
+        // Little-endian: the low `width` bytes.
+        std::memcpy(raw->data() + at, &value, width);
       }
     }
     if (!raw.ok()) {
@@ -125,6 +135,32 @@ absl::StatusOr<inference::ModelInferRequest> MakeRandomRequest(
     RETURN_IF_ERROR(AddRawInput(request, tensor.name(), tensor.datatype(), shape, *std::move(raw)));
   }
   return request;
+}
+
+absl::StatusOr<LengthRange> ParseLengthRange(absl::string_view text, int64_t max_length) {
+  LengthRange range;
+  const size_t colon = text.find(':');
+  const bool parsed = colon == absl::string_view::npos
+                          ? absl::SimpleAtoi(text, &range.min)
+                          : absl::SimpleAtoi(text.substr(0, colon), &range.min) &&
+                                absl::SimpleAtoi(text.substr(colon + 1), &range.max);
+  if (colon == absl::string_view::npos) range.max = range.min;
+  if (!parsed || range.min < 1 || range.max < range.min || range.max > max_length) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "bad sequence length '", text,
+        "' (expected N or MIN:MAX with 1 <= MIN <= MAX <= ", max_length, ", e.g. 128 or 8:256)"));
+  }
+  return range;
+}
+
+int64_t DrawLength(const LengthRange& range, uint64_t seed, uint64_t index) {
+  if (range.fixed()) return range.min;
+  // One splitmix64 step keyed by (seed, index): successive indexes are independent draws. The
+  // 64 bits scaled by the span (Lemire's multiply-shift) are uniform up to span / 2^64.
+  SplitMix64 rng(seed ^ (index * 0xd1b54a32d192ed03ULL));
+  const uint64_t span = static_cast<uint64_t>(range.max - range.min) + 1;
+  const auto scaled = static_cast<unsigned __int128>(rng.Next()) * span;
+  return range.min + static_cast<int64_t>(scaled >> 64);
 }
 
 }  // namespace sluice::client

@@ -49,7 +49,8 @@ struct InferFlags {
   std::string id;
   std::string input_json;
   bool random = false;
-  int64_t sequence_length = 1;
+  std::string sequence_length = "1";
+  int64_t vocab_size = kDefaultTokenIdLimit;
   int64_t batch = 1;
   uint64_t seed = 0;
   std::vector<std::string> outputs;
@@ -185,8 +186,14 @@ absl::StatusOr<int> RunInfer(InferenceClient& client, const InferFlags& flags) {
                    client.ModelMetadata(flags.model, flags.version));
   inference::ModelInferRequest request;
   if (flags.random) {
+    // A range draws the request's one length from the seed (as sluice-loadtest's request 0).
+    absl::StatusOr<LengthRange> lengths = ParseLengthRange(flags.sequence_length, int64_t{1} << 20);
+    if (!lengths.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("--seq-len: ", lengths.status().message()));
+    }
     ASSIGN_OR_RETURN(request,
-                     MakeRandomRequest(metadata, flags.batch, flags.seed, flags.sequence_length));
+                     MakeRandomRequest(metadata, flags.batch, flags.seed,
+                                       DrawLength(*lengths, flags.seed, 0), flags.vocab_size));
   } else {
     ASSIGN_OR_RETURN(request, InputsFromJson(json_text, &metadata));
   }
@@ -288,8 +295,15 @@ int Main(int argc, char** argv) {
   infer
       ->add_option("--seq-len", infer_flags.sequence_length,
                    "With --random: the length of every other -1 dimension (a sequence model's "
-                   "tokens; attention_mask is then all ones, token_type_ids zeros)")
-      ->check(CLI::PositiveNumber)
+                   "tokens; attention_mask is then all ones, token_type_ids zeros); N, or "
+                   "MIN:MAX for one length drawn uniformly from that range by --seed")
+      ->needs(random)
+      ->capture_default_str();
+  infer
+      ->add_option("--vocab-size", infer_flags.vocab_size,
+                   "With --random: input_ids are drawn uniformly from [0, N) (the model's "
+                   "vocab_size covers its vocabulary; the default is inside any)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 31))
       ->needs(random)
       ->capture_default_str();
   infer->add_option("--seed", infer_flags.seed, "With --random: generator seed")

@@ -1,5 +1,7 @@
 #include "client/tensor_codec.h"
 
+#include <algorithm>
+#include <climits>
 #include <cmath>
 #include <cstdint>
 #include <string>
@@ -276,6 +278,96 @@ TEST(MakeRandomRequestTest, SequenceModelInputs) {
   EXPECT_THAT(*FromRawBytes<int64_t>(request->raw_input_contents(1)), Each(1));
   EXPECT_THAT(*FromRawBytes<int64_t>(request->raw_input_contents(2)), Each(0));
   EXPECT_FALSE(MakeRandomRequest(metadata, 1, 1, 0).ok());
+}
+
+TEST(MakeRandomRequestTest, TokenIdsCoverTheGivenVocabulary) {
+  inference::ModelMetadataResponse metadata;
+  metadata.set_name("embedder");
+  auto* input = metadata.add_inputs();
+  input->set_name("input_ids");
+  input->set_datatype("INT64");
+  input->add_shape(-1);
+  input->add_shape(-1);
+  absl::StatusOr<inference::ModelInferRequest> request =
+      MakeRandomRequest(metadata, 4, 7, 1000, /*token_id_limit=*/4096);
+  ASSERT_TRUE(request.ok()) << request.status();
+  const std::vector<int64_t> ids = *FromRawBytes<int64_t>(request->raw_input_contents(0));
+  ASSERT_EQ(ids.size(), 4000u);
+  int64_t largest = 0;
+  for (int64_t id : ids) {
+    ASSERT_GE(id, 0);
+    ASSERT_LT(id, 4096);
+    largest = std::max(largest, id);
+  }
+  // 4000 uniform draws from 4096 ids: the largest is above 3900 but with negligible chance.
+  EXPECT_GT(largest, 3900);
+  // A limit of one: every id 0. A limit below one is refused.
+  request = MakeRandomRequest(metadata, 1, 7, 16, 1);
+  ASSERT_TRUE(request.ok()) << request.status();
+  EXPECT_THAT(*FromRawBytes<int64_t>(request->raw_input_contents(0)), Each(0));
+  EXPECT_FALSE(MakeRandomRequest(metadata, 1, 7, 16, 0).ok());
+}
+
+// ---- Sequence length ranges ---------------------------------------------------------------------
+
+TEST(LengthRangeTest, ParsesOneLengthOrARange) {
+  absl::StatusOr<LengthRange> one = ParseLengthRange("128", 512);
+  ASSERT_TRUE(one.ok()) << one.status();
+  EXPECT_EQ(one->min, 128);
+  EXPECT_EQ(one->max, 128);
+  EXPECT_TRUE(one->fixed());
+  absl::StatusOr<LengthRange> range = ParseLengthRange("8:256", 512);
+  ASSERT_TRUE(range.ok()) << range.status();
+  EXPECT_EQ(range->min, 8);
+  EXPECT_EQ(range->max, 256);
+  EXPECT_FALSE(range->fixed());
+  EXPECT_TRUE(ParseLengthRange("4:4", 512)->fixed());
+  for (const char* bad :
+       {"", "0", "-3", "x", "8:", ":8", "9:8", "0:8", "8:513", "1:2:3", "8-256"}) {
+    absl::StatusOr<LengthRange> parsed = ParseLengthRange(bad, 512);
+    ASSERT_FALSE(parsed.ok()) << bad;
+    EXPECT_THAT(std::string(parsed.status().message()), HasSubstr("MIN:MAX")) << bad;
+  }
+}
+
+TEST(LengthRangeTest, DrawsStayInBoundsAndCoverEveryLength) {
+  const LengthRange range{8, 256};
+  std::vector<int64_t> counts(257, 0);
+  constexpr int kDraws = 249 * 400;
+  for (uint64_t i = 0; i < kDraws; ++i) {
+    const int64_t length = DrawLength(range, 3, i);
+    ASSERT_GE(length, 8) << i;
+    ASSERT_LE(length, 256) << i;
+    ++counts[length];
+  }
+  // Uniform: each of the 249 lengths expects 400 draws (sd 20); every one within 6 sd.
+  for (int64_t length = 8; length <= 256; ++length) {
+    EXPECT_GT(counts[length], 280) << length;
+    EXPECT_LT(counts[length], 520) << length;
+  }
+  // The mean is (8 + 256) / 2 within a few standard errors (sd of the mean ~0.23).
+  double sum = 0;
+  for (int64_t length = 8; length <= 256; ++length) sum += double(length) * counts[length];
+  EXPECT_NEAR(sum / kDraws, 132.0, 1.5);
+  // One length: always it.
+  EXPECT_EQ(DrawLength(LengthRange{5, 5}, 3, 17), 5);
+  // The extremes of the int64 range do not overflow.
+  const LengthRange wide{1, INT64_MAX};
+  for (uint64_t i = 0; i < 100; ++i) EXPECT_GE(DrawLength(wide, 1, i), 1);
+}
+
+TEST(LengthRangeTest, TheSameSeedGivesTheSameLengthsAndAnotherSeedOthers) {
+  const LengthRange range{8, 256};
+  std::vector<int64_t> a, b, c;
+  for (uint64_t i = 0; i < 200; ++i) {
+    a.push_back(DrawLength(range, 42, i));
+    b.push_back(DrawLength(range, 42, i));
+    c.push_back(DrawLength(range, 43, i));
+  }
+  EXPECT_EQ(a, b);
+  EXPECT_NE(a, c);
+  // Successive indexes are not one repeated value.
+  EXPECT_NE(std::count(a.begin(), a.end(), a[0]), 200);
 }
 
 TEST(MakeRandomRequestTest, EncoderWithTokenizerGetsTokenIdsOnly) {

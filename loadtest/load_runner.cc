@@ -16,6 +16,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
+#include "client/random_input.h"
 #include "common/check.h"
 #include "loadtest/window_collector.h"
 
@@ -104,19 +105,29 @@ class LoadGenerator {
 // Everything a generator borrows; all outlive it.
 struct GeneratorContext {
   client::InferenceClient* client;
-  std::shared_ptr<const inference::ModelInferRequest> request;
+  OutgoingRequest request;
   WindowCollector* collector;
   RequestBudget* budget;
   // RunOptions::make_sync_sender; null or empty: gRPC.
   const std::function<absl::StatusOr<std::function<absl::Status()>>()>* make_sync_sender = nullptr;
+  // RunOptions::request_source; null or empty: none.
+  const std::function<OutgoingRequest(uint64_t)>* source = nullptr;
   // RunOptions::request_variants; null or empty: always `request`.
   const std::vector<std::shared_ptr<const inference::ModelInferRequest>>* variants = nullptr;
+  uint64_t seed = 0;
+  // The number of the next send, across the run's levels and threads.
+  std::atomic<uint64_t>* next_send = nullptr;
 
-  // The request to send next: `request`, or one of `variants` drawn at random.
-  const std::shared_ptr<const inference::ModelInferRequest>& Pick() const {
-    if (variants == nullptr || variants->empty()) return request;
-    thread_local std::minstd_rand rng(std::random_device{}());
-    return (*variants)[std::uniform_int_distribution<size_t>(0, variants->size() - 1)(rng)];
+  // The request to send next: `request`, or the source's or a variant chosen by the send's
+  // number.
+  OutgoingRequest Pick() const {
+    const bool has_source = source != nullptr && *source;
+    const bool has_variants = variants != nullptr && !variants->empty();
+    if (!has_source && !has_variants) return request;
+    const uint64_t index = next_send->fetch_add(1, std::memory_order_relaxed);
+    if (has_source) return (*source)(index);
+    const client::LengthRange choices{1, static_cast<int64_t>(variants->size())};
+    return {(*variants)[static_cast<size_t>(client::DrawLength(choices, seed, index) - 1)], 0};
   }
 };
 
@@ -155,10 +166,11 @@ class SyncClosedLoop final : public LoadGenerator {
       const int64_t start_ns = NowNs();
       if (send) {
         const absl::Status status = send();
-        context_.collector->RecordResult(status, NowNs() - start_ns);
+        context_.collector->RecordResult(status, NowNs() - start_ns, context_.request.tokens);
       } else {
-        client::InferResult result = context_.client->Infer(*context_.Pick());
-        context_.collector->RecordResult(result.status(), NowNs() - start_ns);
+        const OutgoingRequest outgoing = context_.Pick();
+        client::InferResult result = context_.client->Infer(*outgoing.request);
+        context_.collector->RecordResult(result.status(), NowNs() - start_ns, outgoing.tokens);
       }
     }
   }
@@ -190,11 +202,14 @@ class AsyncClosedLoop final : public LoadGenerator {
   void SendNext() {
     if (stop_.load(std::memory_order_relaxed) || !context_.budget->TryTake()) return;
     context_.collector->RecordSent();
+    OutgoingRequest outgoing = context_.Pick();
     const int64_t start_ns = NowNs();
-    context_.client->AsyncInfer(context_.Pick(), [this, start_ns](client::InferResult result) {
-      context_.collector->RecordResult(result.status(), NowNs() - start_ns);
-      SendNext();
-    });
+    context_.client->AsyncInfer(
+        std::move(outgoing.request),
+        [this, start_ns, tokens = outgoing.tokens](client::InferResult result) {
+          context_.collector->RecordResult(result.status(), NowNs() - start_ns, tokens);
+          SendNext();
+        });
   }
 
   const GeneratorContext context_;
@@ -212,11 +227,13 @@ class StreamLoad final : public LoadGenerator {
       : context_(std::move(context)),
         slot_count_(slots),
         closed_loop_(closed_loop),
-        send_ns_(new std::atomic<int64_t>[slots]) {
+        send_ns_(new std::atomic<int64_t>[slots]),
+        tokens_(new std::atomic<int64_t>[slots]) {
     ids_.reserve(slots);
     for (int64_t i = 0; i < slots; ++i) {
       ids_.push_back(absl::StrCat(i));
       send_ns_[i].store(0, std::memory_order_relaxed);
+      tokens_[i].store(0, std::memory_order_relaxed);
       if (!closed_loop_) free_slots_.push_back(i);
     }
   }
@@ -296,8 +313,10 @@ class StreamLoad final : public LoadGenerator {
   // REQUIRES: the caller counted the request in outstanding_ (under mu_, in the same critical
   // section that checked stopping_ or took the slot), so that a drain never sees zero in between.
   void Send(int64_t slot) {
-    inference::ModelInferRequest request = *context_.Pick();
+    const OutgoingRequest outgoing = context_.Pick();
+    inference::ModelInferRequest request = *outgoing.request;
     request.set_id(ids_[slot]);
+    tokens_[slot].store(outgoing.tokens, std::memory_order_relaxed);
     send_ns_[slot].store(NowNs(), std::memory_order_release);
     absl::Status written = stream_->Write(std::move(request));
     if (written.ok()) {
@@ -327,7 +346,8 @@ class StreamLoad final : public LoadGenerator {
       return;
     }
     context_.collector->RecordResult(result.status(),
-                                     now_ns - send_ns_[slot].load(std::memory_order_acquire));
+                                     now_ns - send_ns_[slot].load(std::memory_order_acquire),
+                                     tokens_[slot].load(std::memory_order_relaxed));
     if (closed_loop_) {
       bool resend = false;
       {
@@ -349,6 +369,7 @@ class StreamLoad final : public LoadGenerator {
   const bool closed_loop_;
   std::vector<std::string> ids_;                     // slot -> request id
   std::unique_ptr<std::atomic<int64_t>[]> send_ns_;  // slot -> send time
+  std::unique_ptr<std::atomic<int64_t>[]> tokens_;   // slot -> tokens of its request
   std::unique_ptr<client::InferStream> stream_;
 
   absl::Mutex mu_;
@@ -437,11 +458,14 @@ class OpenLoop final : public LoadGenerator {
     if (stream_ != nullptr) return stream_->TrySend();
     outstanding_.fetch_add(1, std::memory_order_relaxed);
     context_.collector->RecordSent();
+    OutgoingRequest outgoing = context_.Pick();
     const int64_t start_ns = NowNs();
-    context_.client->AsyncInfer(context_.Pick(), [this, start_ns](client::InferResult result) {
-      context_.collector->RecordResult(result.status(), NowNs() - start_ns);
-      outstanding_.fetch_sub(1, std::memory_order_relaxed);
-    });
+    context_.client->AsyncInfer(
+        std::move(outgoing.request),
+        [this, start_ns, tokens = outgoing.tokens](client::InferResult result) {
+          context_.collector->RecordResult(result.status(), NowNs() - start_ns, tokens);
+          outstanding_.fetch_sub(1, std::memory_order_relaxed);
+        });
     return true;
   }
 
@@ -570,11 +594,14 @@ class LevelRunner {
 
     WindowCollector collector;
     GeneratorContext context{&client_,
-                             request_,
+                             OutgoingRequest{request_, options_.request_tokens},
                              &collector,
                              &budget_,
                              &options_.make_sync_sender,
-                             &options_.request_variants};
+                             &options_.request_source,
+                             &options_.request_variants,
+                             options_.seed,
+                             &next_send_};
     std::unique_ptr<LoadGenerator> generator;
     if (!closed) {
       generator =
@@ -692,6 +719,7 @@ class LevelRunner {
   static void Add(const WindowRecord& record, RunTotals& totals) {
     totals.sent += record.sent;
     totals.succeeded += record.succeeded;
+    totals.succeeded_tokens += record.succeeded_tokens;
     totals.failed += record.failed;
     totals.sent_late += record.sent_late;
     totals.skipped += record.skipped;
@@ -717,6 +745,13 @@ class LevelRunner {
       result.sent_rps = static_cast<double>(merged.sent) / duration_s;
     }
     result.inferences_per_s = result.throughput_rps * static_cast<double>(options_.batch_size);
+    if (duration_s > 0) {
+      result.tokens_per_s = static_cast<double>(merged.succeeded_tokens) / duration_s;
+    }
+    if (merged.succeeded > 0) {
+      result.mean_request_tokens =
+          static_cast<double>(merged.succeeded_tokens) / static_cast<double>(merged.succeeded);
+    }
     result.latency = Summarize(merged.latency);
     result.failed_latency = Summarize(merged.failed_latency);
     result.errors_by_code = merged.errors_by_code;
@@ -733,6 +768,7 @@ class LevelRunner {
   const RunOptions& options_;
   RequestBudget& budget_;
   const SteadyClock::time_point deadline_;
+  std::atomic<uint64_t> next_send_{0};
 };
 
 }  // namespace

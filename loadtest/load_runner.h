@@ -70,6 +70,13 @@ struct Progress {
   double last_window_p99_us = 0;
 };
 
+// One request to send, and the real tokens it carries (the request's token count for a sequence
+// model, counted from its attention_mask or input_ids; 0 when not known), for tokens/s.
+struct OutgoingRequest {
+  std::shared_ptr<const inference::ModelInferRequest> request;
+  int64_t tokens = 0;
+};
+
 struct RunOptions {
   // The model whose statistics give the server-side breakdown (the request names it too).
   std::string model_name;
@@ -86,6 +93,9 @@ struct RunOptions {
 
   // Items per request (the request's batch size), to report inferences per second.
   int64_t batch_size = 1;
+  // Real tokens in RunLoad's `request` (RequestTokens()), to report tokens per second; 0: not a
+  // sequence model, nothing reported.
+  int64_t request_tokens = 0;
 
   // Load before the first window of each level, not measured.
   int64_t warmup_ms = 1000;
@@ -103,7 +113,7 @@ struct RunOptions {
   // After a level, how long to wait for outstanding requests before cancelling them.
   int64_t drain_timeout_ms = 10'000;
 
-  // Seed of the Poisson arrivals.
+  // Seed of the Poisson arrivals and of the choice among request_variants.
   uint64_t seed = 0;
 
   // --protocol http: makes the sender of one closed-loop thread (each its own keep-alive
@@ -112,9 +122,16 @@ struct RunOptions {
   // server's statistics either way).
   std::function<absl::StatusOr<std::function<absl::Status()>>()> make_sync_sender;
 
-  // --text-file: when non-empty, every gRPC send draws one of these at random (uniformly, a
-  // generator per thread) instead of RunLoad's `request`; `request` still names the model.
-  // Not used by make_sync_sender (HTTP), which sends its own body.
+  // Every gRPC send of the run is numbered 0, 1, 2, ... (one counter across levels and threads);
+  // these two replace RunLoad's `request` by a request chosen by that number, so that which
+  // requests a run sends depends on `seed` alone (not their order: threads interleave).
+  // Neither is used by make_sync_sender (HTTP), which sends its own body.
+  //
+  // --seq-len MIN:MAX: when set, send number k is request_source(k) (ragged traffic). Called
+  // from any sending thread, concurrently.
+  std::function<OutgoingRequest(uint64_t)> request_source;
+  // --text-file: when non-empty (and request_source is not set), send number k is one of these
+  // drawn uniformly from (seed, k); tokens are not counted (the server tokenizes).
   std::vector<std::shared_ptr<const inference::ModelInferRequest>> request_variants;
 
   // Called about every progress_interval_ms from the thread running RunLoad (may be empty).
@@ -162,7 +179,12 @@ struct LevelResult {
   int64_t skipped = 0;
   double throughput_rps = 0;    // successful requests per second
   double inferences_per_s = 0;  // throughput_rps * batch size
-  double sent_rps = 0;          // requests sent per second (the offered load in open loop)
+  // Real tokens of the successful requests per second (RunOptions::request_tokens /
+  // request_source); 0 when the requests' tokens are not known.
+  double tokens_per_s = 0;
+  // Mean real tokens per successful request over the same windows (0: not known).
+  double mean_request_tokens = 0;
+  double sent_rps = 0;  // requests sent per second (the offered load in open loop)
   LatencySummary latency;
   // The failed requests' latency (all codes together); zeros when none failed.
   LatencySummary failed_latency;
@@ -180,6 +202,8 @@ struct RunTotals {
   int64_t sent_late = 0;
   int64_t skipped = 0;
   double duration_s = 0;
+  // Real tokens of the successful requests (0 when their tokens are not known).
+  int64_t succeeded_tokens = 0;
 };
 
 struct RunResult {

@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <fstream>
@@ -20,6 +21,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "client/inference_client.h"
+#include "client/random_input.h"
 #include "client/tensor_codec.h"
 #include "gmock/gmock.h"
 #include "grpcpp/grpcpp.h"
@@ -27,6 +29,7 @@
 #include "loadtest/echo_service.h"
 #include "nlohmann/json.hpp"
 #include "tests/integration/server_process.h"
+#include "tests/support/http_get.h"
 
 namespace sluice::loadtest {
 namespace {
@@ -266,6 +269,108 @@ TEST(LoadTestErrors, UsageErrors) {
   EXPECT_EQ(RunLoadTest({"-m", "identity", "--request-rate", "10", "--mode", "sync"}).exit_code, 2);
   EXPECT_EQ(RunLoadTest({"-m", "identity", "--concurrency", "2", "--request-rate", "10"}).exit_code,
             2);
+}
+
+// ---- Ragged traffic (--seq-len MIN:MAX) against the real encoder --------------------------------
+
+class LoadTestRagged : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    absl::StatusOr<std::unique_ptr<testing::ServerProcess>> server =
+        testing::ServerProcess::Start({"--model-repository", testing::BundledModelRepository(),
+                                       "--model-control-mode=explicit", "--load-model=embedder"});
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = *std::move(server);
+    ASSERT_NE(server_->metrics_port(), 0);
+  }
+
+  // Real tokens the server has batched for `embedder` (every token of every request it ran).
+  double ServerTokens() const {
+    return testing::ScrapeValue(server_->metrics_port(),
+                                R"(sluice_batch_tokens_sum{model="embedder",version="1"})")
+        .value_or(-1);
+  }
+
+  std::unique_ptr<testing::ServerProcess> server_;
+};
+
+// Every request of a run has the length its seed and number give, so the server's count of real
+// tokens grows by exactly the probe's (the longest length) plus DrawLength summed over the
+// requests sent, and the load tester's own token count agrees.
+TEST_F(LoadTestRagged, EveryRequestCarriesTheLengthItsSeedAndNumberGive) {
+  const std::string json_path = absl::StrCat(::testing::TempDir(), "ragged_", getpid(), ".json");
+  const double before = ServerTokens();
+  ASSERT_GE(before, 0);
+  constexpr int kRequests = 300;
+  ToolRun run = RunLoadTest({"-m",
+                             "embedder",
+                             "-u",
+                             server_->address(),
+                             "--seq-len",
+                             "8:128",
+                             "--vocab-size",
+                             "4096",
+                             "--seed",
+                             "11",
+                             "--concurrency",
+                             "8",
+                             "--max-requests",
+                             absl::StrCat(kRequests),
+                             "--warmup-ms",
+                             "50",
+                             "--window-ms",
+                             "20000",
+                             "--max-windows",
+                             "1",
+                             "--json",
+                             json_path});
+  // --max-requests ends the run: exit status 3, the level still reported.
+  ASSERT_EQ(run.exit_code, 3) << run.out << run.err;
+  int64_t expected = 128;  // the probe
+  int64_t shortest = 1 << 30, longest = 0;
+  for (uint64_t k = 0; k < kRequests; ++k) {
+    const int64_t length = client::DrawLength(client::LengthRange{8, 128}, 11, k);
+    expected += length;
+    shortest = std::min(shortest, length);
+    longest = std::max(longest, length);
+  }
+  ASSERT_LT(shortest, 16);  // the draw spans the range (else this test proves little)
+  ASSERT_GT(longest, 120);
+  // The server's histogram is updated when a batch is dispatched: before its answers.
+  EXPECT_EQ(ServerTokens() - before, static_cast<double>(expected));
+  const nlohmann::json doc = nlohmann::json::parse(ReadAll(json_path));
+  EXPECT_EQ(doc["totals"]["failed"], 0);
+  EXPECT_EQ(doc["totals"]["succeeded"], kRequests + 1);
+  EXPECT_EQ(doc["totals"]["tokens"], expected);
+  EXPECT_EQ(doc["config"]["counts_tokens"], true);
+  const nlohmann::json& level = doc["levels"][0];
+  EXPECT_GT(level["tokens_per_s"].get<double>(), 8 * level["throughput_rps"].get<double>());
+  EXPECT_LT(level["tokens_per_s"].get<double>(), 128 * level["throughput_rps"].get<double>());
+  EXPECT_THAT(run.out, HasSubstr("input_ids INT64 [1,8..128]"));
+  EXPECT_THAT(run.out, HasSubstr("uniform over [8, 128] (seed 11)"));
+  EXPECT_THAT(run.out, HasSubstr("tokens/s"));
+}
+
+// A range whose longest length the model refuses fails at the probe with the server's reason.
+TEST_F(LoadTestRagged, ALengthAboveTheModelsLimitFailsAtOnce) {
+  ToolRun run = RunLoadTest(
+      {"-m", "embedder", "-u", server_->address(), "--seq-len", "8:200", "--concurrency", "2"});
+  EXPECT_EQ(run.exit_code, 1) << run.out << run.err;
+  EXPECT_THAT(run.err, HasSubstr("[1,200]"));
+  EXPECT_THAT(run.err, HasSubstr("INVALID_ARGUMENT"));
+  EXPECT_THAT(run.err, HasSubstr("128"));  // the model's limit, named by the server
+}
+
+TEST(LoadTestErrors, SequenceLengthRangeUsageErrors) {
+  for (const char* bad : {"9:8", "0:8", "8:", "x"}) {
+    ToolRun run = RunLoadTest({"-m", "embedder", "--seq-len", bad});
+    EXPECT_EQ(run.exit_code, 2) << bad;
+    EXPECT_THAT(run.err, HasSubstr("--seq-len")) << bad;
+  }
+  ToolRun http =
+      RunLoadTest({"-m", "embedder", "--seq-len", "8:64", "--protocol", "http", "--mode", "sync"});
+  EXPECT_EQ(http.exit_code, 2);
+  EXPECT_THAT(http.err, HasSubstr("needs random or zero inputs over gRPC"));
 }
 
 // ---- The echo server ----------------------------------------------------------------------------

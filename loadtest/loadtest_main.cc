@@ -48,6 +48,8 @@ constexpr int kExitLimit = 3;
 
 // Most concurrent requests a closed-loop level may keep in flight (sync mode: one thread each).
 constexpr int64_t kMaxConcurrency = 4096;
+// Longest --seq-len.
+constexpr int64_t kMaxSequenceLength = int64_t{1} << 20;
 
 struct Flags {
   std::string model;
@@ -60,7 +62,8 @@ struct Flags {
   std::string arrivals = "constant";
   int64_t max_outstanding = 1024;
   int64_t batch_size = 1;
-  int64_t sequence_length = 1;
+  std::string sequence_length = "1";
+  int64_t vocab_size = client::kDefaultTokenIdLimit;
   std::vector<std::string> shapes;
   std::string input_data = "random";
   std::string text_file;
@@ -143,8 +146,15 @@ void AddFlags(CLI::App& app, Flags& flags) {
   app.add_option("--seq-len", flags.sequence_length,
                  "With random inputs: the length of -1 dimensions no --shape fixes (a sequence "
                  "model's tokens: every input [batch, seq-len]; attention_mask all ones, "
-                 "token_type_ids zeros), e.g. -m embedder --seq-len 128")
-      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20))
+                 "token_type_ids zeros). N: every request N long; MIN:MAX: ragged traffic, each "
+                 "request's length drawn uniformly from MIN to MAX (both included) by --seed and "
+                 "the request's number in the run (gRPC only), e.g. -m embedder --seq-len 8:128")
+      ->capture_default_str();
+  app.add_option("--vocab-size", flags.vocab_size,
+                 "With random inputs: input_ids are drawn uniformly from [0, N). KServe metadata "
+                 "does not tell the vocabulary: give the model's vocab_size (config.json) to "
+                 "cover it; the default is inside any vocabulary")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 31))
       ->capture_default_str();
   app.add_option("--input-data", flags.input_data,
                  "random, zeros, or a JSON file of inputs (sluice-client --input-json format)")
@@ -159,7 +169,9 @@ void AddFlags(CLI::App& app, Flags& flags) {
                  "for models with dynamic_batching priority_levels); 0: not sent, the model's "
                  "default level")
       ->capture_default_str();
-  app.add_option("--seed", flags.seed, "Seed of random inputs and Poisson arrivals")
+  app.add_option("--seed", flags.seed,
+                 "Seed of random inputs, of --seq-len MIN:MAX lengths, of the line --text-file "
+                 "sends, and of Poisson arrivals")
       ->capture_default_str();
   app.add_option("--warmup-ms", flags.warmup_ms, "Unmeasured load before each level's windows")
       ->check(CLI::Range(int64_t{0}, int64_t{3'600'000}))
@@ -293,8 +305,24 @@ int Run(const Flags& flags, const std::string& command_line) {
   RequestSpec spec;
   spec.model_version = flags.model_version;
   spec.batch_size = flags.batch_size;
-  spec.sequence_length = flags.sequence_length;
+  absl::StatusOr<client::LengthRange> lengths =
+      client::ParseLengthRange(flags.sequence_length, kMaxSequenceLength);
+  if (!lengths.ok()) {
+    std::cerr << "error: --seq-len: " << lengths.status().message() << "\n";
+    return kExitUsage;
+  }
+  spec.sequence_length = lengths->min;
+  spec.token_id_limit = flags.vocab_size;
   spec.seed = flags.seed;
+  if (!lengths->fixed()) {
+    if (!flags.text_file.empty() || (flags.input_data != "random" && flags.input_data != "zeros") ||
+        flags.shared_memory != "none" || flags.protocol != "grpc") {
+      std::cerr << "error: --seq-len MIN:MAX (a length per request) needs random or zero inputs "
+                   "over gRPC: leave out --text-file, --input-data FILE, --shared-memory and "
+                   "--protocol http\n";
+      return kExitUsage;
+    }
+  }
   spec.priority = flags.priority;
   for (const std::string& text : flags.shapes) {
     absl::StatusOr<std::pair<std::string, std::vector<int64_t>>> shape = ParseShapeFlag(text);
@@ -354,7 +382,21 @@ int Run(const Flags& flags, const std::string& command_line) {
   }
 
   absl::StatusOr<inference::ModelInferRequest> request = BuildRequest(*metadata, spec);
-  if (!flags.text_file.empty()) {
+  std::shared_ptr<const RaggedRequestSource> ragged;
+  if (!lengths->fixed()) {
+    // Ragged traffic: the source makes each send's request; the probe is one at the longest
+    // length, so that a maximum the model refuses fails here with the server's reason.
+    absl::StatusOr<std::unique_ptr<RaggedRequestSource>> made =
+        RaggedRequestSource::Create(*metadata, spec, *lengths);
+    if (!made.ok()) return Fail(absl::StrCat("--seq-len: ", made.status().message()));
+    ragged = *std::move(made);
+    options.request_source = [ragged](uint64_t index) {
+      std::shared_ptr<const inference::ModelInferRequest> next = ragged->Make(index);
+      const int64_t tokens = RequestTokens(*next);
+      return OutgoingRequest{std::move(next), tokens};
+    };
+    request = *ragged->MakeLongest();
+  } else if (!flags.text_file.empty()) {
     // One request per line of the file; the first is the probe and names the model.
     if (flags.protocol == "http") return Fail("--text-file works over gRPC only");
     absl::StatusOr<std::string> text = ReadFile(flags.text_file);
@@ -436,19 +478,31 @@ int Run(const Flags& flags, const std::string& command_line) {
       absl::StrAppend(&context.url, " (", shared_memory->description(), ")");
   }
   options.batch_size = RequestBatchSize(*metadata, *request);
+  options.request_tokens = RequestTokens(*request);
   context.model = flags.model;
   context.model_version = flags.model_version;
   context.mode = options.mode;
   context.open_loop = !options.request_rates.empty();
   context.arrivals = options.arrivals;
   context.batch_size = options.batch_size;
-  context.inputs = DescribeInputs(*request);
+  context.inputs = ragged != nullptr ? ragged->Describe() : DescribeInputs(*request);
   context.input_fill =
       !flags.text_file.empty()
           ? absl::StrCat("one of ", options.request_variants.size(), " lines of ", flags.text_file)
       : spec.input_json.empty() ? flags.input_data
                                 : absl::StrCat("from ", flags.input_data);
   context.request_bytes = RequestPayloadBytes(*request);
+  context.counts_tokens = options.request_tokens > 0;
+  if (ragged != nullptr) {
+    // Bytes per request vary: report the mean of the run's first requests.
+    constexpr int kSampled = 256;
+    int64_t bytes = 0;
+    for (int i = 0; i < kSampled; ++i) bytes += RequestPayloadBytes(*ragged->Make(i));
+    context.request_bytes = bytes / kSampled;
+    context.sequence_lengths =
+        absl::StrCat("sequence length per request uniform over [", lengths->min, ", ", lengths->max,
+                     "] (seed ", flags.seed, ")");
+  }
   context.warmup_ms = options.warmup_ms;
   context.window_ms = options.window_ms;
   context.stability_percent = options.stability_percent;
@@ -465,6 +519,7 @@ int Run(const Flags& flags, const std::string& command_line) {
   if (!result.ok()) return Fail(result.status().message());
   result->totals.sent += 1;  // the probe
   result->totals.succeeded += 1;
+  result->totals.succeeded_tokens += options.request_tokens;
 
   std::cout << FormatConsoleTable(context, *result) << std::flush;
   int exit_code = kExitOk;

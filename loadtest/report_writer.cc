@@ -49,6 +49,11 @@ std::string LoadText(const ReportContext& context) {
                       LoadModeName(context.mode));
 }
 
+// ", sequence length per request uniform over [8, 256] (seed 0)", or "".
+std::string SequenceLengthsText(const ReportContext& context) {
+  return context.sequence_lengths.empty() ? "" : absl::StrCat(", ", context.sequence_lengths);
+}
+
 std::string WindowsText(const ReportContext& context) {
   return absl::StrFormat(
       "windows of %d ms after a %d ms warm-up, until throughput and p99 stay within %g%% over "
@@ -246,6 +251,8 @@ json LevelJson(const LevelResult& level) {
               {"skipped", level.skipped},
               {"throughput_rps", level.throughput_rps},
               {"inferences_per_s", level.inferences_per_s},
+              {"tokens_per_s", level.tokens_per_s},
+              {"mean_request_tokens", level.mean_request_tokens},
               {"sent_rps", level.sent_rps},
               {"latency_us", LatencyJson(level.latency)},
               {"failed_latency_us", LatencyJson(level.failed_latency)},
@@ -262,21 +269,25 @@ std::string FormatConsoleTable(const ReportContext& context, const RunResult& re
   if (!context.server.empty()) absl::StrAppend(&out, " [", context.server, "]");
   absl::StrAppend(&out, "\n", LoadText(context), ", batch ", context.batch_size, ", ",
                   context.inputs, " ", context.input_fill, ", ", context.request_bytes,
-                  " B/request\n", WindowsText(context), "\n\n");
+                  " B/request", SequenceLengthsText(context), "\n", WindowsText(context), "\n\n");
 
   const bool open = context.open_loop;
-  absl::StrAppendFormat(&out, "%11s %10s %10s %8s %8s %8s %8s %8s %8s %7s",
-                        open ? "rate/s" : "concurrency", "req/s", "infer/s", "p50 ms", "p90 ms",
-                        "p95 ms", "p99 ms", "p99.9 ms", "max ms", "errors");
+  absl::StrAppendFormat(&out, "%11s %10s %10s", open ? "rate/s" : "concurrency", "req/s",
+                        "infer/s");
+  if (context.counts_tokens) absl::StrAppendFormat(&out, " %10s", "tokens/s");
+  absl::StrAppendFormat(&out, " %8s %8s %8s %8s %8s %8s %7s", "p50 ms", "p90 ms", "p95 ms",
+                        "p99 ms", "p99.9 ms", "max ms", "errors");
   if (open) absl::StrAppendFormat(&out, " %9s %6s %7s", "sent/s", "late", "skipped");
   absl::StrAppendFormat(&out, " | %9s %9s %9s %9s %9s %6s | %s\n", "srv queue", "srv input",
                         "srv infer", "srv outpt", "srv total", "batch", "windows");
   for (const LevelResult& level : result.levels) {
     const LatencySummary& l = level.latency;
-    absl::StrAppendFormat(&out, "%11s %10.1f %10.1f %8.3f %8.3f %8.3f %8.3f %8.3f %8.3f %7d",
-                          LevelLabel(level, open), level.throughput_rps, level.inferences_per_s,
-                          l.p50_us / 1e3, l.p90_us / 1e3, l.p95_us / 1e3, l.p99_us / 1e3,
-                          l.p999_us / 1e3, l.max_us / 1e3, level.failed);
+    absl::StrAppendFormat(&out, "%11s %10.1f %10.1f", LevelLabel(level, open), level.throughput_rps,
+                          level.inferences_per_s);
+    if (context.counts_tokens) absl::StrAppendFormat(&out, " %10.0f", level.tokens_per_s);
+    absl::StrAppendFormat(&out, " %8.3f %8.3f %8.3f %8.3f %8.3f %8.3f %7d", l.p50_us / 1e3,
+                          l.p90_us / 1e3, l.p95_us / 1e3, l.p99_us / 1e3, l.p999_us / 1e3,
+                          l.max_us / 1e3, level.failed);
     if (open) {
       absl::StrAppendFormat(&out, " %9.1f %6d %7d", level.sent_rps, level.sent_late, level.skipped);
     }
@@ -292,7 +303,9 @@ std::string FormatConsoleTable(const ReportContext& context, const RunResult& re
   }
   absl::StrAppend(&out,
                   "(srv columns: average microseconds per request from ModelStatistics, '-' when "
-                  "the server counted nothing; batch: items per model execution)\n");
+                  "the server counted nothing; batch: items per model execution",
+                  context.counts_tokens ? "; tokens/s: real tokens of the successful requests" : "",
+                  ")\n");
   for (const LevelResult& level : result.levels) {
     for (const auto& [code, count] : level.errors_by_code) {
       absl::StrAppend(
@@ -327,7 +340,8 @@ std::string FormatConsoleTable(const ReportContext& context, const RunResult& re
 std::string FormatCsv(const ReportContext& context, const RunResult& result) {
   std::string out =
       "concurrency,request_rate,mode,batch_size,windows,stable,end_reason,duration_s,succeeded,"
-      "failed,sent,sent_late,skipped,throughput_rps,inferences_per_s,sent_rps,latency_mean_us,"
+      "failed,sent,sent_late,skipped,throughput_rps,inferences_per_s,tokens_per_s,sent_rps,"
+      "latency_mean_us,"
       "latency_min_us,p50_us,p90_us,p95_us,p99_us,p999_us,max_us,server_requests,server_queue_us,"
       "server_compute_input_us,server_compute_infer_us,server_compute_output_us,server_total_us,"
       "server_avg_batch_size,errors\n";
@@ -335,13 +349,13 @@ std::string FormatCsv(const ReportContext& context, const RunResult& result) {
     const LatencySummary& l = level.latency;
     absl::StrAppendFormat(
         &out,
-        "%d,%g,%s,%d,%d,%d,%s,%.3f,%d,%d,%d,%d,%d,%.2f,%.2f,%.2f,%.1f,%.1f,%.1f,%.1f,%.1f,"
+        "%d,%g,%s,%d,%d,%d,%s,%.3f,%d,%d,%d,%d,%d,%.2f,%.2f,%.2f,%.2f,%.1f,%.1f,%.1f,%.1f,%.1f,"
         "%.1f,%.1f,%.1f,",
         level.concurrency, level.request_rate, LoadModeName(context.mode), context.batch_size,
         level.windows.size(), level.stable ? 1 : 0, CsvField(level.end_reason), level.duration_s,
         level.succeeded, level.failed, level.sent, level.sent_late, level.skipped,
-        level.throughput_rps, level.inferences_per_s, level.sent_rps, l.mean_us, l.min_us, l.p50_us,
-        l.p90_us, l.p95_us, l.p99_us, l.p999_us, l.max_us);
+        level.throughput_rps, level.inferences_per_s, level.tokens_per_s, level.sent_rps, l.mean_us,
+        l.min_us, l.p50_us, l.p90_us, l.p95_us, l.p99_us, l.p999_us, l.max_us);
     if (level.server.available) {
       absl::StrAppendFormat(&out, "%d,%.1f,%.1f,%.1f,%.1f,%.1f,%.3f,", level.server.requests,
                             level.server.queue_us, level.server.compute_input_us,
@@ -374,6 +388,8 @@ std::string FormatJson(const ReportContext& context, const RunResult& result) {
         {"inputs", context.inputs},
         {"input_fill", context.input_fill},
         {"request_bytes", context.request_bytes},
+        {"counts_tokens", context.counts_tokens},
+        {"sequence_lengths", context.sequence_lengths},
         {"warmup_ms", context.warmup_ms},
         {"window_ms", context.window_ms},
         {"stability_percent", context.stability_percent},
@@ -384,6 +400,7 @@ std::string FormatJson(const ReportContext& context, const RunResult& result) {
       {"totals",
        {{"sent", result.totals.sent},
         {"succeeded", result.totals.succeeded},
+        {"tokens", result.totals.succeeded_tokens},
         {"failed", result.totals.failed},
         {"sent_late", result.totals.sent_late},
         {"skipped", result.totals.skipped},
@@ -442,8 +459,9 @@ std::string FormatHtml(const ReportContext& context, const RunResult& result) {
                              context.server.empty() ? "" : ")"));
   row("model", absl::StrCat(context.model, " (version ", VersionText(context), ")"));
   row("load", LoadText(context));
-  row("request", absl::StrCat("batch ", context.batch_size, ", ", context.inputs, " ",
-                              context.input_fill, ", ", context.request_bytes, " bytes"));
+  row("request",
+      absl::StrCat("batch ", context.batch_size, ", ", context.inputs, " ", context.input_fill,
+                   ", ", context.request_bytes, " bytes", SequenceLengthsText(context)));
   row("measurement", WindowsText(context));
   row("started", context.started_at);
   row("command", context.command_line);
@@ -465,6 +483,7 @@ std::string FormatHtml(const ReportContext& context, const RunResult& result) {
   std::vector<std::string> headers = {open ? "rate/s" : "concurrency",
                                       "req/s",
                                       "infer/s",
+                                      "tokens/s",
                                       "mean ms",
                                       "p50 ms",
                                       "p90 ms",
@@ -491,6 +510,7 @@ std::string FormatHtml(const ReportContext& context, const RunResult& result) {
     cell(LevelLabel(level, open));
     cell(absl::StrFormat("%.1f", level.throughput_rps));
     cell(absl::StrFormat("%.1f", level.inferences_per_s));
+    cell(context.counts_tokens ? absl::StrFormat("%.0f", level.tokens_per_s) : "-");
     for (double us : {l.mean_us, l.p50_us, l.p90_us, l.p95_us, l.p99_us, l.p999_us, l.max_us}) {
       cell(absl::StrFormat("%.3f", us / 1e3));
     }

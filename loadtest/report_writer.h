@@ -26,9 +26,13 @@ struct ReportContext {
   bool open_loop = false;
   ArrivalProcess arrivals = ArrivalProcess::kConstant;
   int64_t batch_size = 1;
-  std::string inputs;      // DescribeInputs()
-  std::string input_fill;  // "random", "zeros" or the JSON file
-  int64_t request_bytes = 0;
+  std::string inputs;         // DescribeInputs()
+  std::string input_fill;     // "random", "zeros" or the JSON file
+  int64_t request_bytes = 0;  // per request (the mean, when lengths vary)
+  // Whether requests carry known tokens (a sequence model's token ids): tokens/s is reported.
+  bool counts_tokens = false;
+  // Ragged traffic: "sequence length per request uniform over [8, 256] (seed 0)"; "" otherwise.
+  std::string sequence_lengths;
   int64_t warmup_ms = 0;
   int64_t window_ms = 0;
   double stability_percent = 0;

@@ -138,6 +138,30 @@ TEST(ReportWriterTest, ConsoleTableShowsLevelsErrorsAndTotals) {
   EXPECT_THAT(table, Not(HasSubstr("failed requests at request rate (req/s) 100")));
 }
 
+TEST(ReportWriterTest, TokensPerSecondWhenRequestsCarryTokens) {
+  RunResult result = Result(false);
+  for (LevelResult& level : result.levels) {
+    level.tokens_per_s = 12345.0;
+    level.mean_request_tokens = 132.0;
+  }
+  ReportContext context = Context(false);
+  EXPECT_THAT(FormatConsoleTable(context, result), Not(HasSubstr("tokens/s")));
+  context.counts_tokens = true;
+  context.sequence_lengths = "sequence length per request uniform over [8, 256] (seed 0)";
+  const std::string table = FormatConsoleTable(context, result);
+  EXPECT_THAT(table, HasSubstr("tokens/s"));
+  EXPECT_THAT(table, HasSubstr("12345"));
+  EXPECT_THAT(table, HasSubstr("uniform over [8, 256]"));
+  const nlohmann::json doc = nlohmann::json::parse(FormatJson(context, result));
+  EXPECT_EQ(doc["levels"][0]["tokens_per_s"], 12345.0);
+  EXPECT_EQ(doc["levels"][0]["mean_request_tokens"], 132.0);
+  EXPECT_EQ(doc["config"]["counts_tokens"], true);
+  const std::string csv = FormatCsv(context, result);
+  EXPECT_THAT(csv, HasSubstr(",inferences_per_s,tokens_per_s,"));
+  EXPECT_THAT(csv, HasSubstr(",12345.00,"));
+  EXPECT_THAT(FormatHtml(context, result), HasSubstr("<td>12345</td>"));
+}
+
 TEST(ReportWriterTest, JsonCarriesTheFailedRequestsLatency) {
   const nlohmann::json doc = nlohmann::json::parse(FormatJson(Context(true), Result(true)));
   EXPECT_EQ(doc["levels"][2]["failed_latency_us"]["p99"], 960.0);

@@ -1,6 +1,7 @@
 #include "loadtest/request_builder.h"
 
 #include <algorithm>
+#include <cstring>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -9,6 +10,7 @@
 #include "client/random_input.h"
 #include "client/tensor_codec.h"
 #include "client/tensor_json.h"
+#include "common/check.h"
 
 namespace sluice::loadtest {
 
@@ -86,8 +88,8 @@ absl::StatusOr<inference::ModelInferRequest> BuildRequest(
   } else {
     absl::StatusOr<inference::ModelMetadataResponse> shaped = ApplyShapes(metadata, spec.shapes);
     if (!shaped.ok()) return shaped.status();
-    absl::StatusOr<inference::ModelInferRequest> random =
-        client::MakeRandomRequest(*shaped, spec.batch_size, spec.seed, spec.sequence_length);
+    absl::StatusOr<inference::ModelInferRequest> random = client::MakeRandomRequest(
+        *shaped, spec.batch_size, spec.seed, spec.sequence_length, spec.token_id_limit);
     if (!random.ok()) return random.status();
     request = *std::move(random);
     if (spec.fill == InputFill::kZeros) {
@@ -150,6 +152,164 @@ int64_t RequestBatchSize(const inference::ModelMetadataResponse& metadata,
     }
   }
   return 1;
+}
+
+int64_t RequestTokens(const inference::ModelInferRequest& request) {
+  // The mask decides when present; input_ids' element count otherwise.
+  for (const bool mask : {true, false}) {
+    for (int i = 0; i < request.inputs_size() && i < request.raw_input_contents_size(); ++i) {
+      const auto& input = request.inputs(i);
+      if (input.name() != (mask ? "attention_mask" : "input_ids")) continue;
+      const size_t width = input.datatype() == "INT64" ? 8 : input.datatype() == "INT32" ? 4 : 0;
+      if (width == 0) return 0;
+      const std::string& raw = request.raw_input_contents(i);
+      if (!mask) return static_cast<int64_t>(raw.size() / width);
+      int64_t ones = 0;
+      for (size_t at = 0; at + width <= raw.size(); at += width) {
+        int64_t value = 0;
+        std::memcpy(&value, raw.data() + at, width);  // little-endian; a non-zero INT32 stays so
+        ones += value != 0 ? 1 : 0;
+      }
+      return ones;
+    }
+  }
+  return 0;
+}
+
+absl::StatusOr<std::unique_ptr<RaggedRequestSource>> RaggedRequestSource::Create(
+    const inference::ModelMetadataResponse& metadata, const RequestSpec& spec,
+    const client::LengthRange& range) {
+  if (!spec.input_json.empty()) {
+    return absl::InvalidArgumentError(
+        "a sequence length range needs random or zero inputs (a JSON file fixes its own shapes)");
+  }
+  if (range.min < 1 || range.max < range.min) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("bad sequence length range ", range.min, ":", range.max));
+  }
+  absl::StatusOr<inference::ModelMetadataResponse> shaped = ApplyShapes(metadata, spec.shapes);
+  if (!shaped.ok()) return shaped.status();
+  // Bound the template before making it: every sequence dimension at 2 x MAX.
+  const int64_t template_length = 2 * range.max;
+  int64_t template_bytes = 0;
+  for (const auto& tensor : shaped->inputs()) {
+    absl::StatusOr<int64_t> size = client::DataTypeSize(tensor.datatype());
+    if (!size.ok()) return size.status();
+    double elements = static_cast<double>(*size > 0 ? *size : 1);
+    for (int d = 0; d < tensor.shape_size(); ++d) {
+      const int64_t dim = tensor.shape(d);
+      elements *= static_cast<double>(dim >= 0 ? dim : d == 0 ? spec.batch_size : template_length);
+    }
+    template_bytes += static_cast<int64_t>(std::min(elements, 1e18));
+  }
+  if (template_bytes > kMaxTemplateBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("inputs for sequence lengths up to ", range.max, " at batch size ",
+                     spec.batch_size, " would take ", template_bytes,
+                     " bytes (the load tester keeps them at twice the longest "
+                     "length, at most ",
+                     kMaxTemplateBytes, "): lower the range's maximum or --batch-size"));
+  }
+  RequestSpec template_spec = spec;
+  template_spec.sequence_length = template_length;
+  absl::StatusOr<inference::ModelInferRequest> built = BuildRequest(metadata, template_spec);
+  if (!built.ok()) return built.status();
+
+  auto source = std::unique_ptr<RaggedRequestSource>(new RaggedRequestSource());
+  source->range_ = range;
+  source->seed_ = spec.seed;
+  bool any_sequence_dim = false;
+  for (int i = 0; i < built->inputs_size(); ++i) {
+    const auto& tensor = built->inputs(i);
+    auto declared = std::find_if(shaped->inputs().begin(), shaped->inputs().end(),
+                                 [&](const auto& t) { return t.name() == tensor.name(); });
+    CHECK(declared != shaped->inputs().end());  // BuildRequest made it from this metadata
+    Input input;
+    input.shape.assign(tensor.shape().begin(), tensor.shape().end());
+    for (int d = 0; d < declared->shape_size(); ++d) {
+      const bool sequence = d > 0 && declared->shape(d) == -1;
+      input.sequence_dims.push_back(sequence);
+      any_sequence_dim |= sequence;
+    }
+    absl::StatusOr<int64_t> size = client::DataTypeSize(tensor.datatype());
+    if (!size.ok()) return size.status();
+    input.element_size = *size;
+    if (input.element_size <= 0 && std::find(input.sequence_dims.begin(), input.sequence_dims.end(),
+                                             true) != input.sequence_dims.end()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("input '", tensor.name(), "' of model '", metadata.name(),
+                       "' is BYTES with a -1 dimension: a sequence length range varies "
+                       "fixed-size (token id) inputs only"));
+    }
+    input.raw = built->raw_input_contents(i);
+    source->inputs_.push_back(std::move(input));
+  }
+  if (!any_sequence_dim) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("model '", metadata.name(),
+                     "' has no -1 dimension left for a sequence length range to vary (--shape "
+                     "fixes them all, or the model takes fixed shapes)"));
+  }
+  built->clear_raw_input_contents();
+  source->header_ = *std::move(built);
+  return source;
+}
+
+int64_t RaggedRequestSource::Length(uint64_t index) const {
+  return client::DrawLength(range_, seed_, index);
+}
+
+std::shared_ptr<const inference::ModelInferRequest> RaggedRequestSource::Make(
+    uint64_t index) const {
+  return MakeOfLength(Length(index), index);
+}
+
+std::shared_ptr<const inference::ModelInferRequest> RaggedRequestSource::MakeLongest() const {
+  return MakeOfLength(range_.max, 0);
+}
+
+std::string RaggedRequestSource::Describe() const {
+  std::vector<std::string> parts;
+  for (size_t i = 0; i < inputs_.size(); ++i) {
+    std::vector<std::string> dims;
+    for (size_t d = 0; d < inputs_[i].shape.size(); ++d) {
+      dims.push_back(inputs_[i].sequence_dims[d] ? absl::StrCat(range_.min, "..", range_.max)
+                                                 : absl::StrCat(inputs_[i].shape[d]));
+    }
+    const auto& tensor = header_.inputs(static_cast<int>(i));
+    parts.push_back(
+        absl::StrCat(tensor.name(), " ", tensor.datatype(), " [", absl::StrJoin(dims, ","), "]"));
+  }
+  return absl::StrJoin(parts, "; ");
+}
+
+std::shared_ptr<const inference::ModelInferRequest> RaggedRequestSource::MakeOfLength(
+    int64_t length, uint64_t index) const {
+  auto request = std::make_shared<inference::ModelInferRequest>(header_);
+  // One offset per request (in elements, relative to each input's free room), drawn from a seed
+  // apart from the length's.
+  const uint64_t offset_bits = client::DrawLength({1, int64_t{1} << 62}, ~seed_, index) - 1;
+  for (size_t i = 0; i < inputs_.size(); ++i) {
+    const Input& input = inputs_[i];
+    auto* shape = request->mutable_inputs(static_cast<int>(i))->mutable_shape();
+    int64_t elements = 1;
+    for (size_t d = 0; d < input.shape.size(); ++d) {
+      const int64_t dim = input.sequence_dims[d] ? length : input.shape[d];
+      shape->Set(static_cast<int>(d), dim);
+      elements *= dim;
+    }
+    if (input.element_size <= 0) {  // BYTES without a sequence dimension: as made
+      request->add_raw_input_contents(input.raw);
+      continue;
+    }
+    const int64_t template_elements = static_cast<int64_t>(input.raw.size()) / input.element_size;
+    const int64_t room = template_elements - elements;  // >= 0: the template is longer
+    const int64_t offset = static_cast<int64_t>(offset_bits % static_cast<uint64_t>(room + 1));
+    request->add_raw_input_contents(
+        input.raw.substr(static_cast<size_t>(offset * input.element_size),
+                         static_cast<size_t>(elements * input.element_size)));
+  }
+  return request;
 }
 
 }  // namespace sluice::loadtest

@@ -6,12 +6,14 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "client/random_input.h"
 #include "proto/grpc_service.pb.h"
 
 namespace sluice::loadtest {
@@ -29,6 +31,8 @@ struct RequestSpec {
   int64_t sequence_length = 1;
   InputFill fill = InputFill::kRandom;
   uint64_t seed = 0;
+  // Random input_ids are drawn from [0, token_id_limit) (at most the model's vocabulary size).
+  int64_t token_id_limit = client::kDefaultTokenIdLimit;
   // Shapes for inputs whose metadata shape has -1 dimensions, by input name, without the batch
   // dimension when the metadata shape starts with it (perf_analyzer's --shape). A -1 that no
   // shape fixes becomes sequence_length.
@@ -60,5 +64,57 @@ std::string DescribeInputs(const inference::ModelInferRequest& request);
 // shape of that input starts with -1, else 1.
 int64_t RequestBatchSize(const inference::ModelMetadataResponse& metadata,
                          const inference::ModelInferRequest& request);
+
+// Real tokens in `request`: the non-zero elements of its INT64/INT32 `attention_mask` when it has
+// one, else the elements of `input_ids`, else 0 (not a sequence model's request, or its tokens
+// are not known here: text the server tokenizes). Reads raw contents only.
+int64_t RequestTokens(const inference::ModelInferRequest& request);
+
+// Ragged traffic (sluice-loadtest --seq-len MIN:MAX): request number k of a run has each of its
+// sequence dimensions (the -1 dimensions that BuildRequest fills with spec.sequence_length) equal
+// to client::DrawLength(range, spec.seed, k): lengths uniform over [MIN, MAX], and the run's k-th
+// request the same whatever order threads send in. The inputs are made once by BuildRequest at
+// length 2 x MAX; each request takes a slice of them at an offset also drawn from (seed, k), so
+// that requests of one length do not all carry the same ids (random input_ids stay below
+// spec.token_id_limit, the mask all ones, token types zero: any slice of them is valid).
+// Thread-safety: Make() is const and may be called from many threads at once.
+class RaggedRequestSource {
+ public:
+  // InvalidArgument for what BuildRequest refuses, for a spec with input_json (a file fixes its
+  // own shapes), for a model with no -1 dimension left to vary, for a BYTES input with one, or
+  // when the inputs at length 2 x MAX would take more than kMaxTemplateBytes.
+  static absl::StatusOr<std::unique_ptr<RaggedRequestSource>> Create(
+      const inference::ModelMetadataResponse& metadata, const RequestSpec& spec,
+      const client::LengthRange& range);
+
+  // Request number `index` of the run.
+  std::shared_ptr<const inference::ModelInferRequest> Make(uint64_t index) const;
+  // A request at the range's longest length (the load tester's probe: a maximum the model
+  // refuses fails before the load starts).
+  std::shared_ptr<const inference::ModelInferRequest> MakeLongest() const;
+  // The sequence length of request number `index`.
+  int64_t Length(uint64_t index) const;
+  // "input_ids INT64 [1,8..256]; attention_mask INT64 [1,8..256]": the inputs for reports.
+  std::string Describe() const;
+
+  // The most bytes the inputs made once may take (all inputs at length 2 x MAX).
+  static constexpr int64_t kMaxTemplateBytes = int64_t{1} << 30;
+
+ private:
+  struct Input {
+    std::vector<int64_t> shape;       // as in the template; sequence dimensions set per request
+    std::vector<bool> sequence_dims;  // which dimensions take the drawn length
+    int64_t element_size = 0;
+    std::string raw;  // the template's bytes at length 2 x MAX
+  };
+  RaggedRequestSource() = default;
+  std::shared_ptr<const inference::ModelInferRequest> MakeOfLength(int64_t length,
+                                                                   uint64_t index) const;
+
+  client::LengthRange range_;
+  uint64_t seed_ = 0;
+  inference::ModelInferRequest header_;  // the template without its raw contents
+  std::vector<Input> inputs_;            // in header_'s input order
+};
 
 }  // namespace sluice::loadtest

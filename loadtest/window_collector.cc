@@ -11,6 +11,7 @@ void WindowRecord::Merge(const WindowRecord& other) {
   failed_latency.Merge(other.failed_latency);
   succeeded += other.succeeded;
   failed += other.failed;
+  succeeded_tokens += other.succeeded_tokens;
   sent += other.sent;
   sent_late += other.sent_late;
   skipped += other.skipped;
@@ -35,10 +36,11 @@ void WindowCollector::RecordSkipped() {
   ++current_.skipped;
 }
 
-void WindowCollector::RecordResult(const absl::Status& status, int64_t latency_ns) {
+void WindowCollector::RecordResult(const absl::Status& status, int64_t latency_ns, int64_t tokens) {
   if (status.ok()) {
     common::MutexLock lock(&mu_);
     ++current_.succeeded;
+    current_.succeeded_tokens += tokens;
     current_.latency.Record(latency_ns);
     return;
   }

@@ -27,6 +27,8 @@ struct WindowRecord {
   LatencyHistogram failed_latency;
   int64_t succeeded = 0;
   int64_t failed = 0;
+  // Real tokens of the requests that succeeded (0 when their tokens are not known).
+  int64_t succeeded_tokens = 0;
   // Requests sent in the window (whatever became of them).
   int64_t sent = 0;
   // Open loop only: requests sent more than kLateThresholdUs (load_runner.h) after their scheduled
@@ -50,9 +52,9 @@ class WindowCollector {
   void RecordSent();
   void RecordSentLate();
   void RecordSkipped();
-  // One answered request, with its latency (counted under successes or failures) and, for a
-  // failure, its error.
-  void RecordResult(const absl::Status& status, int64_t latency_ns);
+  // One answered request, with its latency (counted under successes or failures), the real tokens
+  // it carried (OutgoingRequest::tokens; counted for a success) and, for a failure, its error.
+  void RecordResult(const absl::Status& status, int64_t latency_ns, int64_t tokens = 0);
 
   // Returns everything recorded since the previous TakeWindow (or construction) and starts a new
   // window.

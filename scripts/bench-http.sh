@@ -7,41 +7,16 @@
 # JSON side by side, ROUNDS times. Prints each side's median throughput and p50 and the ratios
 # to gRPC. The machine is shared: the alternation and medians are what make the ratios usable.
 #
-#   scripts/bench-http.sh [--build-dir build] [--rounds 3] [--window-ms 1000] [--out DIR]
+#   scripts/bench-http.sh [--build-dir build] [--rounds 3] [--warmup-ms 300] [--window-ms 1000]
+#                         [--out DIR]
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/bench-lib.sh
+bench_parse_args "$@"
+bench_start_server --model-repository models --model-control-mode=explicit --load-model identity \
+  --load-model mlp
 
-BUILD=build
-ROUNDS=3
-WINDOW_MS=1000
-OUT=$(mktemp -d /tmp/sluice-bench-http.XXXX)
-while [[ $# -gt 0 ]]; do
-  case "$1" in
-    --build-dir) BUILD=$2; shift 2 ;;
-    --rounds) ROUNDS=$2; shift 2 ;;
-    --window-ms) WINDOW_MS=$2; shift 2 ;;
-    --out) OUT=$2; mkdir -p "$OUT"; shift 2 ;;
-    *) echo "unknown argument $1" >&2; exit 2 ;;
-  esac
-done
-SERVER=$BUILD/server/sluice-server
-LOADTEST=$BUILD/loadtest/sluice-loadtest
-
-server_flags=(--grpc-address 127.0.0.1 --grpc-port 0 --http-address 127.0.0.1 --http-port 0
-              --metrics-address 127.0.0.1 --metrics-port 0 --model-repository models
-              --model-control-mode=explicit --load-model identity --load-model mlp)
-echo "+ $SERVER ${server_flags[*]}"
-"$SERVER" "${server_flags[@]}" >"$OUT/server.log" 2>&1 &
-server_pid=$!
-trap 'kill $server_pid 2>/dev/null; wait $server_pid 2>/dev/null || true' EXIT
-for _ in $(seq 300); do
-  grep -q "server ready" "$OUT/server.log" && break
-  sleep 0.1
-done
-GRPC=127.0.0.1:$(grep -o 'grpc_port=[0-9]*' "$OUT/server.log" | head -1 | cut -d= -f2)
-HTTP=127.0.0.1:$(grep -o 'http_port=[0-9]*' "$OUT/server.log" | head -1 | cut -d= -f2)
-
-common=(--warmup-ms 300 --window-ms "$WINDOW_MS" --max-windows 1 --stability-percent 1000
+common=(--warmup-ms "$WARMUP_MS" --window-ms "$WINDOW_MS" --max-windows 1 --stability-percent 1000
         --max-duration-s 60 --no-progress -u "$GRPC" --http-url "$HTTP")
 # gRPC twice: with the same client shape as HTTP (a blocking call per thread) and with the
 # callback API (the load tester's default, gRPC's best here); ratios are against the better one.

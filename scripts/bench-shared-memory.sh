@@ -11,44 +11,22 @@
 # not counted). Prints each side's median throughput, p50, server CPU ms per request, and the
 # ratios. The machine is shared: alternation and medians are what make the ratios usable.
 #
-#   scripts/bench-shared-memory.sh [--build-dir build] [--rounds 3] [--window-ms 2000] [--out DIR]
+#   scripts/bench-shared-memory.sh [--build-dir build] [--rounds 3] [--warmup-ms 500]
+#                                  [--window-ms 2000] [--out DIR]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-
-BUILD=build
-ROUNDS=3
+source scripts/bench-lib.sh
+WARMUP_MS=500
 WINDOW_MS=2000
-OUT=$(mktemp -d /tmp/sluice-bench-shm.XXXX)
-while [[ $# -gt 0 ]]; do
-  case "$1" in
-    --build-dir) BUILD=$2; shift 2 ;;
-    --rounds) ROUNDS=$2; shift 2 ;;
-    --window-ms) WINDOW_MS=$2; shift 2 ;;
-    --out) OUT=$2; mkdir -p "$OUT"; shift 2 ;;
-    *) echo "unknown argument $1" >&2; exit 2 ;;
-  esac
-done
-SERVER=$BUILD/server/sluice-server
-LOADTEST=$BUILD/loadtest/sluice-loadtest
+bench_parse_args "$@"
 VALUES=1048576  # 4 MiB of FP32
 
-server_flags=(--grpc-address 127.0.0.1 --grpc-port 0 --http-address 127.0.0.1 --http-port 0
-              --metrics-address 127.0.0.1 --metrics-port 0 --model-repository models
-              --model-control-mode=explicit --load-model identity)
-echo "+ $SERVER ${server_flags[*]}"
-"$SERVER" "${server_flags[@]}" >"$OUT/server.log" 2>&1 &
-server_pid=$!
-trap 'kill $server_pid 2>/dev/null; wait $server_pid 2>/dev/null || true' EXIT
-for _ in $(seq 300); do
-  grep -q "server ready" "$OUT/server.log" && break
-  sleep 0.1
-done
-GRPC=127.0.0.1:$(grep -o 'grpc_port=[0-9]*' "$OUT/server.log" | head -1 | cut -d= -f2)
+bench_start_server --model-repository models --model-control-mode=explicit --load-model identity
 
 # user + system clock ticks of the server process.
-cpu_ticks() { awk '{print $14 + $15}' "/proc/$server_pid/stat"; }
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$SERVER_PID/stat"; }
 
-common=(-m identity --shape "INPUT0:$VALUES" --concurrency 4 --mode async --warmup-ms 500
+common=(-m identity --shape "INPUT0:$VALUES" --concurrency 4 --mode async --warmup-ms "$WARMUP_MS"
         --window-ms "$WINDOW_MS" --max-windows 1 --stability-percent 1000 --max-duration-s 60
         --no-progress -u "$GRPC")
 declare -A sides=([inline]=""
