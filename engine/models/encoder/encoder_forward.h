@@ -55,6 +55,7 @@ class EncoderWorkspace {
   std::vector<float> projected_;     // [T, H]
   std::vector<float> intermediate_;  // [T, I]
   std::vector<float> scores_;        // [longest, longest]
+  std::vector<float> mask_add_;      // [T]: 0 attended, -inf masked (the softmax's key mask)
   std::vector<float> first_tokens_;  // [S, H]
   std::vector<float> head_;          // [S, H]
 };
