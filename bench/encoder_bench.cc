@@ -7,9 +7,14 @@
 // it runs batches of BATCH sequences of SEQ random token ids for at least SECONDS and prints
 // {"batch", "seq", "sequences_per_s", "gflops"}. "sgemm" on stdin prints the machine's one-thread
 // SGEMM rate (a 1024 x 1024 x 1024 product on the same OpenBLAS), the denominator of the "share
-// of one-core SGEMM" figure.
+// of one-core SGEMM" figure. "gemm TOKENS SECONDS" prints the one-thread rate of the encoder's
+// own GEMM shapes for TOKENS rows (QKV, attention output, intermediate, output: M = TOKENS, N x K
+// from config.json), each with the weights as the forward pass reads them ([N, K], transposed:
+// "nt") and pre-transposed ([K, N]: "nn"), and the OpenBLAS core type in use.
 //
 //   echo "32 128 2" | build/bench/sluice-encoder-bench --model-dir /tmp/bert_base/1
+
+#include <cblas.h>
 
 #include <chrono>
 #include <cstdio>
@@ -19,6 +24,7 @@
 #include <random>
 #include <sstream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "CLI/CLI.hpp"
@@ -53,6 +59,28 @@ double SgemmGflops() {
   }
   const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
   return 2.0 * n * n * n * runs / seconds / 1e9;
+}
+
+extern "C" char* openblas_get_corename(void);
+
+// One-thread GFLOP/s of C[m, n] = A[m, k] B for `seconds`, B as [n, k] read transposed or [k, n].
+double GemmGflops(int m, int n, int k, bool transposed, double seconds) {
+  std::vector<float> a(static_cast<size_t>(m) * k, 0.5f), b(static_cast<size_t>(n) * k, 0.25f);
+  std::vector<float> c(static_cast<size_t>(m) * n);
+  auto run = [&] {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, transposed ? CblasTrans : CblasNoTrans, m, n, k, 1.0f,
+                a.data(), k, b.data(), transposed ? k : n, 0.0f, c.data(), n);
+  };
+  run();  // warm-up
+  int runs = 0;
+  const auto start = Clock::now();
+  double elapsed = 0;
+  do {
+    run();
+    ++runs;
+    elapsed = std::chrono::duration<double>(Clock::now() - start).count();
+  } while (elapsed < seconds);
+  return 2.0 * m * n * k * runs / elapsed / 1e9;
 }
 
 int Main(int argc, char** argv) {
@@ -113,6 +141,31 @@ int Main(int argc, char** argv) {
   while (std::getline(std::cin, line)) {
     if (line == "sgemm") {
       std::cout << nlohmann::json{{"sgemm_gflops", SgemmGflops()}}.dump() << std::endl;
+      continue;
+    }
+    if (line.rfind("gemm ", 0) == 0) {
+      std::istringstream in(line.substr(5));
+      int tokens = 0;
+      double seconds = 0;
+      if (!(in >> tokens >> seconds) || tokens < 1) {
+        std::cerr << "bad gemm round '" << line << "'\n";
+        return 2;
+      }
+      const int h = static_cast<int>(hidden);
+      const int i = static_cast<int>(inter);
+      nlohmann::json shapes = nlohmann::json::array();
+      for (const auto& [name, n, k] :
+           {std::tuple{"qkv", 3 * h, h}, std::tuple{"attention_out", h, h},
+            std::tuple{"intermediate", i, h}, std::tuple{"output", h, i}}) {
+        shapes.push_back({{"gemm", name},
+                          {"m", tokens},
+                          {"n", n},
+                          {"k", k},
+                          {"nt_gflops", GemmGflops(tokens, n, k, true, seconds)},
+                          {"nn_gflops", GemmGflops(tokens, n, k, false, seconds)}});
+      }
+      std::cout << nlohmann::json{{"core", openblas_get_corename()}, {"shapes", shapes}}.dump()
+                << std::endl;
       continue;
     }
     std::istringstream in(line);

@@ -12,6 +12,12 @@ DIR is a checkpoint folder (config.json + model.safetensors), e.g. the real all-
 shape from `sluice-make-encoder --vocab 30522 --hidden 768 --layers 12 --heads 12
 --intermediate 3072 --positions 512 --out /tmp/bert_base`. Needs the pinned torch, transformers,
 onnx, onnxruntime (tests/python-requirements.txt). Prints a markdown table.
+
+With --gemm TOKENS it instead compares the GEMMs alone, one thread each, alternating in rounds:
+OpenBLAS as the encoder calls it (sluice-encoder-bench's "gemm" command, weights [N, K] read
+transposed, and pre-transposed [K, N]), ONNX Runtime's MLAS (a one-MatMul graph with the weight
+as an initializer, which ORT pre-packs) and PyTorch's nn.functional.linear, for the checkpoint's
+QKV, attention-output, intermediate and output shapes with M = TOKENS rows.
 """
 import argparse
 import json
@@ -107,6 +113,65 @@ class Ort:
         os.unlink(self.file)
 
 
+def gemm_rounds(args, folder):
+    """The --gemm comparison: GFLOP/s per shape and side, medians of alternating rounds."""
+    import onnx
+    from onnx import TensorProto, helper
+    config = json.load(open(os.path.join(folder, "config.json")))
+    h, inter, m = config["hidden_size"], config["intermediate_size"], args.gemm
+    shapes = [("qkv", 3 * h, h), ("attention_out", h, h), ("intermediate", inter, h),
+              ("output", h, inter)]
+    sluice = Sluice(args.bench, folder)
+    options = onnxruntime.SessionOptions()
+    options.intra_op_num_threads = 1
+    options.inter_op_num_threads = 1
+    sessions = {}
+    rng = np.random.default_rng(1)
+    for name, n, k in shapes:
+        weight = helper.make_tensor("w", TensorProto.FLOAT, [k, n],
+                                    rng.standard_normal(k * n).astype(np.float32))
+        graph = helper.make_graph(
+            [helper.make_node("MatMul", ["a", "w"], ["c"])], name,
+            [helper.make_tensor_value_info("a", TensorProto.FLOAT, [m, k])],
+            [helper.make_tensor_value_info("c", TensorProto.FLOAT, [m, n])], [weight])
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+        model.ir_version = 8
+        sessions[name] = onnxruntime.InferenceSession(model.SerializeToString(), options,
+                                                      providers=["CPUExecutionProvider"])
+    rates = {name: {"openblas_nt": [], "openblas_nn": [], "mlas": [], "torch": []}
+             for name, _, _ in shapes}
+    core = None
+    for _ in range(args.rounds):
+        reply = sluice.ask(f"gemm {m} {args.seconds}")
+        core = reply["core"]
+        for shape in reply["shapes"]:
+            rates[shape["gemm"]]["openblas_nt"].append(shape["nt_gflops"])
+            rates[shape["gemm"]]["openblas_nn"].append(shape["nn_gflops"])
+        for name, n, k in shapes:
+            flops = 2.0 * m * n * k
+            a = rng.standard_normal((m, k)).astype(np.float32)
+            feed = {"a": a}
+            rates[name]["mlas"].append(
+                timed(lambda: sessions[name].run(["c"], feed), 1, args.seconds) * flops / 1e9)
+            at = torch.from_numpy(a)
+            w = torch.randn(n, k)
+            with torch.inference_mode():
+                rates[name]["torch"].append(
+                    timed(lambda: torch.nn.functional.linear(at, w), 1, args.seconds) * flops / 1e9)
+    sgemm = sluice.ask("sgemm")["sgemm_gflops"]
+    sluice.close()
+    print(f"load average at end: {os.getloadavg()}; OpenBLAS core {core}; one-core SGEMM 1024^3 "
+          f"{sgemm:.1f} GFLOP/s")
+    print(f"\n| GEMM (M={m}) | N x K | OpenBLAS [N,K]^T | OpenBLAS [K,N] | ORT MLAS | PyTorch "
+          "| OpenBLAS / MLAS |")
+    print("|---|---|---|---|---|---|---|")
+    for name, n, k in shapes:
+        med = {side: statistics.median(v) for side, v in rates[name].items()}
+        print(f"| {name} | {n} x {k} | {med['openblas_nt']:.1f} | {med['openblas_nn']:.1f} "
+              f"| {med['mlas']:.1f} | {med['torch']:.1f} "
+              f"| {med['openblas_nt'] / med['mlas']:.2f} |")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--bench", required=True, help="build/bench/sluice-encoder-bench")
@@ -116,10 +181,16 @@ def main():
     parser.add_argument("--batches", default="1,32")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--seconds", type=float, default=2.0)
+    parser.add_argument("--gemm", type=int, default=0,
+                        help="compare the GEMMs alone with M = this many tokens (see above)")
     args = parser.parse_args()
     torch.set_num_threads(1)
     torch.set_num_interop_threads(1)
     print(f"load average at start: {os.getloadavg()}", flush=True)
+    if args.gemm:
+        for folder in args.model:
+            gemm_rounds(args, minilm_folder() if folder == "minilm" else folder)
+        return 0
     rows = []
     for folder in args.model:
         label = "all-MiniLM-L6-v2" if folder == "minilm" else os.path.basename(folder.rstrip("/"))
