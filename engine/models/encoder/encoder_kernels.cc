@@ -1,5 +1,8 @@
 #include "engine/models/encoder/encoder_kernels.h"
 
+#include <cstdlib>
+#include <cstring>
+
 namespace sluice::engine::models::encoder::kernels {
 namespace generic {
 extern const KernelTable kTable;
@@ -22,8 +25,14 @@ const KernelTable* Avx2Fma() {
 }
 
 const KernelTable& Get() {
-  static const KernelTable& best = Avx2Fma() != nullptr ? *Avx2Fma() : Generic();
-  return best;
+  static const KernelTable& chosen = []() -> const KernelTable& {
+    // SLUICE_ENCODER_KERNELS=generic forces the baseline table (an A/B measurement, or a CPU that
+    // reports AVX2 it should not use); anything else keeps the best.
+    const char* forced = std::getenv("SLUICE_ENCODER_KERNELS");
+    if (forced != nullptr && std::strcmp(forced, "generic") == 0) return Generic();
+    return Avx2Fma() != nullptr ? *Avx2Fma() : Generic();
+  }();
+  return chosen;
 }
 
 }  // namespace sluice::engine::models::encoder::kernels

@@ -47,7 +47,8 @@ struct KernelTable {
   void (*exp)(const float* in, float* out, int64_t n);
 };
 
-// The table this CPU runs best: AVX2 + FMA where built and supported, else generic. Chosen once.
+// The table this CPU runs best: AVX2 + FMA where built and supported, else generic; the
+// environment variable SLUICE_ENCODER_KERNELS=generic forces the generic one. Chosen once.
 const KernelTable& Get();
 // The baseline table (always available).
 const KernelTable& Generic();

@@ -38,7 +38,9 @@ inline float Exp(float y) {
   constexpr float kLn2Hi = 0.693145751953125f;  // 12 significant bits: n * kLn2Hi is exact
   constexpr float kLn2Lo = 1.42860682030941723212e-6f;
   constexpr float kRound = 12582912.0f;  // 1.5 * 2^23: adding it rounds to an integer
-  const float c = y < kMin ? kMin : (y > kMax ? kMax : y);
+  // Written so that a NaN clamps to kMin (a finite n: the int conversion below is undefined for
+  // NaN) and is handed back as NaN at the end.
+  const float c = y > kMin ? (y < kMax ? y : kMax) : kMin;
   const float n = (c * kLog2e + kRound) - kRound;
   float r = c - n * kLn2Hi;
   r = r - n * kLn2Lo;
@@ -51,7 +53,7 @@ inline float Exp(float y) {
   p = p * r + 1.0f;
   const int32_t exponent = (static_cast<int32_t>(n) + 127) << 23;
   const float result = p * std::bit_cast<float>(exponent);
-  return y < kMin ? 0.0f : result;
+  return y < kMin ? 0.0f : (y == y ? result : y);
 }
 
 // erfc(a) for a >= 1 (0 past ~9.2, where it underflows): exp(-a^2) erfcx(a), erfcx by a rational
