@@ -121,7 +121,6 @@ class Ort:
 
 def gemm_rounds(args, folder):
     """The --gemm comparison: GFLOP/s per shape and side, medians of alternating rounds."""
-    import onnx
     from onnx import TensorProto, helper
     config = json.load(open(os.path.join(folder, "config.json")))
     h, inter, m = config["hidden_size"], config["intermediate_size"], args.gemm
