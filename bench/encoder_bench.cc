@@ -5,11 +5,19 @@
 // It loads the folder, prints one JSON line with the load time, the resident memory after the
 // load and the FP32 weights' size, then serves rounds: for each line "BATCH SEQ SECONDS" on stdin
 // it runs batches of BATCH sequences of SEQ random token ids for at least SECONDS and prints
-// {"batch", "seq", "sequences_per_s", "gflops"}. "sgemm" on stdin prints the machine's one-thread
-// SGEMM rate (a 1024 x 1024 x 1024 product on the same OpenBLAS), the denominator of the "share
-// of one-core SGEMM" figure.
+// {"batch", "seq", "sequences_per_s", "gflops"} by wall-clock time and the same by the process's
+// CPU time ("cpu_sequences_per_s", "cpu_gflops"; see CpuSeconds). "sgemm" on stdin prints the
+// machine's one-thread SGEMM rate (a 1024 x 1024 x 1024 product on the same OpenBLAS), the
+// denominator of the "share of one-core SGEMM" figure. "gemm TOKENS SECONDS" prints the one-thread
+// rate of the encoder's own GEMM shapes for TOKENS rows (QKV, attention output, intermediate,
+// output: M = TOKENS, N x K from config.json), each with the weights as the forward pass reads them
+// ([N, K], transposed: "nt") and pre-transposed ([K, N]: "nn"), by CPU time, and the OpenBLAS core
+// type in use.
 //
 //   echo "32 128 2" | build/bench/sluice-encoder-bench --model-dir /tmp/bert_base/1
+
+#include <cblas.h>
+#include <time.h>
 
 #include <chrono>
 #include <cstdio>
@@ -19,6 +27,7 @@
 #include <random>
 #include <sstream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "CLI/CLI.hpp"
@@ -32,6 +41,15 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// CPU seconds this process has run (all threads; OpenBLAS runs on the calling thread only). On a
+// loaded machine the rates by CPU time stay near an idle core's where the wall-clock ones fall
+// with the share of a core the process gets.
+double CpuSeconds() {
+  timespec now{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &now);
+  return static_cast<double>(now.tv_sec) + static_cast<double>(now.tv_nsec) * 1e-9;
+}
+
 double ResidentMib() {
   std::ifstream status("/proc/self/status");
   std::string line;
@@ -41,18 +59,46 @@ double ResidentMib() {
   return 0;
 }
 
-double SgemmGflops() {
+// One-thread SGEMM GFLOP/s of a 1024^3 product for about a CPU second: {by wall, by CPU time}.
+std::pair<double, double> SgemmGflops() {
   const int n = 1024;
   std::vector<float> a(static_cast<size_t>(n) * n, 0.5f), b(a.size(), 0.25f), c(a.size());
   engine::cpu::Sgemm(a.data(), b.data(), n, n, n, c.data());  // warm-up
   int runs = 0;
   const auto start = Clock::now();
-  while (Clock::now() - start < std::chrono::seconds(1)) {
+  const double cpu_start = CpuSeconds();
+  double cpu = 0;
+  do {
     engine::cpu::Sgemm(a.data(), b.data(), n, n, n, c.data());
     ++runs;
-  }
+    cpu = CpuSeconds() - cpu_start;
+  } while (cpu < 1.0);
   const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
-  return 2.0 * n * n * n * runs / seconds / 1e9;
+  const double flops = 2.0 * n * n * n * runs;
+  return {flops / seconds / 1e9, flops / cpu / 1e9};
+}
+
+extern "C" char* openblas_get_corename(void);
+
+// One-thread GFLOP/s by CPU time of C[m, n] = A[m, k] B for `seconds` of CPU time, B as [n, k]
+// read transposed or [k, n].
+double GemmGflops(int m, int n, int k, bool transposed, double seconds) {
+  std::vector<float> a(static_cast<size_t>(m) * k, 0.5f), b(static_cast<size_t>(n) * k, 0.25f);
+  std::vector<float> c(static_cast<size_t>(m) * n);
+  auto run = [&] {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, transposed ? CblasTrans : CblasNoTrans, m, n, k, 1.0f,
+                a.data(), k, b.data(), transposed ? k : n, 0.0f, c.data(), n);
+  };
+  run();  // warm-up
+  int runs = 0;
+  const double start = CpuSeconds();
+  double elapsed = 0;
+  do {
+    run();
+    ++runs;
+    elapsed = CpuSeconds() - start;
+  } while (elapsed < seconds);
+  return 2.0 * m * n * k * runs / elapsed / 1e9;
 }
 
 int Main(int argc, char** argv) {
@@ -112,7 +158,34 @@ int Main(int argc, char** argv) {
   std::string line;
   while (std::getline(std::cin, line)) {
     if (line == "sgemm") {
-      std::cout << nlohmann::json{{"sgemm_gflops", SgemmGflops()}}.dump() << std::endl;
+      const auto [wall, cpu] = SgemmGflops();
+      std::cout << nlohmann::json{{"sgemm_gflops", wall}, {"sgemm_cpu_gflops", cpu}}.dump()
+                << std::endl;
+      continue;
+    }
+    if (line.rfind("gemm ", 0) == 0) {
+      std::istringstream in(line.substr(5));
+      int tokens = 0;
+      double seconds = 0;
+      if (!(in >> tokens >> seconds) || tokens < 1) {
+        std::cerr << "bad gemm round '" << line << "'\n";
+        return 2;
+      }
+      const int h = static_cast<int>(hidden);
+      const int i = static_cast<int>(inter);
+      nlohmann::json shapes = nlohmann::json::array();
+      for (const auto& [name, n, k] :
+           {std::tuple{"qkv", 3 * h, h}, std::tuple{"attention_out", h, h},
+            std::tuple{"intermediate", i, h}, std::tuple{"output", h, i}}) {
+        shapes.push_back({{"gemm", name},
+                          {"m", tokens},
+                          {"n", n},
+                          {"k", k},
+                          {"nt_gflops", GemmGflops(tokens, n, k, true, seconds)},
+                          {"nn_gflops", GemmGflops(tokens, n, k, false, seconds)}});
+      }
+      std::cout << nlohmann::json{{"core", openblas_get_corename()}, {"shapes", shapes}}.dump()
+                << std::endl;
       continue;
     }
     std::istringstream in(line);
@@ -134,6 +207,7 @@ int Main(int argc, char** argv) {
     (void)(*instance)->Run(inputs);  // warm-up (scratch sized)
     int runs = 0;
     const auto start = Clock::now();
+    const double cpu_start = CpuSeconds();
     double elapsed = 0;
     do {
       absl::StatusOr<std::vector<engine::Tensor>> out = (*instance)->Run(inputs);
@@ -144,14 +218,18 @@ int Main(int argc, char** argv) {
       ++runs;
       elapsed = std::chrono::duration<double>(Clock::now() - start).count();
     } while (elapsed < seconds);
+    const double cpu = CpuSeconds() - cpu_start;
     const double per_sequence_flops =
         static_cast<double>(layers) *
         (2.0 * seq * hidden * 4 * hidden + 4.0 * seq * hidden * inter + 4.0 * seq * seq * hidden);
     const double sequences_per_s = static_cast<double>(runs * batch) / elapsed;
+    const double cpu_sequences_per_s = static_cast<double>(runs * batch) / cpu;
     std::cout << nlohmann::json{{"batch", batch},
                                 {"seq", seq},
                                 {"sequences_per_s", sequences_per_s},
-                                {"gflops", sequences_per_s * per_sequence_flops / 1e9}}
+                                {"gflops", sequences_per_s * per_sequence_flops / 1e9},
+                                {"cpu_sequences_per_s", cpu_sequences_per_s},
+                                {"cpu_gflops", cpu_sequences_per_s * per_sequence_flops / 1e9}}
                      .dump()
               << std::endl;
   }

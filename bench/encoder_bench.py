@@ -2,7 +2,9 @@
 """Encoder benchmark (issue 19): sluice's `encoder` backend alone vs PyTorch eager vs ONNX Runtime
 on the same checkpoint, the same thread count (1), sequence length 128, batch 1 and 32. Rounds
 alternate sluice / torch / onnxruntime so that the ratios come from one run on one (possibly
-loaded) machine; the figure is each side's median round. Also: the share of the one-core SGEMM
+loaded) machine; the figure is each side's median round, by CPU time (each side runs one
+thread, so its CPU time is its compute time; on a shared machine the wall-clock rate mostly
+measures the share of a core a side got), with the wall-clock ratios beside it. Also: the share of the one-core SGEMM
 rate the encoder reaches at batch 32, and the load time and resident memory of the checkpoint.
 
     bench/encoder_bench.py --bench build/bench/sluice-encoder-bench --model DIR [--model DIR2]
@@ -12,6 +14,13 @@ DIR is a checkpoint folder (config.json + model.safetensors), e.g. the real all-
 shape from `sluice-make-encoder --vocab 30522 --hidden 768 --layers 12 --heads 12
 --intermediate 3072 --positions 512 --out /tmp/bert_base`. Needs the pinned torch, transformers,
 onnx, onnxruntime (tests/python-requirements.txt). Prints a markdown table.
+
+With --gemm TOKENS it instead compares the GEMMs alone, one thread each, alternating in rounds:
+OpenBLAS as the encoder calls it (sluice-encoder-bench's "gemm" command, weights [N, K] read
+transposed, and pre-transposed [K, N]), ONNX Runtime's MLAS (a one-MatMul graph with the weight
+as an initializer, which ORT pre-packs) and PyTorch's nn.functional.linear, for the checkpoint's
+QKV, attention-output, intermediate and output shapes with M = TOKENS rows. GEMM rates are by
+CPU time (see timed()).
 """
 import argparse
 import json
@@ -44,24 +53,27 @@ class Sluice:
         self.proc.stdin.flush()
         return json.loads(self.proc.stdout.readline())
 
-    def round(self, batch, seq, seconds):
-        return self.ask(f"{batch} {seq} {seconds}")["sequences_per_s"]
-
     def close(self):
         self.proc.stdin.close()
         self.proc.wait()
 
 
 def timed(fn, batch, seconds):
+    """(items/s by wall-clock time, items/s by this process's CPU time) over >= `seconds` wall.
+
+    One thread per side, so CPU time is compute time: on a loaded machine it stays near what an
+    idle core gives, where the wall-clock rate falls with the share of a core the side gets."""
     fn()  # warm-up
     runs = 0
     start = time.perf_counter()
+    cpu_start = time.process_time()
     while True:
         fn()
         runs += 1
         elapsed = time.perf_counter() - start
         if elapsed >= seconds:
-            return runs * batch / elapsed
+            cpu = time.process_time() - cpu_start
+            return runs * batch / elapsed, runs * batch / cpu
 
 
 class Torch:
@@ -107,6 +119,65 @@ class Ort:
         os.unlink(self.file)
 
 
+def gemm_rounds(args, folder):
+    """The --gemm comparison: GFLOP/s per shape and side, medians of alternating rounds."""
+    from onnx import TensorProto, helper
+    config = json.load(open(os.path.join(folder, "config.json")))
+    h, inter, m = config["hidden_size"], config["intermediate_size"], args.gemm
+    shapes = [("qkv", 3 * h, h), ("attention_out", h, h), ("intermediate", inter, h),
+              ("output", h, inter)]
+    sluice = Sluice(args.bench, folder)
+    options = onnxruntime.SessionOptions()
+    options.intra_op_num_threads = 1
+    options.inter_op_num_threads = 1
+    sessions = {}
+    rng = np.random.default_rng(1)
+    for name, n, k in shapes:
+        weight = helper.make_tensor("w", TensorProto.FLOAT, [k, n],
+                                    rng.standard_normal(k * n).astype(np.float32))
+        graph = helper.make_graph(
+            [helper.make_node("MatMul", ["a", "w"], ["c"])], name,
+            [helper.make_tensor_value_info("a", TensorProto.FLOAT, [m, k])],
+            [helper.make_tensor_value_info("c", TensorProto.FLOAT, [m, n])], [weight])
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+        model.ir_version = 8
+        sessions[name] = onnxruntime.InferenceSession(model.SerializeToString(), options,
+                                                      providers=["CPUExecutionProvider"])
+    rates = {name: {"openblas_nt": [], "openblas_nn": [], "mlas": [], "torch": []}
+             for name, _, _ in shapes}
+    core = None
+    for _ in range(args.rounds):
+        reply = sluice.ask(f"gemm {m} {args.seconds}")
+        core = reply["core"]
+        for shape in reply["shapes"]:
+            rates[shape["gemm"]]["openblas_nt"].append(shape["nt_gflops"])
+            rates[shape["gemm"]]["openblas_nn"].append(shape["nn_gflops"])
+        for name, n, k in shapes:
+            flops = 2.0 * m * n * k
+            a = rng.standard_normal((m, k)).astype(np.float32)
+            feed = {"a": a}
+            rates[name]["mlas"].append(
+                timed(lambda: sessions[name].run(["c"], feed), 1, args.seconds)[1] * flops / 1e9)
+            at = torch.from_numpy(a)
+            w = torch.randn(n, k)
+            with torch.inference_mode():
+                rates[name]["torch"].append(
+                    timed(lambda: torch.nn.functional.linear(at, w), 1, args.seconds)[1] * flops
+                    / 1e9)
+    sgemm = sluice.ask("sgemm")["sgemm_cpu_gflops"]
+    sluice.close()
+    print(f"load average at end: {os.getloadavg()}; OpenBLAS core {core}; one-core SGEMM 1024^3 "
+          f"{sgemm:.1f} GFLOP/s")
+    print(f"\n| GEMM (M={m}) | N x K | OpenBLAS [N,K]^T | OpenBLAS [K,N] | ORT MLAS | PyTorch "
+          "| OpenBLAS / MLAS |")
+    print("|---|---|---|---|---|---|---|")
+    for name, n, k in shapes:
+        med = {side: statistics.median(v) for side, v in rates[name].items()}
+        print(f"| {name} | {n} x {k} | {med['openblas_nt']:.1f} | {med['openblas_nn']:.1f} "
+              f"| {med['mlas']:.1f} | {med['torch']:.1f} "
+              f"| {med['openblas_nt'] / med['mlas']:.2f} |")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--bench", required=True, help="build/bench/sluice-encoder-bench")
@@ -116,10 +187,16 @@ def main():
     parser.add_argument("--batches", default="1,32")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--seconds", type=float, default=2.0)
+    parser.add_argument("--gemm", type=int, default=0,
+                        help="compare the GEMMs alone with M = this many tokens (see above)")
     args = parser.parse_args()
     torch.set_num_threads(1)
     torch.set_num_interop_threads(1)
     print(f"load average at start: {os.getloadavg()}", flush=True)
+    if args.gemm:
+        for folder in args.model:
+            gemm_rounds(args, minilm_folder() if folder == "minilm" else folder)
+        return 0
     rows = []
     for folder in args.model:
         label = "all-MiniLM-L6-v2" if folder == "minilm" else os.path.basename(folder.rstrip("/"))
@@ -127,34 +204,50 @@ def main():
         sluice = Sluice(args.bench, folder)
         torch_side = Torch(folder)
         ort = Ort(folder, torch_side)
-        sgemm = sluice.ask("sgemm")["sgemm_gflops"]
+        sgemm_rounds = []
         for batch in [int(b) for b in args.batches.split(",")]:
-            rates = {"sluice": [], "torch": [], "onnxruntime": []}
+            wall = {"sluice": [], "torch": [], "onnxruntime": []}
+            cpu = {"sluice": [], "torch": [], "onnxruntime": []}
             gflops = []
+            sgemms = []
             for _ in range(args.rounds):
+                # The denominator of the share is measured in every round, next to the encoder's
+                # own round: on a loaded machine one measurement at the start is not comparable.
+                sgemms.append(sluice.ask("sgemm")["sgemm_cpu_gflops"])
                 reply = sluice.ask(f"{batch} {args.seq} {args.seconds}")
-                rates["sluice"].append(reply["sequences_per_s"])
-                gflops.append(reply["gflops"])
-                rates["torch"].append(torch_side.round(batch, args.seq, args.seconds))
-                rates["onnxruntime"].append(ort.round(batch, args.seq, args.seconds))
-            med = {k: statistics.median(v) for k, v in rates.items()}
-            rows.append((label, batch, med["sluice"], med["torch"], med["onnxruntime"],
-                         med["sluice"] / med["torch"], med["sluice"] / med["onnxruntime"],
-                         statistics.median(gflops) / sgemm))
-            print(f"{label} batch {batch}: rounds {json.dumps(rates)}", flush=True)
+                wall["sluice"].append(reply["sequences_per_s"])
+                cpu["sluice"].append(reply["cpu_sequences_per_s"])
+                gflops.append(reply["cpu_gflops"])
+                for side, runner in (("torch", torch_side), ("onnxruntime", ort)):
+                    by_wall, by_cpu = runner.round(batch, args.seq, args.seconds)
+                    wall[side].append(by_wall)
+                    cpu[side].append(by_cpu)
+            c = {k: statistics.median(v) for k, v in cpu.items()}
+            w = {k: statistics.median(v) for k, v in wall.items()}
+            rows.append((label, batch, c["sluice"], c["torch"], c["onnxruntime"],
+                         c["sluice"] / c["torch"], c["sluice"] / c["onnxruntime"],
+                         w["sluice"] / w["torch"], w["sluice"] / w["onnxruntime"],
+                         statistics.median(gflops) / statistics.median(sgemms)))
+            sgemm_rounds += sgemms
+            print(f"{label} batch {batch}: CPU-time rounds {json.dumps(cpu)} wall rounds "
+                  f"{json.dumps(wall)} sluice GFLOP/s {gflops} SGEMM GFLOP/s {sgemms}",
+                  flush=True)
         print(f"{label}: load {sluice.load['load_s']:.2f} s, RSS {sluice.load['rss_mib']:.0f} MiB "
               f"for {sluice.load['weights_mib']:.0f} MiB of FP32 weights "
               f"({sluice.load['rss_mib'] / sluice.load['weights_mib']:.2f}x); one-core SGEMM "
-              f"{sgemm:.1f} GFLOP/s", flush=True)
+              f"{statistics.median(sgemm_rounds):.1f} GFLOP/s (CPU time, median of the rounds)",
+              flush=True)
         sluice.close()
         ort.close()
     print(f"load average at end: {os.getloadavg()}")
+    print("\nseq/s by CPU time (medians of the rounds); the wall-clock ratios of the same rounds "
+          "in the last two columns")
     print("\n| model | batch | sluice seq/s | PyTorch seq/s | ORT seq/s | vs PyTorch | vs ORT "
-          "| share of 1-core SGEMM |")
-    print("|---|---|---|---|---|---|---|---|")
-    for label, batch, s, t, o, rt, ro, share in rows:
+          "| share of 1-core SGEMM | vs PyTorch (wall) | vs ORT (wall) |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for label, batch, s, t, o, rt, ro, wt, wo, share in rows:
         print(f"| {label} | {batch} | {s:.1f} | {t:.1f} | {o:.1f} | {rt:.2f}x | {ro:.2f}x "
-              f"| {share:.2f} |")
+              f"| {share:.2f} | {wt:.2f}x | {wo:.2f}x |")
 
 
 if __name__ == "__main__":

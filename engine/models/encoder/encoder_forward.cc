@@ -6,6 +6,8 @@
 #include <cmath>
 #include <limits>
 
+#include "engine/models/encoder/encoder_kernels.h"
+
 namespace sluice::engine::models::encoder {
 namespace {
 
@@ -16,103 +18,23 @@ void Linear(const float* x, int64_t rows, int in, const std::vector<float>& w, i
               w.data(), in, 0.0f, y, out);
 }
 
-// x[row] = LayerNorm(y[row] + bias + x[row]) for every row, in one pass over each row: the
-// residual add, the projection's bias and the normalisation (biased variance, as torch).
-void BiasResidualLayerNorm(const float* y, const std::vector<float>& bias,
-                           const std::vector<float>& gamma, const std::vector<float>& beta,
-                           int64_t rows, int width, float eps, float* x) {
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* yr = y + r * width;
-    float* xr = x + r * width;
-    float sum = 0.0f;
-    for (int j = 0; j < width; ++j) {
-      xr[j] += yr[j] + bias[j];
-      sum += xr[j];
-    }
-    const float mean = sum / static_cast<float>(width);
-    float squares = 0.0f;
-    for (int j = 0; j < width; ++j) {
-      const float d = xr[j] - mean;
-      squares += d * d;
-    }
-    const float inv = 1.0f / std::sqrt(squares / static_cast<float>(width) + eps);
-    for (int j = 0; j < width; ++j) xr[j] = (xr[j] - mean) * inv * gamma[j] + beta[j];
-  }
-}
-
-void LayerNormRows(float* x, const std::vector<float>& gamma, const std::vector<float>& beta,
-                   int64_t rows, int width, float eps) {
-  for (int64_t r = 0; r < rows; ++r) {
-    float* xr = x + r * width;
-    float sum = 0.0f;
-    for (int j = 0; j < width; ++j) sum += xr[j];
-    const float mean = sum / static_cast<float>(width);
-    float squares = 0.0f;
-    for (int j = 0; j < width; ++j) {
-      const float d = xr[j] - mean;
-      squares += d * d;
-    }
-    const float inv = 1.0f / std::sqrt(squares / static_cast<float>(width) + eps);
-    for (int j = 0; j < width; ++j) xr[j] = (xr[j] - mean) * inv * gamma[j] + beta[j];
-  }
-}
-
-// values[row] = act(values[row] + bias), one pass.
-void BiasActivate(float* values, const std::vector<float>& bias, int64_t rows, int width,
-                  HiddenActivation activation) {
-  constexpr float kSqrtHalf = 0.70710678118654752440f;
-  constexpr float kSqrtTwoOverPi = 0.79788456080286535588f;
-  for (int64_t r = 0; r < rows; ++r) {
-    float* v = values + r * width;
-    switch (activation) {
-      case HiddenActivation::kGeluErf:
-        for (int j = 0; j < width; ++j) {
-          const float x = v[j] + bias[j];
-          v[j] = 0.5f * x * (1.0f + std::erf(x * kSqrtHalf));
-        }
-        break;
-      case HiddenActivation::kGeluTanh:
-        for (int j = 0; j < width; ++j) {
-          const float x = v[j] + bias[j];
-          v[j] = 0.5f * x * (1.0f + std::tanh(kSqrtTwoOverPi * (x + 0.044715f * x * x * x)));
-        }
-        break;
-      case HiddenActivation::kRelu:
-        for (int j = 0; j < width; ++j) v[j] = std::max(0.0f, v[j] + bias[j]);
-        break;
-    }
-  }
-}
-
 // Attention of one sequence (tokens [begin, begin + n)) for every head: context = softmax(Q K^T
-// / sqrt(d), masked keys excluded) V, written into context[begin.., head * d..].
-void SequenceAttention(const EncoderNetwork& net, const PackedBatch& batch, const float* qkv,
-                       int64_t begin, int n, float* scores, float* context) {
+// / sqrt(d) + mask) V, written into context[begin.., head * d..]. The scale rides on the score
+// GEMM's alpha; Q, K and V are read in place from the QKV rows (leading dimension 3H), so there is
+// no per-head copy or transpose.
+void SequenceAttention(const EncoderNetwork& net, const kernels::KernelTable& k, const float* qkv,
+                       const float* mask_add, int64_t begin, int n, float* scores, float* context) {
   const int h = net.hidden;
   const int d = net.head_size();
   const int ld = 3 * h;
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
-  const uint8_t* attend = batch.attend.data() + begin;
   for (int head = 0; head < net.heads; ++head) {
     const float* q = qkv + begin * ld + head * d;
-    const float* k = q + h;
+    const float* key = q + h;
     const float* v = q + 2 * h;
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, n, d, scale, q, ld, k, ld, 0.0f, scores,
-                n);
-    for (int i = 0; i < n; ++i) {
-      float* row = scores + static_cast<int64_t>(i) * n;
-      float max = -std::numeric_limits<float>::infinity();
-      for (int j = 0; j < n; ++j) {
-        if (attend[j]) max = std::max(max, row[j]);
-      }
-      float sum = 0.0f;
-      for (int j = 0; j < n; ++j) {
-        row[j] = attend[j] ? std::exp(row[j] - max) : 0.0f;
-        sum += row[j];
-      }
-      const float inv = 1.0f / sum;
-      for (int j = 0; j < n; ++j) row[j] *= inv;
-    }
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, n, d, scale, q, ld, key, ld, 0.0f,
+                scores, n);
+    k.masked_softmax(scores, mask_add + begin, n, n);
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, d, n, 1.0f, scores, n, v, ld, 0.0f,
                 context + begin * h + head * d, h);
   }
@@ -148,6 +70,7 @@ void EncoderWorkspace::Reserve(const EncoderNetwork& net, int64_t tokens, int se
   grow(projected_, tokens * h);
   grow(intermediate_, tokens * net.intermediate);
   grow(scores_, longest * longest);
+  grow(mask_add_, tokens);
   grow(first_tokens_, int64_t{sequences} * h);
   grow(head_, int64_t{sequences} * h);
 }
@@ -174,33 +97,44 @@ void Forward(const EncoderNetwork& net, const PackedBatch& batch, EncoderWorkspa
       for (int j = 0; j < h; ++j) xt[j] = word[j] + position[j];
     }
   }
-  LayerNormRows(x, net.embedding_norm_gamma, net.embedding_norm_beta, tokens, h,
-                net.layer_norm_eps);
+  const kernels::KernelTable& k = kernels::Get();
+  k.layer_norm(x, net.embedding_norm_gamma.data(), net.embedding_norm_beta.data(), tokens, h,
+               net.layer_norm_eps);
+  // The attention's additive key mask: 0 for an attended token, -inf for a masked one.
+  for (int64_t t = 0; t < tokens; ++t) {
+    ws.mask_add_[t] = batch.attend[t] ? 0.0f : -std::numeric_limits<float>::infinity();
+  }
 
+  const int three_h = 3 * h;
   for (const EncoderLayer& layer : net.encoder_layers) {
-    // One GEMM for query, key and value; their biases in the same pass that reads the rows.
-    Linear(x, tokens, h, layer.qkv_weight, 3 * h, ws.qkv_.data());
+    // One GEMM for query, key and value, accumulated (beta = 1) onto rows that hold the bias: the
+    // bias costs a row copy where a separate pass would reread the whole [T, 3H] result.
+    float* qkv = ws.qkv_.data();
     for (int64_t t = 0; t < tokens; ++t) {
-      float* row = ws.qkv_.data() + t * 3 * h;
-      for (int j = 0; j < 3 * h; ++j) row[j] += layer.qkv_bias[j];
+      std::copy_n(layer.qkv_bias.data(), three_h, qkv + t * three_h);
+    }
+    if (tokens > 0) {
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(tokens), three_h, h,
+                  1.0f, x, h, layer.qkv_weight.data(), h, 1.0f, qkv, three_h);
     }
     for (int s = 0; s < batch.sequences(); ++s) {
       const int64_t begin = batch.offsets[s];
       const int n = static_cast<int>(batch.offsets[s + 1] - begin);
-      SequenceAttention(net, batch, ws.qkv_.data(), begin, n, ws.scores_.data(),
+      SequenceAttention(net, k, qkv, ws.mask_add_.data(), begin, n, ws.scores_.data(),
                         ws.context_.data());
     }
     Linear(ws.context_.data(), tokens, h, layer.attention_out_weight, h, ws.projected_.data());
-    BiasResidualLayerNorm(ws.projected_.data(), layer.attention_out_bias,
-                          layer.attention_norm_gamma, layer.attention_norm_beta, tokens, h,
-                          net.layer_norm_eps, x);
+    k.bias_residual_layer_norm(ws.projected_.data(), layer.attention_out_bias.data(),
+                               layer.attention_norm_gamma.data(), layer.attention_norm_beta.data(),
+                               tokens, h, net.layer_norm_eps, x);
     Linear(x, tokens, h, layer.intermediate_weight, net.intermediate, ws.intermediate_.data());
-    BiasActivate(ws.intermediate_.data(), layer.intermediate_bias, tokens, net.intermediate,
-                 net.activation);
+    k.bias_activate(ws.intermediate_.data(), layer.intermediate_bias.data(), tokens,
+                    net.intermediate, net.activation);
     Linear(ws.intermediate_.data(), tokens, net.intermediate, layer.output_weight, h,
            ws.projected_.data());
-    BiasResidualLayerNorm(ws.projected_.data(), layer.output_bias, layer.output_norm_gamma,
-                          layer.output_norm_beta, tokens, h, net.layer_norm_eps, x);
+    k.bias_residual_layer_norm(ws.projected_.data(), layer.output_bias.data(),
+                               layer.output_norm_gamma.data(), layer.output_norm_beta.data(),
+                               tokens, h, net.layer_norm_eps, x);
   }
 }
 

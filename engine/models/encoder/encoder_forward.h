@@ -10,7 +10,9 @@
 // token-type embeddings and LayerNorm; per layer one fused QKV GEMM, scaled dot-product attention
 // with masked keys excluded (their softmax weight is exactly 0, as HF's additive finfo.min mask
 // gives), output projection with bias + residual + LayerNorm in one pass, intermediate GEMM with
-// bias + activation in one pass, output GEMM with bias + residual + LayerNorm in one pass.
+// bias + activation in one pass, output GEMM with bias + residual + LayerNorm in one pass. Those
+// passes and the softmax are encoder_kernels.h's vectorized kernels (AVX2 + FMA where the CPU has
+// them); the QKV bias is the GEMM's starting value (beta = 1 onto rows holding the bias).
 
 #include <cstdint>
 #include <vector>
@@ -55,6 +57,7 @@ class EncoderWorkspace {
   std::vector<float> projected_;     // [T, H]
   std::vector<float> intermediate_;  // [T, I]
   std::vector<float> scores_;        // [longest, longest]
+  std::vector<float> mask_add_;      // [T]: 0 attended, -inf masked (the softmax's key mask)
   std::vector<float> first_tokens_;  // [S, H]
   std::vector<float> head_;          // [S, H]
 };

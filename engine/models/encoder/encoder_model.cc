@@ -365,13 +365,23 @@ class EncoderInstance final : public ModelInstance {
           }
         } else if (name == kLastHiddenState) {
           tensor.shape = {rows, seq, h};
-          tensor.data.assign(static_cast<size_t>(rows * seq * h) * sizeof(float), std::byte{0});
-          for (int64_t row = 0; row < rows; ++row) {
-            const int s = first_sequence + static_cast<int>(row);
-            const int64_t begin = batch_.offsets[s];
-            const int64_t length = batch_.offsets[s + 1] - begin;
-            std::memcpy(tensor.data.data() + row * seq * h * sizeof(float), hidden + begin * h,
-                        static_cast<size_t>(length * h) * sizeof(float));
+          // The request's rows are contiguous in the packed batch; without trailing padding they
+          // are the whole tensor, copied once (no zero fill first). Padded rows get zeros past
+          // their packed length.
+          const int64_t first = batch_.offsets[first_sequence];
+          const int64_t packed = batch_.offsets[first_sequence + rows] - first;
+          if (packed == rows * seq) {
+            const auto* source = reinterpret_cast<const std::byte*>(hidden + first * h);
+            tensor.data.assign(source, source + static_cast<size_t>(packed * h) * sizeof(float));
+          } else {
+            tensor.data.assign(static_cast<size_t>(rows * seq * h) * sizeof(float), std::byte{0});
+            for (int64_t row = 0; row < rows; ++row) {
+              const int s = first_sequence + static_cast<int>(row);
+              const int64_t begin = batch_.offsets[s];
+              const int64_t length = batch_.offsets[s + 1] - begin;
+              std::memcpy(tensor.data.data() + row * seq * h * sizeof(float), hidden + begin * h,
+                          static_cast<size_t>(length * h) * sizeof(float));
+            }
           }
         } else if (name == kEmbedding) {
           const int size = net.embedding_size();
