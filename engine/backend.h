@@ -64,6 +64,10 @@ class Model {
   // validated, needs PrepareRequest. Engine::Submit then hands it to the engine's bounded
   // preparation pool (engine/preparation_pool.h) instead of enqueuing it.
   virtual bool NeedsPreparation(const InferenceRequest& request) const { return false; }
+  // Whether any request of this model may need preparation (the encoder with a tokenizer): its
+  // statistics then report the preparation stage (ModelStatsSnapshot::prepares), also before the
+  // first such request.
+  virtual bool prepares_requests() const { return false; }
   // Runs on a preparation pool thread: turns the request's inputs into the ones the model runs
   // (the request owns them from then on, through its keepalive), in config order, and sets
   // token_count. An error answers the request (INVALID_ARGUMENT naming the batch item for bad

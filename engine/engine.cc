@@ -237,11 +237,13 @@ void Engine::Submit(std::unique_ptr<InferenceRequest> request) {
     // job keeps the version alive (an unload meanwhile stops its scheduler, whose Enqueue then
     // answers UNAVAILABLE).
     auto holder = std::make_shared<std::unique_ptr<InferenceRequest>>(std::move(request));
-    PreparationPool::Job job = [this, loaded = *loaded, holder,
-                                submitted = std::chrono::steady_clock::now()] {
+    const auto submitted = std::chrono::steady_clock::now();
+    PreparationPool::Job job = [this, loaded = *loaded, holder, submitted] {
       Prepare(*loaded, std::move(*holder), submitted);
     };
     if (absl::Status queued = preparation_->TrySubmit(job); !queued.ok()) {
+      // Refused by the stage (its queue is full, or it stopped): a failure of both.
+      model.stats.RecordPreparationFailure(std::chrono::steady_clock::now() - submitted);
       model.stats.RecordFailure(**holder, queued.code());
       (*holder)->Complete(std::move(queued));
     }
@@ -252,6 +254,9 @@ void Engine::Submit(std::unique_ptr<InferenceRequest> request) {
 
 void Engine::Prepare(LoadedModel& model, std::unique_ptr<InferenceRequest> request,
                      std::chrono::steady_clock::time_point submitted) {
+  // The stage's phases are timed on the steady clock, as the rest of the statistics; the
+  // deadline is checked on the engine's clock, as the scheduler checks it.
+  const auto started = std::chrono::steady_clock::now();
   absl::Status status;
   if (request->IsCancelled()) {
     status =
@@ -262,12 +267,17 @@ void Engine::Prepare(LoadedModel& model, std::unique_ptr<InferenceRequest> reque
   } else {
     status = model.model->PrepareRequest(*request);
   }
+  const auto prepared = std::chrono::steady_clock::now();
   if (!status.ok()) {
+    model.stats.RecordPreparationFailure(prepared - submitted);
     model.stats.RecordFailure(*request, status.code());
     request->Complete(std::move(status));
     return;
   }
-  model.stats.RecordPreparation(std::chrono::steady_clock::now() - submitted);
+  model.stats.RecordPreparation({.items = static_cast<uint64_t>(request->batch_size),
+                                 .queue = started - submitted,
+                                 .compute = prepared - started,
+                                 .total = prepared - submitted});
   model.scheduler->Enqueue(std::move(request));
 }
 
@@ -299,6 +309,7 @@ absl::StatusOr<std::vector<Engine::VersionStats>> Engine::GetStats(const std::st
   for (const auto& [model_name, loaded] : selected) {
     VersionStats entry{model_name, loaded->version, loaded->stats.Snapshot()};
     entry.stats.queue_depth = static_cast<uint64_t>(loaded->scheduler->QueueDepth());
+    entry.stats.prepares = loaded->model->prepares_requests();
     out.push_back(std::move(entry));
   }
   return out;

@@ -158,10 +158,24 @@ void ModelStats::RecordDeviceItems(uint64_t items, std::chrono::steady_clock::ti
   stats_.device_items = items;
 }
 
-void ModelStats::RecordPreparation(std::chrono::nanoseconds duration) {
+void ModelStats::RecordPreparation(const PreparationRecord& record) {
+  const auto now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                          std::chrono::system_clock::now().time_since_epoch())
+                          .count();
   common::MutexLock lock(&prep_mu_);
-  tokenize_.Add(duration);
-  tokenize_duration_.Observe(kDurationBucketBoundsSeconds, Seconds(duration));
+  preparation_.last_prepared_ms = static_cast<uint64_t>(now_ms);
+  preparation_.items += record.items;
+  preparation_.jobs += 1;
+  preparation_.success.Add(record.total);
+  preparation_.queue.Add(record.queue);
+  preparation_.compute.Add(record.compute);
+  preparation_.compute_by_items[record.items].Add(record.compute);
+  tokenize_duration_.Observe(kDurationBucketBoundsSeconds, Seconds(record.total));
+}
+
+void ModelStats::RecordPreparationFailure(std::chrono::nanoseconds total) {
+  common::MutexLock lock(&prep_mu_);
+  preparation_.fail.Add(total);
 }
 
 ModelStatsSnapshot ModelStats::Snapshot() const {
@@ -171,7 +185,7 @@ ModelStatsSnapshot ModelStats::Snapshot() const {
     snapshot = stats_;
   }
   common::MutexLock lock(&prep_mu_);
-  snapshot.tokenize = tokenize_;
+  snapshot.preparation = preparation_;
   snapshot.tokenize_duration = tokenize_duration_;
   return snapshot;
 }

@@ -104,6 +104,30 @@ using BatchSizeHistogram = FixedHistogram<kBatchSizeBucketBounds.size()>;
 // Tokens per batch, buckets kBatchTokensBucketBounds.
 using BatchTokensHistogram = FixedHistogram<kBatchTokensBucketBounds.size()>;
 
+// The preparation stage's counters, in the shape of Triton's statistics for a model of their own
+// (a composing model of an ensemble: a Python-backend tokenizer in front of the model). Durations
+// per request; the phases are counted for requests it prepared, as Triton counts them for
+// successful requests only.
+struct PreparationStats {
+  // Wall-clock milliseconds since the epoch of the last request prepared; 0 if none.
+  uint64_t last_prepared_ms = 0;
+  // Batch items prepared (texts tokenized; a text with its text_pair is one item), and jobs run
+  // (one per prepared request).
+  uint64_t items = 0;
+  uint64_t jobs = 0;
+  // Per prepared request: handed to the pool -> prepared (queue + compute).
+  DurationStat success;
+  // Per request the stage failed (refused by a full or stopped pool, cancelled or past its
+  // deadline while it waited, or refused by the preparation itself: invalid UTF-8, a text with no
+  // tokens): handed to the pool -> failed.
+  DurationStat fail;
+  // Per prepared request: the wait for a pool thread, and the preparation itself.
+  DurationStat queue;
+  DurationStat compute;
+  // The preparation's time per job size (items in the request), one count per job.
+  std::map<uint64_t, DurationStat> compute_by_items;
+};
+
 // A copy of the counters at one moment.
 struct ModelStatsSnapshot {
   // --- As ModelStatistics (Triton's statistics extension) reports them -----------------------
@@ -119,11 +143,14 @@ struct ModelStatsSnapshot {
   DurationStat compute_input;
   DurationStat compute_infer;
   DurationStat compute_output;
-  // Per request whose inputs were prepared on the engine's preparation pool (text inputs
-  // tokenized): pool wait + tokenization, i.e. Submit -> enqueued into the batcher. A sluice
-  // phase of its own (ModelStatistics InferStatistics.tokenize, a sluice extension field); not
-  // part of `queue`, which starts when the request reaches the batcher.
-  DurationStat tokenize;
+  // The preparation stage (text inputs tokenized on the engine's preparation pool before they
+  // reach the batcher), counted apart: the server reports it as the ModelStatistics entry of a
+  // composing model (`<model>/tokenizer`). Not part of `queue`, which starts when a request
+  // reaches the batcher; part of `success`/`fail`, which run from receipt to answer.
+  // `prepares`: the model prepares requests at all (Model::prepares_requests(); filled in by the
+  // engine), so that a model with a tokenizer reports the stage before its first text request.
+  bool prepares = false;
+  PreparationStats preparation;
   // Per executed batch size.
   std::map<uint64_t, BatchStat> batch_stats;
   // Requests in the queue when the snapshot was taken (filled in by the engine).
@@ -145,7 +172,7 @@ struct ModelStatsSnapshot {
   DurationHistogram compute_input_duration;
   DurationHistogram compute_infer_duration;
   DurationHistogram compute_output_duration;
-  // Per prepared request: as `tokenize` (sluice_tokenize_duration_seconds).
+  // Per prepared request: as `preparation.success` (sluice_tokenize_duration_seconds).
   DurationHistogram tokenize_duration;
   // From the stats collector (0 until it ran): items the executors counted where they compute
   // (the device counters on a GPU), and their rate over the collector's last interval.
@@ -169,6 +196,14 @@ struct BatchRecord {
   std::chrono::nanoseconds infer{0};
   std::chrono::nanoseconds output{0};
   std::span<const RequestTiming> requests;
+};
+
+// One request prepared on the preparation pool.
+struct PreparationRecord {
+  uint64_t items = 0;                   // batch items prepared
+  std::chrono::nanoseconds queue{0};    // handed to the pool -> picked up by a pool thread
+  std::chrono::nanoseconds compute{0};  // the preparation itself (Model::PrepareRequest)
+  std::chrono::nanoseconds total{0};    // handed to the pool -> prepared
 };
 
 struct ModelStatsOptions {
@@ -210,10 +245,15 @@ class ModelStats {
   // far (monotonic); sets device_items and, from the previous reading, the throughput.
   void RecordDeviceItems(uint64_t items, std::chrono::steady_clock::time_point now);
 
-  // Called once per prepared request, on the preparation pool thread that prepared it, with the
-  // time from Submit to enqueue. Takes its own mutex, not the one the completion path records
-  // batches under, so pool threads never wait for completion threads.
-  void RecordPreparation(std::chrono::nanoseconds duration);
+  // Called once per prepared request, on the preparation pool thread that prepared it, with its
+  // items and phases (`queue` + `compute` <= `total`, handed to the pool -> prepared). Takes its
+  // own mutex, not the one the completion path records batches under, so pool threads never wait
+  // for completion threads.
+  void RecordPreparation(const PreparationRecord& record);
+  // Called once per request the preparation stage failed (PreparationStats::fail says which),
+  // with the time from being handed to the pool to the failure; by the thread that fails it. The
+  // request's own failure is recorded apart (RecordFailure): it fails the model too.
+  void RecordPreparationFailure(std::chrono::nanoseconds total);
 
   ModelStatsSnapshot Snapshot() const;
 
@@ -227,7 +267,7 @@ class ModelStats {
   std::chrono::steady_clock::time_point last_device_reading_ ABSL_GUARDED_BY(mu_){};
   uint64_t last_device_items_ ABSL_GUARDED_BY(mu_) = 0;
   mutable common::Mutex prep_mu_;
-  DurationStat tokenize_ ABSL_GUARDED_BY(prep_mu_);
+  PreparationStats preparation_ ABSL_GUARDED_BY(prep_mu_);
   DurationHistogram tokenize_duration_ ABSL_GUARDED_BY(prep_mu_);
 };
 

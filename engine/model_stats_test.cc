@@ -125,6 +125,49 @@ TEST(ModelStatsTest, FailuresAreCountedByReason) {
   EXPECT_EQ(s.success.count, 0u);
 }
 
+TEST(ModelStatsTest, PreparationStageIsCountedApartFromTheModel) {
+  ModelStats stats;
+  stats.RecordPreparation({.items = 3,
+                           .queue = microseconds(100),
+                           .compute = microseconds(400),
+                           .total = microseconds(520)});
+  stats.RecordPreparation({.items = 1,
+                           .queue = microseconds(10),
+                           .compute = microseconds(40),
+                           .total = microseconds(60)});
+  stats.RecordPreparation({.items = 3,
+                           .queue = microseconds(0),
+                           .compute = microseconds(200),
+                           .total = microseconds(210)});
+  stats.RecordPreparationFailure(microseconds(30));
+  const ModelStatsSnapshot s = stats.Snapshot();
+  const PreparationStats& p = s.preparation;
+  EXPECT_EQ(p.jobs, 3u);
+  EXPECT_EQ(p.items, 7u);
+  EXPECT_EQ(p.success.count, 3u);
+  EXPECT_EQ(p.success.ns, 790'000u);
+  EXPECT_EQ(p.queue.count, 3u);
+  EXPECT_EQ(p.queue.ns, 110'000u);
+  EXPECT_EQ(p.compute.count, 3u);
+  EXPECT_EQ(p.compute.ns, 640'000u);
+  EXPECT_EQ(p.fail.count, 1u);
+  EXPECT_EQ(p.fail.ns, 30'000u);
+  EXPECT_GT(p.last_prepared_ms, 0u);
+  ASSERT_EQ(p.compute_by_items.size(), 2u);
+  EXPECT_EQ(p.compute_by_items.at(3).count, 2u);
+  EXPECT_EQ(p.compute_by_items.at(3).ns, 600'000u);
+  EXPECT_EQ(p.compute_by_items.at(1).count, 1u);
+  // The Prometheus histogram observes the total of each prepared request.
+  EXPECT_EQ(s.tokenize_duration.count, 3u);
+  EXPECT_NEAR(s.tokenize_duration.sum, 790e-6, 1e-12);
+  // The model's own counters are untouched: the stage reports apart (and a model records its own
+  // failures with RecordFailure), and `prepares` is the engine's to fill in.
+  EXPECT_EQ(s.success.count, 0u);
+  EXPECT_EQ(s.fail.count, 0u);
+  EXPECT_EQ(s.inference_count, 0u);
+  EXPECT_FALSE(s.prepares);
+}
+
 TEST(ModelStatsTest, FailureReasonNames) {
   EXPECT_EQ(FailureReasonName(FailureReason::kQueueFull), "queue_full");
   EXPECT_EQ(FailureReasonName(FailureReason::kDeadlineExceeded), "deadline_exceeded");

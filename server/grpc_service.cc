@@ -183,10 +183,10 @@ grpc::ServerUnaryReactor* InferenceService::ModelStatistics(
     inference::ModelStatisticsResponse* response) {
   absl::StatusOr<int64_t> version = ParseModelVersion(request->version());
   if (!version.ok()) return FinishNow(context, ToGrpcStatus(version.status()));
-  absl::StatusOr<std::vector<engine::Engine::VersionStats>> stats =
-      engine_->GetStats(request->name(), *version);
+  absl::StatusOr<inference::ModelStatisticsResponse> stats =
+      StatisticsResponse(*engine_, request->name(), *version);
   if (!stats.ok()) return FinishNow(context, ToGrpcStatus(stats.status()));
-  *response = ToStatisticsResponse(*stats);
+  *response = *std::move(stats);
   return FinishNow(context, grpc::Status::OK);
 }
 

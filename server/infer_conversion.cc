@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/echo.h"
@@ -355,31 +356,97 @@ void FillDuration(const engine::DurationStat& from, inference::StatisticDuration
 
 }  // namespace
 
+namespace {
+
+void AddModelEntry(const engine::Engine::VersionStats& entry,
+                   inference::ModelStatisticsResponse& response) {
+  const engine::ModelStatsSnapshot& s = entry.stats;
+  inference::ModelStatistics* out = response.add_model_stats();
+  out->set_name(entry.name);
+  out->set_version(absl::StrCat(entry.version));
+  out->set_last_inference(s.last_inference_ms);
+  out->set_inference_count(s.inference_count);
+  out->set_execution_count(s.execution_count);
+  inference::InferStatistics* infer = out->mutable_inference_stats();
+  FillDuration(s.success, infer->mutable_success());
+  FillDuration(s.fail, infer->mutable_fail());
+  FillDuration(s.queue, infer->mutable_queue());
+  FillDuration(s.compute_input, infer->mutable_compute_input());
+  FillDuration(s.compute_infer, infer->mutable_compute_infer());
+  FillDuration(s.compute_output, infer->mutable_compute_output());
+  for (const auto& [batch_size, batch] : s.batch_stats) {
+    inference::InferBatchStatistics* b = out->add_batch_stats();
+    b->set_batch_size(batch_size);
+    FillDuration(batch.compute_input, b->mutable_compute_input());
+    FillDuration(batch.compute_infer, b->mutable_compute_infer());
+    FillDuration(batch.compute_output, b->mutable_compute_output());
+  }
+}
+
+// The tokenizer's entry. Tokenization reads the text and writes the ids in one pass: it is all
+// compute_infer; compute_input and compute_output are present with zero counts (clients index
+// every phase, as Triton always prints them).
+void AddTokenizerEntry(const engine::Engine::VersionStats& entry,
+                       inference::ModelStatisticsResponse& response) {
+  const engine::PreparationStats& s = entry.stats.preparation;
+  inference::ModelStatistics* out = response.add_model_stats();
+  out->set_name(absl::StrCat(entry.name, kTokenizerStatsSuffix));
+  out->set_version(absl::StrCat(entry.version));
+  out->set_last_inference(s.last_prepared_ms);
+  out->set_inference_count(s.items);
+  out->set_execution_count(s.jobs);
+  inference::InferStatistics* infer = out->mutable_inference_stats();
+  FillDuration(s.success, infer->mutable_success());
+  FillDuration(s.fail, infer->mutable_fail());
+  FillDuration(s.queue, infer->mutable_queue());
+  FillDuration({}, infer->mutable_compute_input());
+  FillDuration(s.compute, infer->mutable_compute_infer());
+  FillDuration({}, infer->mutable_compute_output());
+  for (const auto& [items, compute] : s.compute_by_items) {
+    inference::InferBatchStatistics* b = out->add_batch_stats();
+    b->set_batch_size(items);
+    FillDuration({}, b->mutable_compute_input());
+    FillDuration(compute, b->mutable_compute_infer());
+    FillDuration({}, b->mutable_compute_output());
+  }
+}
+
+}  // namespace
+
 inference::ModelStatisticsResponse ToStatisticsResponse(
     const std::vector<engine::Engine::VersionStats>& stats) {
   inference::ModelStatisticsResponse response;
   for (const engine::Engine::VersionStats& entry : stats) {
-    const engine::ModelStatsSnapshot& s = entry.stats;
-    inference::ModelStatistics* out = response.add_model_stats();
-    out->set_name(entry.name);
-    out->set_version(absl::StrCat(entry.version));
-    out->set_last_inference(s.last_inference_ms);
-    out->set_inference_count(s.inference_count);
-    out->set_execution_count(s.execution_count);
-    inference::InferStatistics* infer = out->mutable_inference_stats();
-    FillDuration(s.success, infer->mutable_success());
-    FillDuration(s.fail, infer->mutable_fail());
-    FillDuration(s.queue, infer->mutable_queue());
-    FillDuration(s.compute_input, infer->mutable_compute_input());
-    FillDuration(s.compute_infer, infer->mutable_compute_infer());
-    FillDuration(s.compute_output, infer->mutable_compute_output());
-    for (const auto& [batch_size, batch] : s.batch_stats) {
-      inference::InferBatchStatistics* b = out->add_batch_stats();
-      b->set_batch_size(batch_size);
-      FillDuration(batch.compute_input, b->mutable_compute_input());
-      FillDuration(batch.compute_infer, b->mutable_compute_infer());
-      FillDuration(batch.compute_output, b->mutable_compute_output());
+    AddModelEntry(entry, response);
+    if (entry.stats.prepares) AddTokenizerEntry(entry, response);
+  }
+  return response;
+}
+
+absl::StatusOr<inference::ModelStatisticsResponse> StatisticsResponse(const engine::Engine& engine,
+                                                                      const std::string& name,
+                                                                      int64_t version) {
+  const absl::string_view view(name);
+  if (!absl::EndsWith(view, kTokenizerStatsSuffix)) {
+    ASSIGN_OR_RETURN(std::vector<engine::Engine::VersionStats> stats,
+                     engine.GetStats(name, version));
+    return ToStatisticsResponse(stats);
+  }
+  const std::string model(view.substr(0, view.size() - kTokenizerStatsSuffix.size()));
+  absl::StatusOr<std::vector<engine::Engine::VersionStats>> stats =
+      model.empty() ? absl::NotFoundError("no model name") : engine.GetStats(model, version);
+  inference::ModelStatisticsResponse response;
+  if (stats.ok()) {
+    for (const engine::Engine::VersionStats& entry : *stats) {
+      if (entry.stats.prepares) AddTokenizerEntry(entry, response);
     }
+  }
+  if (response.model_stats().empty()) {
+    return absl::NotFoundError(absl::StrCat(
+        "no statistics for '", common::EchoInput(name), "'",
+        version < 0 ? "" : absl::StrCat(" version ", version), ": '", common::EchoInput(model),
+        "' is not a loaded model with a tokenizer (a tokenizer.json or vocab.txt in its version "
+        "folder)"));
   }
   return response;
 }

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "engine/engine.h"
 #include "engine/inference_request.h"
 #include "proto/grpc_service.pb.h"
@@ -76,9 +77,27 @@ absl::Status ToProtoResponse(engine::InferenceResponse&& response,
                              const std::vector<shm::OutputPlacement>& placements,
                              inference::ModelInferResponse* out);
 
+// What a model's tokenizer (its preparation stage: text inputs tokenized on the engine's pool) is
+// called in ModelStatistics: `<model>/tokenizer`, an entry of its own, as Triton reports the
+// composing model of an ensemble (a Python-backend tokenizer in front of the model) without new
+// protocol fields. A '/' never occurs in a repository model name, so it never names a model.
+inline constexpr absl::string_view kTokenizerStatsSuffix = "/tokenizer";
+
 // The KServe ModelStatistics message for the engine's per-version stats: what gRPC's
-// ModelStatistics answers and what HTTP's .../stats renders as JSON.
+// ModelStatistics answers and what HTTP's .../stats renders as JSON. Every version of a model that
+// tokenizes text (ModelStatsSnapshot::prepares) is followed by its tokenizer's entry, same
+// version: success = requests tokenized (handed to the pool -> tokenized), queue = the wait for a
+// tokenizer thread, compute_infer = tokenization, fail = requests the stage failed,
+// inference_count = items tokenized, execution_count = requests tokenized.
 inference::ModelStatisticsResponse ToStatisticsResponse(
     const std::vector<engine::Engine::VersionStats>& stats);
+
+// The ModelStatistics answer for `name` (empty: every model) and `version` (< 0: every loaded
+// version), with the tokenizers' entries as ToStatisticsResponse gives them; `<model>/tokenizer`
+// asks for the tokenizer's entries alone. NotFound for a model or version that is not loaded, or
+// for `<model>/tokenizer` when the model has no tokenizer.
+absl::StatusOr<inference::ModelStatisticsResponse> StatisticsResponse(const engine::Engine& engine,
+                                                                      const std::string& name,
+                                                                      int64_t version);
 
 }  // namespace sluice::server

@@ -328,6 +328,45 @@ TEST(InferConversionTest, SharedMemoryTensorsAsTritonclientSendsThem) {
   shm_unlink(key.c_str());
 }
 
+TEST(InferConversionTest, StatisticsAddTheTokenizerEntryRightAfterItsModel) {
+  engine::Engine::VersionStats text{"encoder", 3, {}};
+  text.stats.prepares = true;
+  text.stats.success.Add(std::chrono::microseconds(900));
+  engine::PreparationStats& p = text.stats.preparation;
+  p.last_prepared_ms = 1234;
+  p.items = 5;
+  p.jobs = 2;
+  p.success.Add(std::chrono::microseconds(300), 2);
+  p.fail.Add(std::chrono::microseconds(7));
+  p.queue.Add(std::chrono::microseconds(100), 2);
+  p.compute.Add(std::chrono::microseconds(150), 2);
+  p.compute_by_items[1].Add(std::chrono::microseconds(100));
+  p.compute_by_items[4].Add(std::chrono::microseconds(200));
+  engine::Engine::VersionStats plain{"simple", 1, {}};
+  const inference::ModelStatisticsResponse response = ToStatisticsResponse({text, plain});
+  ASSERT_EQ(response.model_stats_size(), 3);
+  EXPECT_EQ(response.model_stats(0).name(), "encoder");
+  EXPECT_EQ(response.model_stats(0).inference_stats().success().count(), 1u);
+  const inference::ModelStatistics& t = response.model_stats(1);
+  EXPECT_EQ(t.name(), "encoder/tokenizer");
+  EXPECT_EQ(t.version(), "3");
+  EXPECT_EQ(t.last_inference(), 1234u);
+  EXPECT_EQ(t.inference_count(), 5u);
+  EXPECT_EQ(t.execution_count(), 2u);
+  EXPECT_EQ(t.inference_stats().success().count(), 2u);
+  EXPECT_EQ(t.inference_stats().success().ns(), 600'000u);
+  EXPECT_EQ(t.inference_stats().fail().count(), 1u);
+  EXPECT_EQ(t.inference_stats().queue().ns(), 200'000u);
+  EXPECT_EQ(t.inference_stats().compute_infer().ns(), 300'000u);
+  EXPECT_TRUE(t.inference_stats().has_compute_input());  // present, zero
+  EXPECT_EQ(t.inference_stats().compute_input().count(), 0u);
+  EXPECT_TRUE(t.inference_stats().has_compute_output());
+  ASSERT_EQ(t.batch_stats_size(), 2);
+  EXPECT_EQ(t.batch_stats(1).batch_size(), 4u);
+  EXPECT_EQ(t.batch_stats(1).compute_infer().ns(), 200'000u);
+  EXPECT_EQ(response.model_stats(2).name(), "simple");  // no tokenizer, no entry
+}
+
 TEST(InferConversionTest, ParsesVersions) {
   EXPECT_EQ(*ParseModelVersion(""), -1);
   EXPECT_EQ(*ParseModelVersion("12"), 12);

@@ -97,8 +97,8 @@ TEST(MetricsExporterTest, MapsTheSnapshotToFamilies) {
 
 TEST(MetricsExporterTest, TokenizePhaseOnlyForModelsThatTokenized) {
   engine::ModelStats text(engine::ModelStatsOptions{.counts_tokens = true});
-  text.RecordPreparation(std::chrono::microseconds(80));
-  text.RecordPreparation(std::chrono::microseconds(700));
+  text.RecordPreparation({.items = 1, .total = std::chrono::microseconds(80)});
+  text.RecordPreparation({.items = 1, .total = std::chrono::microseconds(700)});
   MetricsInput input;
   input.models.push_back({"encoder", 1, text.Snapshot()});
   input.models.push_back(SampleStats());  // "simple": never tokenizes

@@ -33,6 +33,7 @@
 #include "server/grpc_service.h"
 #include "server/http/http_routes.h"
 #include "server/http/http_server.h"
+#include "server/infer_conversion.h"
 #include "server/listener_watchdog.h"
 #include "server/metrics_exporter.h"
 #include "server/model_repository.h"
@@ -929,6 +930,12 @@ int Run(const Flags& flags) {
     for (const auto& entry : *stats) {
       LOG_INFO_WAITING(log, "final stats model=", entry.name, " version=", entry.version,
                        " success=", entry.stats.success.count, " failure=", entry.stats.fail.count);
+      if (entry.stats.prepares) {  // its tokenizer, named as in ModelStatistics
+        LOG_INFO_WAITING(log, "final stats model=", entry.name, kTokenizerStatsSuffix,
+                         " version=", entry.version,
+                         " success=", entry.stats.preparation.success.count,
+                         " failure=", entry.stats.preparation.fail.count);
+      }
     }
   }
   // Answers whatever the exit timeout cut short, so every reactor finishes and Wait() returns.

@@ -267,14 +267,20 @@ void HttpRoutes::Handle(HttpRequest&& request, Responder respond) {
       Model("", "", "stats", request, std::move(respond));
       return;
     }
-    const std::string& model = segments[2];
-    std::string version;
-    size_t rest = 3;
-    if (n >= 5 && segments[3] == "versions") {
-      version = segments[4];
-      rest = 5;
+    std::string model = segments[2];
+    size_t rest = 3;  // the segment after the model name
+    // A model's tokenizer has statistics of its own, `<model>/tokenizer`; clients put the name in
+    // the path unescaped (tritonclient's quote() keeps '/'), so its '/' arrives as a separator.
+    if (n >= 5 && segments[3] == kTokenizerStatsSuffix.substr(1) && segments[n - 1] == "stats") {
+      absl::StrAppend(&model, kTokenizerStatsSuffix);
+      rest = 4;
     }
-    if (n > rest + 1 || (n == 4 && segments[3] == "versions")) {
+    std::string version;
+    if (n >= rest + 2 && segments[rest] == "versions") {
+      version = segments[rest + 1];
+      rest += 2;
+    }
+    if (n > rest + 1 || (n == rest + 1 && segments[rest] == "versions")) {
       not_found();
       return;
     }
@@ -370,13 +376,13 @@ void HttpRoutes::Model(const std::string& model, const std::string& version_text
     return;
   }
   if (action == "stats") {
-    absl::StatusOr<std::vector<engine::Engine::VersionStats>> stats =
-        engine_->GetStats(model, *version);
+    absl::StatusOr<inference::ModelStatisticsResponse> stats =
+        StatisticsResponse(*engine_, model, *version);
     if (!stats.ok()) {
       respond(Error(stats.status()));
       return;
     }
-    respond(Json(200, MessageToJson(ToStatisticsResponse(*stats))));
+    respond(Json(200, MessageToJson(*stats)));
     return;
   }
   absl::StatusOr<engine::Engine::ModelInfo> info = engine_->GetModel(model, *version);

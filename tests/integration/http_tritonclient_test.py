@@ -2,6 +2,8 @@
 tests/python-requirements.txt) against sluice's KServe v2 HTTP/REST front end: health, metadata,
 configuration, statistics, the repository index, load/unload, and inference on simple, identity and
 mlp with binary and JSON tensors, gzip/deflate bodies both ways, and the errors a client sees.
+The statistics of a model with a tokenizer (its `<model>/tokenizer` entry) are also read with
+tritonclient.grpc, Triton's gRPC client.
 
 Run by CTest with the test-reference virtual environment's python (SLUICE_TEST_PYTHON).
 """
@@ -18,6 +20,7 @@ import unittest
 import zlib
 
 import numpy as np
+import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
@@ -207,6 +210,45 @@ class TritonHttpClientTest(unittest.TestCase):
         self.assertEqual(entry["name"], "simple")
         self.assertIsInstance(entry["inference_count"], int)
         self.assertIn("success", entry["inference_stats"])
+
+    def test_tokenizer_statistics_entry(self):
+        # The embedder tokenizes text: its statistics carry a second entry, `embedder/tokenizer`,
+        # right after its own, which Triton's clients read like any model's (as they read an
+        # ensemble's composing models), also when asked for by that name.
+        def counts(stats):
+            return [(e["name"], e["version"], int(e["inference_stats"]["success"].get("count", 0)))
+                    for e in stats["model_stats"]]
+
+        grpc = grpcclient.InferenceServerClient(url=f"127.0.0.1:{self.server.grpc_port}")
+        try:
+            before = counts(self.client.get_inference_statistics("embedder"))
+            self.assertEqual([name for name, _, _ in before], ["embedder", "embedder/tokenizer"])
+            text = httpclient.InferInput("text", [2, 1], "BYTES")
+            text.set_data_from_numpy(np.array([[b"one sentence"], [b"and another"]],
+                                              dtype=np.object_))
+            result = self.client.infer("embedder", [text])
+            self.assertEqual(result.as_numpy("embedding").shape[0], 2)
+            after = counts(self.client.get_inference_statistics("embedder"))
+            self.assertEqual(after, [(name, version, count + 1) for name, version, count in before])
+            tokenizer = self.client.get_inference_statistics("embedder/tokenizer")["model_stats"]
+            self.assertEqual(len(tokenizer), 1)
+            self.assertEqual(tokenizer[0]["name"], "embedder/tokenizer")
+            self.assertGreaterEqual(int(tokenizer[0]["inference_count"]), 2)
+            for phase in ("success", "fail", "queue", "compute_input", "compute_infer",
+                          "compute_output"):
+                self.assertIn(phase, tokenizer[0]["inference_stats"])
+            # gRPC: the same entries, as a protobuf message and as JSON.
+            message = grpc.get_inference_statistics("embedder")
+            self.assertEqual([(e.name, e.version, e.inference_stats.success.count)
+                              for e in message.model_stats], after)
+            as_json = grpc.get_inference_statistics("embedder/tokenizer", as_json=True)
+            self.assertEqual([e["name"] for e in as_json["model_stats"]], ["embedder/tokenizer"])
+            every = [e.name for e in grpc.get_inference_statistics().model_stats]
+            self.assertEqual(every[every.index("embedder") + 1], "embedder/tokenizer")
+            with self.assertRaises(InferenceServerException):
+                self.client.get_inference_statistics("simple/tokenizer")
+        finally:
+            grpc.close()
 
     def test_errors(self):
         inputs = [httpclient.InferInput("INPUT0", [1, 16], "FP32")]

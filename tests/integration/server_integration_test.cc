@@ -396,7 +396,9 @@ TEST_F(ServerIntegrationTest, StatisticsCountWhatWasSent) {
   EXPECT_EQ(client_->ModelStatistics("nope").status().code(), absl::StatusCode::kNotFound);
   auto all = client_->ModelStatistics();
   ASSERT_TRUE(all.ok());
-  EXPECT_EQ(all->model_stats_size(), 4);  // embedder, identity, mlp, simple: the bundled models
+  // embedder, embedder/tokenizer (its tokenizer's entry), identity, mlp, simple: the bundled
+  // models.
+  EXPECT_EQ(all->model_stats_size(), 5);
 }
 
 TEST_F(ServerIntegrationTest, LoadUnloadNeedExplicitMode) {

@@ -12,8 +12,8 @@
   and logits equal transformers' on them.
 - The same text over HTTP/REST (JSON and binary BYTES) gives the gRPC answer.
 - A full tokenizer pool answers RESOURCE_EXHAUSTED at once, and the server keeps serving.
-- sluice-client --text / --text-pair, sluice-client stats (the tokenize phase in
-  ModelStatistics) and sluice-loadtest --text-file.
+- sluice-client --text / --text-pair, sluice-client stats (the tokenizer's own entry in
+  ModelStatistics, `minilm/tokenizer`) and sluice-loadtest --text-file.
 - Errors through the real server, which keeps serving: text and token ids together, invalid UTF-8
   (names the batch item), text_pair without text, wrong datatype, over-long text with truncation
   off (names the limit), and the tokenize phase counted in Prometheus.
@@ -246,6 +246,14 @@ class TextEmbeddingTest(unittest.TestCase):
             self.assertTrue(any(e is None for _, e in results))
             ok = self.infer_on(client, "minilm", ["still serving"])
             self.assertEqual(ok.shape, (1, 384))
+            # The tokenizer's statistics count the refusals as its failures and the rest (and the
+            # last request) as tokenized; the model counts the refusals as its failures too.
+            stats = client.get_inference_statistics("minilm", as_json=True)["model_stats"]
+            self.assertEqual([e["name"] for e in stats], ["minilm", "minilm/tokenizer"])
+            model, tokenizer = (e["inference_stats"] for e in stats)
+            self.assertEqual(int(tokenizer["fail"]["count"]), len(errors))
+            self.assertEqual(int(tokenizer["success"]["count"]), 24 - len(errors) + 1)
+            self.assertEqual(int(model["fail"]["count"]), len(errors))
         finally:
             client.close()
             self.assertEqual(server.stop(), 0)
@@ -285,8 +293,15 @@ class TextEmbeddingTest(unittest.TestCase):
         self.assertIn("one of 4 lines", load.stdout)
         self.assertRegex(load.stdout, r"succeeded, 0 failed")
         # The tokenize phase: counted once per text request (the loadtest's and the CLI's), in
-        # Prometheus (ModelStatistics has no field for it: the KServe protocol files stay as
-        # Triton ships them).
+        # Prometheus, and in ModelStatistics as the model's tokenizer, an entry of its own (the
+        # KServe protocol files stay as Triton ships them), which sluice-client stats prints.
+        stats = subprocess.run([ARGS.client, "--url", url, "stats", "minilm"],
+                               capture_output=True, text=True, timeout=60)
+        self.assertEqual(stats.returncode, 0, stats.stderr)
+        self.assertRegex(stats.stdout, r"(?m)^minilm \(version 1\):")
+        tokenized = re.search(r"(?m)^minilm/tokenizer \(version 1\): inference_count=\d+ "
+                              r"execution_count=(\d+)\n  success +count=(\d+)", stats.stdout)
+        self.assertIsNotNone(tokenized, stats.stdout)
         port = int(re.search(r"metrics_port=(\d+)", self.server.log()).group(1))
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
             metrics = response.read().decode()
@@ -294,6 +309,10 @@ class TextEmbeddingTest(unittest.TestCase):
                                 r'(\S+)', metrics).group(1))
         sent = int(re.search(r"total: (\d+) requests sent", load.stdout).group(1))
         self.assertGreaterEqual(count, sent + 1)  # the loadtest's requests and the CLI's
+        # Read before the scrape: the scrape's count is at least the stats' (no request between).
+        self.assertGreaterEqual(int(tokenized.group(2)), sent + 1)
+        self.assertEqual(tokenized.group(1), tokenized.group(2))  # one job per request
+        self.assertLessEqual(int(tokenized.group(2)), count)
 
     def test_tokenize_phase_in_prometheus(self):
         self.infer("minilm", [text_input("text", ["count me"])], ["embedding"])

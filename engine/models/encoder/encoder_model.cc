@@ -440,6 +440,7 @@ class EncoderModel final : public Model {
     }
     return false;
   }
+  bool prepares_requests() const override { return tokenizer_ != nullptr; }
   absl::Status PrepareRequest(InferenceRequest& request) const override;
 
  private:

@@ -549,10 +549,25 @@ TEST_F(EncoderTextTest, TextGivesTheTokenIdsAnswer) {
   EXPECT_THAT(too_long.status().message(), HasSubstr("batch item 1"));
   EXPECT_THAT(too_long.status().message(), HasSubstr("limit of 16"));
 
-  // The tokenize phase counts the two text requests that were tokenized.
+  // The preparation stage counts the two text requests it tokenized (three items) and the one it
+  // refused; the ids request never reached it.
   auto stats = engine_->GetStats("m", -1);
   ASSERT_TRUE(stats.ok());
-  EXPECT_EQ(stats->front().stats.tokenize.count, 2u);
+  ASSERT_TRUE(stats->front().stats.prepares);
+  const PreparationStats& stage = stats->front().stats.preparation;
+  EXPECT_EQ(stage.success.count, 2u);
+  EXPECT_EQ(stage.jobs, 2u);
+  EXPECT_EQ(stage.items, 3u);
+  EXPECT_EQ(stage.queue.count, 2u);
+  EXPECT_EQ(stage.compute.count, 2u);
+  EXPECT_EQ(stage.fail.count, 1u);
+  EXPECT_GT(stage.compute.ns, 0u);
+  EXPECT_LE(stage.queue.ns + stage.compute.ns, stage.success.ns);
+  EXPECT_GT(stage.last_prepared_ms, 0u);
+  ASSERT_EQ(stage.compute_by_items.size(), 2u);  // one job of 2 items, one of 1
+  EXPECT_EQ(stage.compute_by_items.at(1).count, 1u);
+  EXPECT_EQ(stage.compute_by_items.at(2).count, 1u);
+  EXPECT_EQ(stats->front().stats.tokenize_duration.count, 2u);
 }
 
 TEST_F(EncoderTextTest, BadTextRequestsAreInvalidArgument) {
@@ -588,7 +603,9 @@ TEST_F(EncoderTextTest, CancelledOrExpiredWhileWaitingForTokenizationIsNotTokeni
   EXPECT_TRUE(absl::IsDeadlineExceeded(expired.status())) << expired.status();
   auto stats = engine_->GetStats("m", -1);
   ASSERT_TRUE(stats.ok());
-  EXPECT_EQ(stats->front().stats.tokenize.count, 0u);  // neither was tokenized
+  EXPECT_EQ(stats->front().stats.preparation.success.count, 0u);  // neither was tokenized
+  EXPECT_EQ(stats->front().stats.preparation.fail.count, 2u);     // both failed in the stage
+  EXPECT_EQ(stats->front().stats.preparation.compute.count, 0u);
   EXPECT_EQ(stats->front().stats.fail.count, 2u);
 }
 
