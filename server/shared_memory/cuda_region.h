@@ -5,8 +5,9 @@
 // in it reaches the engine as device memory (engine::DeviceBytes, holding this region as its
 // keepalive) and is read by the executor that runs it: device to device on the CUDA executor's
 // input stream, device to host on the CPU executor's thread. Nothing is copied when a request is
-// converted. Outputs are copied host to device when the request completes (Write, on the
-// engine's completion thread). There is no host view (ReadView is Unimplemented).
+// converted. Outputs are copied host to device when the request completes (Write, on the engine
+// thread that answers the request, never an RPC thread). There is no host view (ReadView is
+// Unimplemented).
 
 #include <cstdint>
 #include <memory>
