@@ -36,8 +36,8 @@ absl::StatusOr<DeviceSelection> SelectDevice(absl::string_view flag);
 //
 // The two copies below wait for the device: they run on executor threads (the CPU executor's
 // input copy) and on the engine thread that answers a request (outputs written back into a
-// region), never on an RPC thread (ARCHITECTURE §2 rule 1). The CUDA executor does not use them: it copies device to
-// device on its own stream from device_address().
+// region), never on an RPC thread (ARCHITECTURE §2 rule 1). The CUDA executor does not use
+// them: it copies device to device on its own stream from device_address().
 class ImportedDeviceMemory {
  public:
   virtual ~ImportedDeviceMemory() = default;
