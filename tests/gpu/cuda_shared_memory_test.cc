@@ -11,6 +11,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -286,6 +287,51 @@ TEST(CudaSharedMemoryTest, MlpAndIdentityInputsInACudaRegionMatchInlineBytes) {
     ASSERT_EQ(got[t].size(), static_cast<size_t>(kRounds));
     for (const std::vector<float>& answer : got[t]) ExpectNear(answer, reference[t], 1e-5f);
   }
+
+  // Unregistered while requests read it: each is answered with its row (the lease keeps the
+  // mapping open under in-flight batches) or, once the name is gone, INVALID_ARGUMENT; never
+  // wrong bytes.
+  RegisterCudaRegion(*stub, "draining", region, region_bytes);
+  std::atomic<int> answered{0};
+  std::atomic<int> refused_after{0};
+  std::vector<std::thread> readers;
+  for (int t = 0; t < 4; ++t) {
+    readers.emplace_back([&, t] {
+      const int64_t r = t % kRows;
+      const inference::ModelInferRequest request =
+          FloatRequest("mlp", 1, kWidth, "draining",
+                       kMlpOffset + r * kWidth * static_cast<int64_t>(sizeof(float)), {});
+      for (int i = 0; i < 50; ++i) {
+        inference::ModelInferResponse response;
+        grpc::ClientContext context;
+        context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+        grpc::Status status = stub->ModelInfer(&context, request, &response);
+        if (!status.ok()) {
+          EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT)
+              << status.error_message();
+          ++refused_after;
+          continue;
+        }
+        ++answered;
+        ASSERT_EQ(response.raw_output_contents_size(), 1);
+        std::vector<float> values(10);
+        ASSERT_EQ(response.raw_output_contents(0).size(), values.size() * sizeof(float));
+        std::memcpy(values.data(), response.raw_output_contents(0).data(), 40);
+        for (size_t c = 0; c < values.size(); ++c) {
+          EXPECT_NEAR(values[c], reference[t][c], 1e-5f) << "thread " << t << " request " << i;
+        }
+      }
+    });
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  inference::CudaSharedMemoryUnregisterRequest drain;
+  drain.set_name("draining");
+  inference::CudaSharedMemoryUnregisterResponse drained;
+  grpc::ClientContext drain_context;
+  EXPECT_TRUE(stub->CudaSharedMemoryUnregister(&drain_context, drain, &drained).ok());
+  for (std::thread& reader : readers) reader.join();
+  EXPECT_EQ(answered + refused_after, 200);
+  EXPECT_GT(answered, 0);
 
   // Unregistered while nothing uses it: gone; the server still answers inline requests.
   inference::CudaSharedMemoryUnregisterRequest unregister;
