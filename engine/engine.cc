@@ -223,9 +223,14 @@ void Engine::Submit(std::unique_ptr<InferenceRequest> request) {
     return;
   }
   LoadedModel& model = **loaded;
-  absl::Status status = model.model->validates_requests()
-                            ? model.model->ValidateAndBindRequest(*request)
-                            : ValidateAndBindRequest(model.config(), *request);
+  absl::Status status;
+  if (model.model->validates_requests()) {
+    // Such models read input values here, on the submitting thread: never device memory.
+    status = RefuseDeviceInputs(model.config(), *request);
+    if (status.ok()) status = model.model->ValidateAndBindRequest(*request);
+  } else {
+    status = ValidateAndBindRequest(model.config(), *request);
+  }
   if (!status.ok()) {
     model.stats.RecordFailure(*request, status.code());
     request->Complete(std::move(status));

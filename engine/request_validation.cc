@@ -97,13 +97,29 @@ absl::Status ValidateAndBindRequest(const ModelConfig& config, InferenceRequest&
       batch_size = static_cast<int>(b);
     }
     ASSIGN_OR_RETURN(int64_t elements, ElementCount(input.shape));
+    if (input.on_device()) {
+      if (input.dtype == DataType::kBytes) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "model '", model, "': input '", input.name,
+            "' is BYTES in device memory (a CUDA shared-memory region); BYTES elements are "
+            "checked on the host when a request arrives: send it inline or in system shared "
+            "memory"));
+      }
+      if (!input.data.empty()) {
+        return absl::InvalidArgumentError(absl::StrCat("model '", model, "': input '", input.name,
+                                                       "' has both host and device bytes"));
+      }
+      if (absl::Status valid = ValidateDeviceBytes(input.name, *input.device); !valid.ok()) {
+        return absl::InvalidArgumentError(absl::StrCat("model '", model, "': ", valid.message()));
+      }
+    }
     if (input.dtype == DataType::kBytes) {
       RETURN_IF_ERROR(ValidateBytesElements(input.name, input.data, elements));
     } else {
       ASSIGN_OR_RETURN(size_t expected, FixedByteSize(input.dtype, elements));
-      if (expected != input.data.size()) {
+      if (expected != input.byte_size()) {
         return absl::InvalidArgumentError(
-            absl::StrCat("model '", model, "': input '", input.name, "' holds ", input.data.size(),
+            absl::StrCat("model '", model, "': input '", input.name, "' holds ", input.byte_size(),
                          " bytes, shape ", ShapeToString(input.shape), " of ",
                          DataTypeName(input.dtype), " needs ", expected));
       }
@@ -125,6 +141,21 @@ absl::Status ValidateAndBindRequest(const ModelConfig& config, InferenceRequest&
   }
   request.inputs = std::move(ordered);
   request.batch_size = batch_size > 0 ? batch_size : 1;
+  return absl::OkStatus();
+}
+
+absl::Status RefuseDeviceInputs(const ModelConfig& config, const InferenceRequest& request) {
+  for (const TensorView& input : request.inputs) {
+    if (input.on_device()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("model '", config.name,
+                       "' checks its input values on the host when a request arrives, "
+                       "but input '",
+                       input.name,
+                       "' is in device memory (a CUDA shared-memory region): send "
+                       "it inline or in system shared memory"));
+    }
+  }
   return absl::OkStatus();
 }
 

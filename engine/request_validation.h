@@ -15,8 +15,14 @@ namespace sluice::engine {
 // 1). InvalidArgument naming the model, the tensor and what was expected otherwise: a missing,
 // unknown or repeated input; a data type or shape the config does not allow; a batch size over
 // max_batch_size or differing between inputs; data whose size does not match its shape (BYTES:
-// malformed framing); an unknown or repeated requested output. On error `request` may have been
-// partly reordered; it is answered, never queued.
+// malformed framing); an unknown or repeated requested output; an input in device memory
+// (TensorView::device) that is BYTES, also has host bytes, or fails ValidateDeviceBytes. On error
+// `request` may have been partly reordered; it is answered, never queued.
 absl::Status ValidateAndBindRequest(const ModelConfig& config, InferenceRequest& request);
+
+// For models that validate requests themselves (Model::validates_requests: they read input values
+// on the submitting thread, e.g. the encoder's token ids): InvalidArgument naming the model and
+// the input if any input of `request` is in device memory, which that thread must not read.
+absl::Status RefuseDeviceInputs(const ModelConfig& config, const InferenceRequest& request);
 
 }  // namespace sluice::engine

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/testing/fake_device_memory.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -90,6 +91,83 @@ TEST_F(RequestValidationTest, ChecksTypeShapeBatchAndSize) {
   EXPECT_THAT(
       message({Input("A", DataType::kFp32, {1, 2}, 7), Input("B", DataType::kInt32, {1, 1})}),
       HasSubstr("'A' holds 7 bytes, shape [1,2] of FP32 needs 8"));
+}
+
+// Inputs in device memory (a CUDA shared-memory region): sized by their DeviceBytes, bound like
+// host inputs, and refused where the host would have to read them.
+TEST_F(RequestValidationTest, DeviceInputsAreSizedByTheirDeviceBytes) {
+  auto memory = std::make_shared<testing::FakeDeviceMemory>(std::vector<std::byte>(64));
+  TensorView a{"A", DataType::kFp32, {3, 2}};
+  a.device = testing::FakeDeviceMemory::Bytes(memory, 16, 24);
+  auto request = Request({Input("B", DataType::kInt32, {3, 1}), a});
+  ASSERT_TRUE(ValidateAndBindRequest(config_, *request).ok());
+  ASSERT_EQ(request->inputs[0].name, "A");
+  EXPECT_TRUE(request->inputs[0].on_device());
+  EXPECT_EQ(request->inputs[0].byte_size(), 24u);
+  EXPECT_EQ(request->inputs[0].device->address(),
+            static_cast<const std::byte*>(memory->device_address()) + 16);
+  EXPECT_EQ(request->batch_size, 3);
+
+  // Its byte size against the shape, as for host bytes.
+  TensorView short_a{"A", DataType::kFp32, {3, 2}};
+  short_a.device = testing::FakeDeviceMemory::Bytes(memory, 0, 20);
+  request = Request({Input("B", DataType::kInt32, {3, 1}), short_a});
+  absl::Status status = ValidateAndBindRequest(config_, *request);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(status.message(), HasSubstr("input 'A' holds 20 bytes"));
+}
+
+TEST_F(RequestValidationTest, RefusesMalformedDeviceInputs) {
+  auto memory = std::make_shared<testing::FakeDeviceMemory>(std::vector<std::byte>(64));
+  const auto refused = [&](TensorView a, const std::string& why) {
+    SCOPED_TRACE(why);
+    auto request = Request({Input("B", DataType::kInt32, {1, 1}), std::move(a)});
+    const absl::Status status = ValidateAndBindRequest(config_, *request);
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(status.message(), HasSubstr("model 'm'"));
+    EXPECT_THAT(status.message(), HasSubstr(why));
+  };
+  // A range past the mapping, and one whose end overflows 64 bits.
+  TensorView past{"A", DataType::kFp32, {1, 2}};
+  past.device = testing::FakeDeviceMemory::Bytes(memory, 60, 8);
+  refused(past, "runs past its mapping's 64 bytes");
+  TensorView wraps{"A", DataType::kFp32, {1, 2}};
+  wraps.device = testing::FakeDeviceMemory::Bytes(memory, ~uint64_t{0} - 3, 8);
+  refused(wraps, "runs past its mapping's 64 bytes");
+  // No mapping, or nothing that keeps it open.
+  TensorView no_memory{"A", DataType::kFp32, {1, 2}};
+  no_memory.device = DeviceBytes{.byte_size = 8, .keepalive = memory};
+  refused(no_memory, "without the mapping");
+  TensorView no_keepalive{"A", DataType::kFp32, {1, 2}};
+  no_keepalive.device = DeviceBytes{.memory = memory.get(), .byte_size = 8};
+  refused(no_keepalive, "without the mapping");
+  // Host and device bytes at once.
+  TensorView both = Input("A", DataType::kFp32, {1, 2});
+  both.device = testing::FakeDeviceMemory::Bytes(memory, 0, 8);
+  refused(both, "both host and device bytes");
+
+  // BYTES: their framing is checked on the host.
+  ModelConfig text = config_;
+  text.inputs = {TensorSpec{"T", DataType::kBytes, {1}}};
+  TensorView t{"T", DataType::kBytes, {1, 1}};
+  t.device = testing::FakeDeviceMemory::Bytes(memory, 0, 8);
+  auto request = Request({t});
+  const absl::Status status = ValidateAndBindRequest(text, *request);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(status.message(), HasSubstr("input 'T' is BYTES in device memory"));
+}
+
+TEST_F(RequestValidationTest, ModelsThatReadValuesAtSubmitRefuseDeviceInputs) {
+  auto memory = std::make_shared<testing::FakeDeviceMemory>(std::vector<std::byte>(64));
+  auto host = Request({Input("A", DataType::kFp32, {1, 2}), Input("B", DataType::kInt32, {1, 1})});
+  EXPECT_TRUE(RefuseDeviceInputs(config_, *host).ok());
+  TensorView a{"A", DataType::kFp32, {1, 2}};
+  a.device = testing::FakeDeviceMemory::Bytes(memory, 0, 8);
+  auto device = Request({Input("B", DataType::kInt32, {1, 1}), a});
+  const absl::Status status = RefuseDeviceInputs(config_, *device);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(status.message(), HasSubstr("model 'm' checks its input values on the host"));
+  EXPECT_THAT(status.message(), HasSubstr("input 'A' is in device memory"));
 }
 
 TEST_F(RequestValidationTest, ChecksRequestedOutputs) {

@@ -2,8 +2,30 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/wire/bytes_elements.h"
+#include "engine/device.h"
 
 namespace sluice::engine {
+
+int DeviceBytes::device() const { return memory->device(); }
+
+const void* DeviceBytes::address() const {
+  return static_cast<const std::byte*>(memory->device_address()) + offset;
+}
+
+absl::Status ValidateDeviceBytes(absl::string_view tensor_name, const DeviceBytes& bytes) {
+  if (bytes.memory == nullptr || bytes.keepalive == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "input '", tensor_name, "' is in device memory without the mapping that holds it"));
+  }
+  const uint64_t limit = bytes.memory->byte_size();
+  // offset <= limit first, so that limit - offset cannot wrap.
+  if (bytes.offset > limit || bytes.byte_size > limit - bytes.offset) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("input '", tensor_name, "': device memory range at offset ", bytes.offset,
+                     " of ", bytes.byte_size, " bytes runs past its mapping's ", limit, " bytes"));
+  }
+  return absl::OkStatus();
+}
 
 absl::Status ValidateBytesElements(absl::string_view tensor_name, std::span<const std::byte> data,
                                    int64_t elements) {

@@ -3,8 +3,10 @@
 # build sluice (it has nvcc, CMake and the CUDA libraries, but no gRPC/Protobuf/Abseil/OpenBLAS
 # packages and no network):
 #
-#   scripts/gpu-check.sh pack [ARCHIVE]   on the build machine: builds the gpu-labelled tests and
-#                                         sluice-engine-bench (when this tree has it), and packs
+#   scripts/gpu-check.sh pack [ARCHIVE]   on the build machine: builds the gpu-labelled tests,
+#                                         sluice-server (for the tests that drive one, with the
+#                                         bundled models) and sluice-engine-bench (when this tree
+#                                         has it), and packs
 #                                         them with every shared library they load except glibc
 #                                         and the CUDA driver/runtime/cuBLAS into ARCHIVE
 #                                         (default build/gpu-check.tar.gz, must stay < 64 MiB).
@@ -67,19 +69,25 @@ pack() {
   else
     echo "gpu-check: this tree has no $bench_target target; packing the tests only" >&2
   fi
+  # The GPU tests that drive a server process (tests/gpu/cuda_shared_memory_test.cc) run the
+  # packed sluice-server on the bundled models (SLUICE_TEST_SERVER_BINARY and
+  # SLUICE_TEST_MODEL_REPOSITORY, set by `run`).
+  targets+=(sluice-server)
   echo "gpu-check: building ${targets[*]}"
   nice -n 5 cmake --build "$build_dir" -j2 --target "${targets[@]}"
 
   local stage
   stage="$(mktemp -d)"
   trap 'rm -rf "$stage"' RETURN
-  mkdir -p "$stage/gpu-check/bin" "$stage/gpu-check/lib"
+  mkdir -p "$stage/gpu-check/bin" "$stage/gpu-check/lib" "$stage/gpu-check/server"
   for exe in "${tests[@]}"; do cp "$exe" "$stage/gpu-check/bin/"; done
+  cp "$(find "$build_dir" -type f -name sluice-server -perm -u+x | head -1)" \
+    "$stage/gpu-check/server/"
+  cp -r "$here/models" "$stage/gpu-check/models"
   if [[ $have_bench == 1 ]]; then
     cp "$(find "$build_dir" -type f -name "$bench_target" -perm -u+x | head -1)" \
       "$stage/gpu-check/bin/"
-    # The benchmark reads model repositories: the bundled one and bench/models.
-    cp -r "$here/models" "$stage/gpu-check/models"
+    # The benchmark reads model repositories: the bundled one (packed above) and bench/models.
     [[ -d "$here/bench/models" ]] && cp -r "$here/bench/models" "$stage/gpu-check/bench-models"
   fi
   printf '%s\n' "${tests[@]}" | xargs -n1 basename >"$stage/gpu-check/tests.txt"
@@ -87,10 +95,11 @@ pack() {
   local lib
   while read -r lib; do
     is_left_out "$lib" || cp -L "$lib" "$stage/gpu-check/lib/"
-  done < <(for exe in "$stage"/gpu-check/bin/*; do
+  done < <(for exe in "$stage"/gpu-check/bin/* "$stage"/gpu-check/server/*; do
     ldd "$exe" | awk '/=> \// { print $3 }'
   done | sort -u)
-  strip --strip-debug "$stage"/gpu-check/bin/* "$stage"/gpu-check/lib/* 2>/dev/null || true
+  strip --strip-debug "$stage"/gpu-check/bin/* "$stage"/gpu-check/server/* \
+    "$stage"/gpu-check/lib/* 2>/dev/null || true
   cp "$0" "$stage/gpu-check/gpu-check.sh"
   {
     echo "nvcc: $("$cuda_home/bin/nvcc" --version 2>/dev/null | grep -o 'release [0-9.]*' || echo unknown)"
@@ -206,7 +215,9 @@ probe() {
     mv "$root"/lib/libstdc++.so.* "$root"/lib/libgcc_s.so.* "$root/lib-unused/" 2>/dev/null || true
   fi
   local missing
-  missing=$(for exe in "$root"/bin/*; do ldd "$exe" 2>&1 | grep 'not found' || true; done | sort -u)
+  missing=$(for exe in "$root"/bin/* "$root"/server/*; do
+    ldd "$exe" 2>&1 | grep 'not found' || true
+  done | sort -u)
   if [[ -n "$missing" ]]; then
     echo "gpu-check: libraries or symbol versions not found:" >&2
     echo "$missing" >&2
@@ -223,6 +234,10 @@ probe() {
         { echo "does not start: $exe (see $start_log)" >&2; status=1; }
     fi
   done
+  if [[ -x $root/server/sluice-server ]]; then
+    timeout 30 "$root/server/sluice-server" --help >"$logs/start-sluice-server.log" 2>&1 ||
+      { echo "does not start: $root/server/sluice-server" >&2; status=1; }
+  fi
   ((status == 0)) && echo "every packed binary starts here"
   return $status
 }
@@ -232,6 +247,9 @@ run() {
   probe "$archive" || return 1
   # GPU tests fail instead of skipping when no GPU is usable (tests/gpu/gpu_required.h).
   export SLUICE_GPU_TESTS_REQUIRED=1
+  # The tests that start a server run the packed one (tests/integration/server_process.cc).
+  export SLUICE_TEST_SERVER_BINARY="$root/server/sluice-server"
+  export SLUICE_TEST_MODEL_REPOSITORY="$root/models"
   local status=0
   printf '\n%-28s %6s %7s %6s %8s  %s\n' binary passed skipped failed seconds result
   while read -r test; do

@@ -236,8 +236,8 @@ absl::StatusOr<std::unique_ptr<engine::InferenceRequest>> ToEngineRequest(
                          "' is in shared memory and also has typed contents; send one of them"));
       }
       if (registry == nullptr) return NoRegistry(absl::StrCat("input '", input.name(), "'"));
-      ASSIGN_OR_RETURN(view.data, shm::ResolveInput(*registry, *region_refs[i], input.name(),
-                                                    view.dtype, *elements, storage->regions));
+      RETURN_IF_ERROR(
+          shm::ResolveInput(*registry, *region_refs[i], *elements, view, storage->regions));
     } else if (raw) {
       if (HasTypedContents(input.contents())) {
         return absl::InvalidArgumentError(absl::StrCat(

@@ -8,6 +8,8 @@
 #include "common/status_macros.h"
 #include "common/wire/bytes_elements.h"
 #include "engine/batch_answers.h"
+#include "engine/device.h"
+#include "engine/device_fault.h"
 #include "engine/model_stats.h"
 
 namespace sluice::engine::cpu {
@@ -89,30 +91,54 @@ CpuExecutor::~CpuExecutor() {
 
 uint64_t CpuExecutor::ReadItemCounter() { return items_run_.load(std::memory_order_relaxed); }
 
-std::vector<TensorView> CpuExecutor::Gather(const Batch& batch, Slot& slot) {
+absl::Status CpuExecutor::CopyFromDevice(const TensorView& input, std::span<std::byte> out) {
+  const DeviceBytes& bytes = *input.device;
+  // Synchronous, on this executor thread (ImportedDeviceMemory::CopyToHost waits for its copy):
+  // this thread is the CPU backend's stand-in for a stream, and the model runs right after.
+  absl::Status copied = bytes.memory->CopyToHost(bytes.offset, out);
+  if (copied.ok()) return copied;
+  const std::string message = absl::StrCat(
+      "model '", config_.name, "': input '", input.name,
+      "': copying it from device memory (CUDA shared memory) failed: ", copied.message());
+  if (IsProcessFatal(copied)) {
+    // The CUDA context is lost: a fault, and the engine ends the process.
+    absl::Status fault = absl::InternalError(message);
+    CopyPayloads(copied, fault);
+    return fault;
+  }
+  // Any other copy error fails this batch only: the CPU instance itself is fine.
+  return absl::FailedPreconditionError(message);
+}
+
+absl::StatusOr<std::vector<TensorView>> CpuExecutor::Gather(const Batch& batch, Slot& slot) {
   std::vector<TensorView> views(config_.inputs.size());
   const auto& requests = batch.requests;
   for (size_t i = 0; i < config_.inputs.size(); ++i) {
     // Inputs were matched to config order at submit (InferenceRequest::inputs is in config order).
     const TensorView& first = requests.front()->inputs[i];
-    if (requests.size() == 1) {
+    if (requests.size() == 1 && !first.on_device()) {
       views[i] = first;  // zero-copy: the model reads the request's own bytes
       continue;
     }
     size_t total = 0;
-    for (const auto& request : requests) total += request->inputs[i].data.size();
+    for (const auto& request : requests) total += request->inputs[i].byte_size();
     std::vector<std::byte>& staging = slot.input_staging[i];
     staging.resize(total);
     size_t offset = 0;
     for (const auto& request : requests) {
-      const auto& data = request->inputs[i].data;
-      if (!data.empty()) std::memcpy(staging.data() + offset, data.data(), data.size());
-      offset += data.size();
+      const TensorView& input = request->inputs[i];
+      const size_t size = input.byte_size();
+      if (input.on_device()) {
+        RETURN_IF_ERROR(CopyFromDevice(input, std::span<std::byte>(staging.data() + offset, size)));
+      } else if (size > 0) {
+        std::memcpy(staging.data() + offset, input.data.data(), size);
+      }
+      offset += size;
     }
     views[i].name = first.name;
     views[i].dtype = first.dtype;
     views[i].shape = first.shape;
-    views[i].shape[0] = batch.items;
+    if (config_.max_batch_size > 0) views[i].shape[0] = batch.items;
     views[i].data = std::span<const std::byte>(staging.data(), total);
   }
   return views;
@@ -128,7 +154,17 @@ absl::Status CpuExecutor::Issue(int s, const Batch& batch) {
     // A sequence model packs the requests' tokens itself: nothing to gather.
     std::vector<const InferenceRequest*> requests;
     requests.reserve(batch.requests.size());
-    for (const auto& request : batch.requests) requests.push_back(request.get());
+    for (const auto& request : batch.requests) {
+      // Ragged models validate their requests themselves, and the engine refuses device inputs
+      // to such models at submit (RefuseDeviceInputs); one here would be read as host memory.
+      for (const TensorView& input : request->inputs) {
+        if (input.on_device()) {
+          return absl::InvalidArgumentError(absl::StrCat("model '", config_.name, "': input '",
+                                                         input.name, "' is in device memory"));
+        }
+      }
+      requests.push_back(request.get());
+    }
     absl::StatusOr<std::vector<std::vector<Tensor>>> per_request = instance_->RunRagged(requests);
     if (per_request.ok()) {
       slot.per_request = *std::move(per_request);
@@ -138,7 +174,7 @@ absl::Status CpuExecutor::Issue(int s, const Batch& batch) {
     slot.input_time = std::chrono::nanoseconds{0};
     slot.infer_time = Clock::now() - t0;
   } else {
-    const std::vector<TensorView> inputs = Gather(batch, slot);
+    ASSIGN_OR_RETURN(const std::vector<TensorView> inputs, Gather(batch, slot));
     const auto t1 = Clock::now();
     outputs = instance_->Run(inputs);
     const auto t2 = Clock::now();

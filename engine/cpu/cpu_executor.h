@@ -14,6 +14,11 @@
 // INTERNAL, batches already taken behind it are failed INTERNAL without running, HasFreeSlot() is
 // false from then on, and ExecutorOptions::on_fault is called once (on the completion thread).
 // Other errors (e.g. INVALID_ARGUMENT from a backend) fail only their batch.
+//
+// Inputs in device memory (TensorView::device: a CUDA shared-memory region, on a GPU build whose
+// model runs on the CPU backend) are copied device to host by Issue, on the issue thread, into
+// the slot's staging, synchronously there (the model runs next on that thread anyway); never on
+// the RPC thread that submitted them.
 
 #include <atomic>
 #include <memory>
@@ -69,8 +74,14 @@ class CpuExecutor final : public Executor, private SlotBackend {
   absl::Status Wait(int s) override;
   absl::Status Scatter(int s, const Batch& batch, SlotAnswers& answers) override;
 
-  // Gathers the batch's inputs into views (zero-copy for a batch of one request).
-  std::vector<TensorView> Gather(const Batch& batch, Slot& slot);
+  // Gathers the batch's inputs into views (zero-copy for a batch of one request whose inputs are
+  // in host memory). Inputs in device memory are copied into the slot's staging, on this (the
+  // issue) thread: the errors are CopyFromDevice's.
+  absl::StatusOr<std::vector<TensorView>> Gather(const Batch& batch, Slot& slot);
+  // Copies device-memory input `input` to `out` and waits for it. INTERNAL (a fault, marked
+  // process-fatal) when the CUDA context is lost; FailedPrecondition (this batch fails, the
+  // executor stays healthy) for any other copy error.
+  absl::Status CopyFromDevice(const TensorView& input, std::span<std::byte> out);
   // Scatter for ragged models (sequence models, the encoder): no gather before, no slicing after;
   // checks each request's own outputs and hands them over.
   absl::Status ScatterRagged(Slot& slot, const Batch& batch, SlotAnswers& answers);

@@ -233,24 +233,87 @@ CudaExecutor::~CudaExecutor() {
 }
 
 absl::Status CudaExecutor::Gather(const Batch& batch, int s, int bucket) {
+  Slot& slot = slots_[s];
   const BucketLayout& layout = layouts_[bucket];
-  auto* base = static_cast<std::byte*>(slots_[s].input_staging.get());
+  auto* base = static_cast<std::byte*>(slot.input_staging.get());
+  slot.input_copies.clear();
+  slot.input_leases.clear();
+  bool any_on_device = false;
+  for (const auto& request : batch.requests) {
+    for (const TensorView& input : request->inputs) any_on_device |= input.on_device();
+  }
   for (size_t i = 0; i < config_.inputs.size(); ++i) {
     std::byte* tensor = base + layout.input_offsets[i];
+    const size_t tensor_bytes = input_item_bytes_[i] * layout.rows;
     size_t offset = 0;
     for (const auto& request : batch.requests) {
-      const auto& data = request->inputs[i].data;
+      const TensorView& input = request->inputs[i];
       const size_t expected = input_item_bytes_[i] * static_cast<size_t>(request->batch_size);
       // Submit validated the sizes; a mismatch here is the engine's bug, not the client's.
-      if (data.size() != expected || offset + expected > input_item_bytes_[i] * layout.rows) {
+      if (input.byte_size() != expected || offset + expected > tensor_bytes) {
         return absl::InternalError(absl::StrCat("input '", config_.inputs[i].name, "' holds ",
-                                                data.size(), " bytes, expected ", expected));
+                                                input.byte_size(), " bytes, expected ", expected));
       }
-      if (expected > 0) std::memcpy(tensor + offset, data.data(), expected);
+      if (input.on_device()) {
+        // Read on the device by IssueOnStreams; the slot holds the mapping open until Wait saw
+        // the batch finish (or, after a fault, until the destructor synchronized the streams).
+        slot.input_copies.push_back({.device_offset = layout.input_offsets[i] + offset,
+                                     .bytes = expected,
+                                     .source = input.device->address(),
+                                     .source_device = input.device->device()});
+        slot.input_leases.push_back(input.device->keepalive);
+      } else {
+        if (expected > 0) std::memcpy(tensor + offset, input.data.data(), expected);
+        if (any_on_device) AddHostCopy(slot, layout.input_offsets[i] + offset, expected);
+      }
       offset += expected;
     }
     // Pad rows are zeros, so the padded part of the batch computes on defined values.
-    std::memset(tensor + offset, 0, input_item_bytes_[i] * layout.rows - offset);
+    std::memset(tensor + offset, 0, tensor_bytes - offset);
+    if (any_on_device) AddHostCopy(slot, layout.input_offsets[i] + offset, tensor_bytes - offset);
+  }
+  return absl::OkStatus();
+}
+
+void CudaExecutor::AddHostCopy(Slot& slot, size_t device_offset, size_t bytes) {
+  if (bytes == 0) return;
+  // Adjacent host ranges (a request's rows, the next request's, the padding) become one copy.
+  if (!slot.input_copies.empty()) {
+    InputCopy& last = slot.input_copies.back();
+    if (last.source == nullptr && last.device_offset + last.bytes == device_offset) {
+      last.bytes += bytes;
+      return;
+    }
+  }
+  slot.input_copies.push_back({.device_offset = device_offset, .bytes = bytes});
+}
+
+absl::Status CudaExecutor::EnqueueInputCopies(int s, int bucket) {
+  Slot& slot = slots_[s];
+  cudaStream_t h2d = h2d_stream_.get();
+  if (slot.input_copies.empty()) {
+    // Every input is in host memory: one copy of the whole staged block.
+    CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(slot.input_device.get(), slot.input_staging.get(),
+                                         layouts_[bucket].input_bytes, cudaMemcpyHostToDevice,
+                                         h2d));
+    return absl::OkStatus();
+  }
+  auto* device_base = static_cast<std::byte*>(slot.input_device.get());
+  const auto* host_base = static_cast<const std::byte*>(slot.input_staging.get());
+  for (const InputCopy& copy : slot.input_copies) {
+    std::byte* destination = device_base + copy.device_offset;
+    if (copy.source == nullptr) {
+      CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(destination, host_base + copy.device_offset, copy.bytes,
+                                           cudaMemcpyHostToDevice, h2d));
+    } else if (copy.source_device == device_) {
+      CUDA_RETURN_IF_ERROR(
+          cudaMemcpyAsync(destination, copy.source, copy.bytes, cudaMemcpyDeviceToDevice, h2d));
+    } else {
+      // A region on another GPU: the driver copies over the peer link where the two devices have
+      // one, else through host memory; either way on this stream, in this order.
+      CUDA_RETURN_IF_ERROR(cudaMemcpyPeerAsync(destination, device_, copy.source,
+                                               copy.source_device, copy.bytes, h2d));
+    }
   }
   return absl::OkStatus();
 }
@@ -265,8 +328,7 @@ absl::Status CudaExecutor::IssueOnStreams(int s, int bucket, int items) {
   cudaStream_t d2h = d2h_stream_.get();
 
   CUDA_RETURN_IF_ERROR(cudaEventRecord(event(kInBegin), h2d));
-  CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(slot.input_device.get(), slot.input_staging.get(),
-                                       layout.input_bytes, cudaMemcpyHostToDevice, h2d));
+  RETURN_IF_ERROR(EnqueueInputCopies(s, bucket));
   CUDA_RETURN_IF_ERROR(cudaEventRecord(event(kInEnd), h2d));
 
   CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(compute, event(kInEnd), 0));
@@ -333,8 +395,13 @@ absl::Status CudaExecutor::Wait(int s) {
   // The one wait of the pipeline: the slot's last event (its output copy).
   const cudaError_t waited = cudaEventSynchronize(slots_[s].events[kOutEnd].get());
   if (waited != cudaSuccess) {
+    // The slot keeps its leases on device inputs: the batch's copies may still be queued, and
+    // the destructor synchronizes the streams before it releases them.
     return CudaError(waited, "cudaEventSynchronize(output copy done)", __FILE__, __LINE__);
   }
+  // The batch's input copies are done (they precede its last event on the streams): the mappings
+  // its device inputs were read from may close now, as far as this executor is concerned.
+  slots_[s].input_leases.clear();
   return absl::OkStatus();
 }
 

@@ -11,11 +11,13 @@
 // A SlotBackend on the shared SlotPipeline (engine/slot_pipeline.h), with issue_thread = false.
 // Per batch, Issue runs on the caller's (batcher) thread and never waits for the device: gather
 // the requests' inputs into the slot's pinned staging (padded with zero rows up to the bucket),
-// one H2D copy, [compute stream waits] the bucket's graph (or the model's kernels), the counter
-// kernel, [D2H stream waits] one D2H copy. The pipeline's completion thread calls Wait (the slot's
-// last event, cudaEventSynchronize: the only wait) and Scatter (the three phase timings from the
-// events, outputs into the responses) in FIFO order, answers and frees the slot; a slot's buffers
-// are reused only after that.
+// one H2D copy (a batch with inputs in device memory, from CUDA shared-memory regions: H2D copies
+// of its host ranges and device-to-device copies of the others, all on the input stream, in
+// place of that one copy), [compute stream waits] the bucket's graph (or the model's kernels), the
+// counter kernel, [D2H stream waits] one D2H copy. The pipeline's completion thread calls Wait (the
+// slot's last event, cudaEventSynchronize: the only wait) and Scatter (the three phase timings from
+// the events, outputs into the responses) in FIFO order, answers and frees the slot; a slot's
+// buffers are reused only after that.
 //
 // Faults follow the pipeline's one order: a failed CUDA call in a batch fails that batch's
 // requests with INTERNAL naming the call, marks the executor unhealthy (HasFreeSlot() false; a
@@ -100,6 +102,18 @@ class CudaExecutor final : public Executor, private SlotBackend {
     std::vector<size_t> output_offsets;
     size_t output_bytes = 0;
   };
+  // One input copy into a slot's device input buffer, for a batch with inputs in device memory
+  // (a batch whose inputs are all in host memory copies its staging block whole instead).
+  struct InputCopy {
+    // Where it lands, counted from the slot's input_device (and, for a host copy, where it comes
+    // from in the slot's input_staging: the layouts are the same).
+    size_t device_offset = 0;
+    size_t bytes = 0;
+    // Null: from the pinned staging. Else a device address (DeviceBytes::address()) on
+    // `source_device`.
+    const void* source = nullptr;
+    int source_device = -1;
+  };
   struct Slot {
     PinnedHostBuffer input_staging;
     PinnedHostBuffer output_staging;
@@ -111,6 +125,13 @@ class CudaExecutor final : public Executor, private SlotBackend {
     std::vector<std::optional<CudaGraphExec>> graphs = {};
     // The bucket of the batch in flight in this slot (set by Issue, read by Scatter).
     int bucket = -1;
+    // The batch's input copies, in stream order, when one of its inputs is in device memory.
+    std::vector<InputCopy> input_copies = {};
+    // The keepalives of the device memory those copies read (DeviceBytes::keepalive), held from
+    // Gather until Wait saw the batch finish; after a fault, until the destructor synchronized
+    // the streams. The request's own reference may go earlier (a batch failed by a fault is
+    // answered at once): this one keeps the mapping open under copies still queued.
+    std::vector<std::shared_ptr<const void>> input_leases = {};
   };
   enum EventIndex { kInBegin, kInEnd, kComputeBegin, kComputeEnd, kOutBegin, kOutEnd, kEvents };
 
@@ -123,7 +144,15 @@ class CudaExecutor final : public Executor, private SlotBackend {
   absl::Status WarmUpSlot(int slot);
   // The model's kernels for `bucket` on the compute stream, reading and writing `slot`'s buffers.
   absl::Status EnqueueModel(int slot, int bucket);
+  // Stages the batch's host inputs in the slot's pinned buffer and plans its input copies (with
+  // the leases on device inputs) for EnqueueInputCopies.
   absl::Status Gather(const Batch& batch, int slot, int bucket);
+  // Adds a host-to-device copy of [device_offset, + bytes) to the slot's plan, merged with the
+  // previous one where they touch.
+  void AddHostCopy(Slot& slot, size_t device_offset, size_t bytes);
+  // The slot's input copies on the input stream: H2D from the staging, D2D (cudaMemcpyAsync) from
+  // device inputs on this executor's GPU, cudaMemcpyPeerAsync from those on another GPU.
+  absl::Status EnqueueInputCopies(int slot, int bucket);
   // The device half of Issue: copies, model, counters, events.
   absl::Status IssueOnStreams(int slot, int bucket, int items);
 

@@ -12,8 +12,9 @@
 namespace sluice::engine::cuda {
 namespace {
 
-// Owns the opened IPC mapping and a stream of its own for the copies (the copies wait for their
-// stream only, never for the whole device).
+// Owns the opened IPC mapping and a stream of its own for output writes. Input copies to host
+// run on the calling thread's per-thread default stream instead: each CPU executor thread then
+// waits for its own copy only, never queued behind another thread's copy on a shared stream.
 class IpcMemory final : public ImportedDeviceMemory {
  public:
   IpcMemory(int device, void* base, uint64_t byte_size, CudaStream stream)
@@ -25,12 +26,15 @@ class IpcMemory final : public ImportedDeviceMemory {
 
   int device() const override { return device_; }
   uint64_t byte_size() const override { return byte_size_; }
+  const void* device_address() const override { return base_; }
 
-  absl::Status CopyToHost(uint64_t offset, std::span<std::byte> out) override {
+  absl::Status CopyToHost(uint64_t offset, std::span<std::byte> out) const override {
     ScopedDevice scoped(device_);
+    // cudaStreamPerThread: this thread's own stream (non-blocking with respect to the
+    // executors' streams, which are all created cudaStreamNonBlocking).
     CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(out.data(), static_cast<const char*>(base_) + offset,
-                                         out.size(), cudaMemcpyDeviceToHost, stream_.get()));
-    CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_.get()));
+                                         out.size(), cudaMemcpyDeviceToHost, cudaStreamPerThread));
+    CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(cudaStreamPerThread));
     return absl::OkStatus();
   }
 

@@ -479,8 +479,8 @@ absl::StatusOr<std::unique_ptr<engine::InferenceRequest>> ToEngineRequest(
                              "binary_data_size; send one of them"));
           }
           if (registry == nullptr) return NoRegistry(absl::StrCat("input '", view.name, "'"));
-          ASSIGN_OR_RETURN(view.data, shm::ResolveInput(*registry, *region_ref, view.name,
-                                                        view.dtype, *elements, storage->regions));
+          RETURN_IF_ERROR(
+              shm::ResolveInput(*registry, *region_ref, *elements, view, storage->regions));
         } else if (binary_size.has_value()) {
           if (has_data) {
             return absl::InvalidArgumentError(absl::StrCat(

@@ -22,12 +22,6 @@ absl::StatusOr<std::span<const std::byte>> CudaRegion::ReadView(uint64_t, uint64
       absl::StrCat("CUDA shared-memory region '", name(), "' has no host view"));
 }
 
-absl::Status CudaRegion::CopyToHost(uint64_t offset, std::span<std::byte> out) {
-  RETURN_IF_ERROR(CheckRange(absl::StrCat("CUDA shared-memory region '", name(), "'"), offset,
-                             out.size(), byte_size()));
-  return memory_->CopyToHost(offset, out);
-}
-
 absl::Status CudaRegion::Write(uint64_t offset, std::span<const std::byte> data) {
   RETURN_IF_ERROR(CheckRange(absl::StrCat("CUDA shared-memory region '", name(), "'"), offset,
                              data.size(), byte_size()));

@@ -1,9 +1,12 @@
 #pragma once
 
 // CudaRegion: device memory a client exported with cudaIpcGetMemHandle and registered (Triton's
-// CUDA shared-memory extension), opened through the engine (engine::OpenCudaIpcMemory). The
-// engine's executors take host TensorViews, so inputs are copied device to host when a request
-// is converted, and outputs host to device when it completes; there is no host view (ReadView is
+// CUDA shared-memory extension), opened through the engine (engine::OpenCudaIpcMemory). An input
+// in it reaches the engine as device memory (engine::DeviceBytes, holding this region as its
+// keepalive) and is read by the executor that runs it: device to device on the CUDA executor's
+// input stream, device to host on the CPU executor's thread. Nothing is copied when a request is
+// converted. Outputs are copied host to device when the request completes (Write, on the engine
+// thread that answers the request, never an RPC thread). There is no host view (ReadView is
 // Unimplemented).
 
 #include <cstdint>
@@ -26,7 +29,7 @@ class CudaRegion final : public Region {
   int device() const { return memory_->device(); }
 
   absl::StatusOr<std::span<const std::byte>> ReadView(uint64_t offset, uint64_t size) override;
-  absl::Status CopyToHost(uint64_t offset, std::span<std::byte> out) override;
+  const engine::ImportedDeviceMemory* device_memory() const override { return memory_.get(); }
   absl::Status Write(uint64_t offset, std::span<const std::byte> data) override;
 
  private:

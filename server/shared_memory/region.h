@@ -19,6 +19,10 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 
+namespace sluice::engine {
+class ImportedDeviceMemory;  // engine/device.h
+}  // namespace sluice::engine
+
 namespace sluice::server::shm {
 
 enum class RegionKind { kSystem, kCuda };
@@ -77,10 +81,12 @@ class Region {
   // A read-only view of [offset, offset + size) of the region, valid while this Region lives.
   // InvalidArgument if the range is not within the region; FailedPrecondition if the client's
   // object shrank below the registered range since it was registered; Unimplemented for a
-  // region not mapped in host memory (CUDA: use CopyToHost).
+  // region not mapped in host memory (CUDA: see device_memory()).
   virtual absl::StatusOr<std::span<const std::byte>> ReadView(uint64_t offset, uint64_t size) = 0;
-  // Copies [offset, offset + out.size()) of the region to `out` (CUDA regions: device to host).
-  virtual absl::Status CopyToHost(uint64_t offset, std::span<std::byte> out) = 0;
+  // The opened device memory of a CUDA region, valid while this Region lives; null for a system
+  // region. Requests reference it (engine::DeviceBytes) and the engine's executors read it; the
+  // RPC thread never copies from it (ARCHITECTURE §2 rule 1).
+  virtual const engine::ImportedDeviceMemory* device_memory() const { return nullptr; }
   // Copies `data` to [offset, offset + data.size()) of the region. The first write to a system
   // region maps it writable (a second mapping of the same range; regions only ever read are never
   // mapped writable); ResourceExhausted if that mapping would pass the server's mapped-bytes

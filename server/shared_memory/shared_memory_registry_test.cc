@@ -70,6 +70,17 @@ std::string MappingPermissions(const void* address) {
   return "";
 }
 
+// ResolveInput for an input `name` of `dtype`: its host view (system regions).
+absl::StatusOr<std::span<const std::byte>> ResolveHostInput(
+    const SharedMemoryRegistry& registry, const TensorRegionRef& ref, absl::string_view name,
+    engine::DataType dtype, int64_t elements, RequestRegions& holder) {
+  engine::TensorView view{.name = std::string(name), .dtype = dtype};
+  absl::Status status = ResolveInput(registry, ref, elements, view, holder);
+  if (!status.ok()) return status;
+  EXPECT_FALSE(view.on_device());
+  return view.data;
+}
+
 std::vector<float> Floats(std::span<const std::byte> bytes) {
   std::vector<float> out(bytes.size() / sizeof(float));
   std::memcpy(out.data(), bytes.data(), out.size() * sizeof(float));
@@ -181,8 +192,8 @@ TEST(SharedMemoryRegistryTest, InputsAreReadOnlyViewsOutputsAreWritten) {
 
   RequestRegions holder;
   absl::StatusOr<std::span<const std::byte>> view =
-      ResolveInput(registry, {.region = "io", .byte_size = 16, .offset = 16}, "x",
-                   engine::DataType::kFp32, 4, holder);
+      ResolveHostInput(registry, {.region = "io", .byte_size = 16, .offset = 16}, "x",
+                       engine::DataType::kFp32, 4, holder);
   ASSERT_TRUE(view.ok()) << view.status();
   EXPECT_THAT(Floats(*view), ::testing::ElementsAre(1.5f, -2.f, 3.25f, 1e6f));
   // Zero-copy: the view points into a mapping of the client's object, and that mapping is
@@ -229,25 +240,25 @@ TEST(SharedMemoryRegistryTest, TensorSizesAreChecked) {
   ASSERT_TRUE(registry.RegisterSystem("r", object.key(), 0, 64).ok());
   RequestRegions holder;
   // Region too small for the declared tensor: 32 floats need 128 bytes, the region has 64.
-  absl::Status small = ResolveInput(registry, {.region = "r", .byte_size = 128}, "x",
-                                    engine::DataType::kFp32, 32, holder)
+  absl::Status small = ResolveHostInput(registry, {.region = "r", .byte_size = 128}, "x",
+                                        engine::DataType::kFp32, 32, holder)
                            .status();
   EXPECT_EQ(small.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(small.message(), HasSubstr("input 'x' in shared-memory region 'r' (64 bytes)"));
   // Byte size that does not match the shape.
-  absl::Status mismatch = ResolveInput(registry, {.region = "r", .byte_size = 12}, "x",
-                                       engine::DataType::kFp32, 4, holder)
+  absl::Status mismatch = ResolveHostInput(registry, {.region = "r", .byte_size = 12}, "x",
+                                           engine::DataType::kFp32, 4, holder)
                               .status();
   EXPECT_EQ(mismatch.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(mismatch.message(), HasSubstr("4 FP32 elements need 16 bytes"));
   // Offset + size wrapping around.
-  EXPECT_EQ(ResolveInput(registry, {.region = "r", .byte_size = 16, .offset = ~uint64_t{0} - 7},
-                         "x", engine::DataType::kFp32, 4, holder)
+  EXPECT_EQ(ResolveHostInput(registry, {.region = "r", .byte_size = 16, .offset = ~uint64_t{0} - 7},
+                             "x", engine::DataType::kFp32, 4, holder)
                 .status()
                 .code(),
             absl::StatusCode::kInvalidArgument);
-  absl::Status unknown = ResolveInput(registry, {.region = "nope", .byte_size = 16}, "x",
-                                      engine::DataType::kFp32, 4, holder)
+  absl::Status unknown = ResolveHostInput(registry, {.region = "nope", .byte_size = 16}, "x",
+                                          engine::DataType::kFp32, 4, holder)
                              .status();
   EXPECT_EQ(unknown.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(unknown.message(), HasSubstr("no shared-memory region named 'nope'"));
@@ -279,7 +290,7 @@ TEST(SharedMemoryRegistryTest, UnregisterKeepsTheMappingUntilTheLastUserFinishes
   const float value = 7.f;
   std::memcpy(object.data(), &value, sizeof(value));
   RequestRegions in_flight;
-  absl::StatusOr<std::span<const std::byte>> view = ResolveInput(
+  absl::StatusOr<std::span<const std::byte>> view = ResolveHostInput(
       registry, {.region = "r", .byte_size = 4}, "x", engine::DataType::kFp32, 1, in_flight);
   ASSERT_TRUE(view.ok());
   ASSERT_TRUE(registry.Unregister(RegionKind::kSystem, "r").ok());
@@ -290,8 +301,8 @@ TEST(SharedMemoryRegistryTest, UnregisterKeepsTheMappingUntilTheLastUserFinishes
   EXPECT_EQ(Floats(*view)[0], 7.f);
   EXPECT_EQ(MappingPermissions(view->data()), "r--s");
   RequestRegions later;
-  EXPECT_FALSE(ResolveInput(registry, {.region = "r", .byte_size = 4}, "x", engine::DataType::kFp32,
-                            1, later)
+  EXPECT_FALSE(ResolveHostInput(registry, {.region = "r", .byte_size = 4}, "x",
+                                engine::DataType::kFp32, 1, later)
                    .ok());
   // The name is free again at once; the old mapping is still the request's.
   ASSERT_TRUE(registry.RegisterSystem("r", object.key(), 0, 64).ok());
@@ -309,8 +320,8 @@ TEST(SharedMemoryRegistryTest, ShrunkObjectIsRefusedNotTouched) {
   ASSERT_TRUE(registry.RegisterSystem("r", object.key(), 4096, 4096).ok());
   object.Truncate(4096);  // reading the region's page now would raise SIGBUS
   RequestRegions holder;
-  absl::Status status = ResolveInput(registry, {.region = "r", .byte_size = 4}, "x",
-                                     engine::DataType::kFp32, 1, holder)
+  absl::Status status = ResolveHostInput(registry, {.region = "r", .byte_size = 4}, "x",
+                                         engine::DataType::kFp32, 1, holder)
                             .status();
   EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(status.message(), HasSubstr("shrank to 4096 bytes"));
@@ -337,14 +348,18 @@ class FakeDeviceMemory final : public engine::ImportedDeviceMemory {
   explicit FakeDeviceMemory(uint64_t size) : bytes_(size) {}
   int device() const override { return 0; }
   uint64_t byte_size() const override { return bytes_.size(); }
-  absl::Status CopyToHost(uint64_t offset, std::span<std::byte> out) override {
+  const void* device_address() const override { return bytes_.data(); }
+  absl::Status CopyToHost(uint64_t offset, std::span<std::byte> out) const override {
     std::memcpy(out.data(), bytes_.data() + offset, out.size());
+    ++copies_to_host;
     return absl::OkStatus();
   }
   absl::Status CopyFromHost(uint64_t offset, std::span<const std::byte> data) override {
     std::memcpy(bytes_.data() + offset, data.data(), data.size());
     return absl::OkStatus();
   }
+
+  mutable int copies_to_host = 0;
 
  private:
   std::vector<std::byte> bytes_;
@@ -357,13 +372,17 @@ TEST(SharedMemoryRegistryTest, CudaRegionsNeedAGpu) {
   EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(status.message(), HasSubstr("the server runs on the CPU"));
 
-  SharedMemoryRegistry gpu({.open_cuda_ipc = [](std::span<const std::byte>, int, uint64_t size) {
-    return absl::StatusOr<std::unique_ptr<engine::ImportedDeviceMemory>>(
-        std::make_unique<FakeDeviceMemory>(size));
-  }});
+  FakeDeviceMemory* opened = nullptr;
+  SharedMemoryRegistry gpu(
+      {.open_cuda_ipc = [&opened](std::span<const std::byte>, int, uint64_t size) {
+        auto memory = std::make_unique<FakeDeviceMemory>(size);
+        opened = memory.get();
+        return absl::StatusOr<std::unique_ptr<engine::ImportedDeviceMemory>>(std::move(memory));
+      }});
   EXPECT_EQ(gpu.RegisterCuda("g", std::vector<std::byte>(10), 0, 64).code(),
             absl::StatusCode::kInvalidArgument);
   ASSERT_TRUE(gpu.RegisterCuda("g", handle, 0, 64).ok());
+  ASSERT_NE(opened, nullptr);
   EXPECT_EQ(gpu.Stats().cuda_regions, 1);
   EXPECT_EQ(gpu.Stats().mapped_bytes, 64u);
   EXPECT_EQ(gpu.Unregister(RegionKind::kSystem, "g").code(), absl::StatusCode::kNotFound);
@@ -378,17 +397,46 @@ TEST(SharedMemoryRegistryTest, CudaRegionsNeedAGpu) {
       ResolveOutput(gpu, {.region = "g", .byte_size = 4, .offset = 8}, "y");
   ASSERT_TRUE(placement.ok());
   ASSERT_TRUE(WriteOutputs({*placement}, outputs).ok());
+
+  // An input in a CUDA region is a reference to the device memory, not a copy: resolving it (on
+  // the RPC thread) copies nothing; the executor that runs it reads it.
   RequestRegions holder;
-  absl::StatusOr<std::span<const std::byte>> view = ResolveInput(
-      gpu, {.region = "g", .byte_size = 4, .offset = 8}, "x", engine::DataType::kFp32, 1, holder);
-  ASSERT_TRUE(view.ok()) << view.status();
-  EXPECT_EQ(Floats(*view)[0], 9.5f);
+  engine::TensorView input{.name = "x", .dtype = engine::DataType::kFp32, .shape = {1}};
+  ASSERT_TRUE(
+      ResolveInput(gpu, {.region = "g", .byte_size = 4, .offset = 8}, 1, input, holder).ok());
+  ASSERT_TRUE(input.on_device());
+  EXPECT_TRUE(input.data.empty());
+  EXPECT_EQ(opened->copies_to_host, 0);
+  EXPECT_EQ(input.device->memory, opened);
+  EXPECT_EQ(input.device->offset, 8u);
+  EXPECT_EQ(input.device->byte_size, 4u);
+  EXPECT_EQ(input.byte_size(), 4u);
+  EXPECT_EQ(input.device->device(), 0);
+  EXPECT_EQ(input.device->address(), static_cast<const std::byte*>(opened->device_address()) + 8);
+  EXPECT_TRUE(engine::ValidateDeviceBytes("x", *input.device).ok());
+  float read = 0;
+  ASSERT_TRUE(input.device->memory
+                  ->CopyToHost(input.device->offset, std::as_writable_bytes(std::span(&read, 1)))
+                  .ok());
+  EXPECT_EQ(read, 9.5f);
+
+  // BYTES cannot be in a CUDA region (their framing is checked on the host at submit).
+  engine::TensorView text{.name = "t", .dtype = engine::DataType::kBytes, .shape = {1}};
+  absl::Status bytes = ResolveInput(gpu, {.region = "g", .byte_size = 8}, 1, text, holder);
+  EXPECT_EQ(bytes.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(bytes.message(), HasSubstr("BYTES in CUDA shared-memory region 'g'"));
+
+  // The region stays mapped while anything holds it: the request's lease, the output placement
+  // and the input's own DeviceBytes keepalive (which the CUDA executor keeps until its copies ran).
   ASSERT_TRUE(gpu.Unregister(RegionKind::kCuda, "").ok());
-  EXPECT_EQ(gpu.Stats().mapped_bytes, 64u);  // still leased by `holder` and `placement`
-  holder = {};
   EXPECT_EQ(gpu.Stats().mapped_bytes, 64u);
+  EXPECT_EQ(gpu.Stats().draining_regions, 1);
+  holder = {};
   placement->region.reset();
+  EXPECT_EQ(gpu.Stats().mapped_bytes, 64u);  // still held by the input's DeviceBytes
+  input.device.reset();
   EXPECT_EQ(gpu.Stats().mapped_bytes, 0u);
+  EXPECT_EQ(gpu.Stats().draining_regions, 0);
 }
 
 }  // namespace

@@ -140,12 +140,6 @@ absl::StatusOr<std::span<const std::byte>> SystemRegion::ReadView(uint64_t offse
   return std::span<const std::byte>(read_base_ + offset, size);
 }
 
-absl::Status SystemRegion::CopyToHost(uint64_t offset, std::span<std::byte> out) {
-  ASSIGN_OR_RETURN(std::span<const std::byte> view, ReadView(offset, out.size()));
-  if (!view.empty()) std::memcpy(out.data(), view.data(), view.size());
-  return absl::OkStatus();
-}
-
 absl::Status SystemRegion::Write(uint64_t offset, std::span<const std::byte> data) {
   RETURN_IF_ERROR(CheckRange(absl::StrCat("shared-memory region '", name(), "'"), offset,
                              data.size(), byte_size()));

@@ -47,7 +47,6 @@ class SystemRegion final : public Region {
   bool writable_mapped() const;
 
   absl::StatusOr<std::span<const std::byte>> ReadView(uint64_t offset, uint64_t size) override;
-  absl::Status CopyToHost(uint64_t offset, std::span<std::byte> out) override;
   absl::Status Write(uint64_t offset, std::span<const std::byte> data) override;
 
  private:

@@ -4,15 +4,15 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "engine/device.h"
 #include "server/shared_memory/shared_memory_registry.h"
 
 namespace sluice::server::shm {
 
-absl::StatusOr<std::span<const std::byte>> ResolveInput(const SharedMemoryRegistry& registry,
-                                                        const TensorRegionRef& ref,
-                                                        absl::string_view name,
-                                                        engine::DataType dtype, int64_t elements,
-                                                        RequestRegions& holder) {
+absl::Status ResolveInput(const SharedMemoryRegistry& registry, const TensorRegionRef& ref,
+                          int64_t elements, engine::TensorView& view, RequestRegions& holder) {
+  const std::string& name = view.name;
+  const engine::DataType dtype = view.dtype;
   const std::string what = absl::StrCat("input '", name, "'");
   ASSIGN_OR_RETURN(std::shared_ptr<Region> region, registry.Find(ref.region, what));
   const std::string where = absl::StrCat(what, " in shared-memory region '", ref.region, "' (",
@@ -30,16 +30,26 @@ absl::StatusOr<std::span<const std::byte>> ResolveInput(const SharedMemoryRegist
                        ref.region, "')"));
     }
   }
-  std::span<const std::byte> data;
-  if (region->kind() == RegionKind::kSystem) {
-    ASSIGN_OR_RETURN(data, region->ReadView(ref.offset, ref.byte_size));
+  if (const engine::ImportedDeviceMemory* memory = region->device_memory(); memory != nullptr) {
+    if (dtype == engine::DataType::kBytes) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          what, " is BYTES in CUDA shared-memory region '", ref.region,
+          "'; BYTES elements are checked on the host when a request arrives: send it inline or "
+          "in system shared memory"));
+    }
+    // No copy here (the RPC thread never waits for a device): the executor that runs the batch
+    // reads the device memory, and the region stays mapped while anything holds this reference.
+    view.data = {};
+    view.device = engine::DeviceBytes{.memory = memory,
+                                      .offset = ref.offset,
+                                      .byte_size = ref.byte_size,
+                                      .keepalive = std::shared_ptr<const void>(region)};
   } else {
-    std::vector<std::byte>& staged = holder.staged.emplace_back(ref.byte_size);
-    RETURN_IF_ERROR(region->CopyToHost(ref.offset, staged));
-    data = staged;  // the vector is not resized again; moving `staged` keeps its buffer
+    ASSIGN_OR_RETURN(view.data, region->ReadView(ref.offset, ref.byte_size));
+    view.device.reset();
   }
   holder.leases.push_back(std::move(region));
-  return data;
+  return absl::OkStatus();
 }
 
 absl::StatusOr<OutputPlacement> ResolveOutput(const SharedMemoryRegistry& registry,

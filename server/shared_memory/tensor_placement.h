@@ -2,7 +2,8 @@
 
 // Tensors in shared memory: what an inference request's `shared_memory_region`,
 // `shared_memory_byte_size` and `shared_memory_offset` parameters resolve to. Inputs become
-// read-only views into the region's mapping (no copy; CUDA regions are copied to host memory);
+// read-only views into the region's mapping (no copy; an input in a CUDA region becomes a
+// reference to device memory that the engine's executor reads, engine::DeviceBytes);
 // outputs are written into the client's region when the request completes, and the response then
 // carries no bytes for them. Every range is checked, without overflow, against the region and
 // against the tensor's declared size before a byte is touched.
@@ -40,22 +41,22 @@ struct TensorRegionRef {
 };
 
 // What a request holds while it runs: a lease on every region it reads or writes (so that an
-// unregister cannot unmap them under it) and the host copies of CUDA inputs. It goes into the
-// request's keep-alive handle, released after the request completed.
+// unregister cannot unmap them under it). It goes into the request's keep-alive handle, released
+// after the request completed. (A CUDA input's DeviceBytes holds its own lease too, which the
+// CUDA executor keeps until the batch's device copies are done.)
 struct RequestRegions {
   std::vector<std::shared_ptr<Region>> leases;
-  std::vector<std::vector<std::byte>> staged;
 };
 
-// The bytes of input `name` (dtype, `elements` elements) at `ref`: a read-only view into the
-// region's mapping (CUDA regions: a host copy kept in `holder.staged`). The region's lease is
-// added to `holder`. InvalidArgument, naming the input and the region, for an unknown region, a
-// range outside the region, or a byte size that is not what the declared shape and type need.
-absl::StatusOr<std::span<const std::byte>> ResolveInput(const SharedMemoryRegistry& registry,
-                                                        const TensorRegionRef& ref,
-                                                        absl::string_view name,
-                                                        engine::DataType dtype, int64_t elements,
-                                                        RequestRegions& holder);
+// Places input `view` (its name, dtype and shape set; `elements` elements) at `ref`: a system
+// region gives `view.data`, a read-only view into the region's mapping; a CUDA region gives
+// `view.device`, the device memory with the region as its keepalive (nothing is copied here: the
+// executor reads it). The region's lease is added to `holder`. InvalidArgument, naming the input
+// and the region, for an unknown region, a range outside the region, a byte size that is not what
+// the declared shape and type need, or a BYTES input in a CUDA region (BYTES framing is checked
+// on the host at submit).
+absl::Status ResolveInput(const SharedMemoryRegistry& registry, const TensorRegionRef& ref,
+                          int64_t elements, engine::TensorView& view, RequestRegions& holder);
 
 // Where one requested output goes; holds the region's lease until the request is answered.
 struct OutputPlacement {

@@ -9,6 +9,7 @@
 #include <condition_variable>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <mutex>
 #include <random>
 #include <string>
@@ -19,6 +20,7 @@
 #include "common/wire/float16.h"
 #include "engine/cuda/cuda_model.h"
 #include "engine/cuda/device_info.h"
+#include "engine/device.h"
 #include "engine/engine.h"
 #include "engine/models/safetensors.h"
 #include "engine/testing/answer.h"
@@ -405,6 +407,143 @@ TEST_F(ExecutorFaultTest, ACudaErrorFailsTheBatchInternalAndMarksTheExecutorUnhe
   ASSERT_TRUE(counters.ok()) << counters.status();
   EXPECT_EQ(counters->items, 1u);
   EXPECT_EQ(counters->bucket_batches[0], 1u);
+}
+
+// Device memory of this process standing in for an opened CUDA IPC region (cudaIpcOpenMemHandle
+// refuses a handle from its own process): what the executor reads through DeviceBytes is the
+// same kind of pointer. Records, when its last keepalive goes, how many requests were answered
+// by then.
+class DeviceAllocation final : public ImportedDeviceMemory {
+ public:
+  DeviceAllocation(void* base, uint64_t size, std::function<void()> on_release)
+      : base_(base), size_(size), on_release_(std::move(on_release)) {}
+  ~DeviceAllocation() override {
+    on_release_();
+    cudaFree(base_);
+  }
+  int device() const override { return 0; }
+  uint64_t byte_size() const override { return size_; }
+  const void* device_address() const override { return base_; }
+  absl::Status CopyToHost(uint64_t, std::span<std::byte>) const override {
+    return absl::InternalError("the CUDA executor must not copy through the host");
+  }
+  absl::Status CopyFromHost(uint64_t, std::span<const std::byte>) override {
+    return absl::InternalError("not used");
+  }
+
+ private:
+  void* const base_;
+  const uint64_t size_;
+  const std::function<void()> on_release_;
+};
+
+// Inputs in device memory (CUDA shared-memory regions): copied device to device on the
+// executor's input stream, in batches that mix them with host inputs, and the mapping is held
+// until the batch finished on the device; after a fault, until the executor is destroyed.
+TEST_F(ExecutorFaultTest, DeviceInputsAreCopiedOnTheStreamAndHeldUntilTheBatchFinished) {
+  ModelConfig config;
+  config.name = "identity4";
+  config.backend = "identity";
+  config.max_batch_size = 4;
+  config.inputs = {{"INPUT0", DataType::kFp32, {4}}};
+  config.outputs = {{"OUTPUT0", DataType::kFp32, {4}}};
+  ModelSpec spec{.config = config, .version = 1, .version_path = ""};
+  auto model = CreateCudaModelInstance(spec, 0, BatchBuckets(config));
+  ASSERT_TRUE(model.ok()) << model.status();
+  ModelStats stats(ModelStatsOptions{.model_name = "identity4"});
+  CudaExecutorOptions options;
+  options.executor.slot_count = 2;
+  options.executor.stats = &stats;
+  auto executor = CudaExecutor::Create(config, *std::move(model), options);
+  ASSERT_TRUE(executor.ok()) << executor.status();
+
+  std::vector<std::shared_ptr<Answer>> answers;
+  std::atomic<int> released{0};
+  std::atomic<int> answered_at_release{-1};
+  const auto answered = [&] {
+    int n = 0;
+    for (const auto& answer : answers) n += answer->count();
+    return n;
+  };
+  // 8 rows of 4 floats on the device: row r holds 100 r + 0..3.
+  std::vector<float> rows(32);
+  for (int i = 0; i < 32; ++i) rows[i] = static_cast<float>(100 * (i / 4) + i % 4);
+  void* base = nullptr;
+  ASSERT_EQ(cudaMalloc(&base, 128), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(base, rows.data(), 128, cudaMemcpyHostToDevice), cudaSuccess);
+  auto memory = std::make_shared<DeviceAllocation>(base, 128, [&] {
+    answered_at_release.store(answered());
+    released.fetch_add(1);
+  });
+  const auto device_request = [&](int first_row, int count) {
+    auto answer = std::make_shared<Answer>();
+    answers.push_back(answer);
+    auto request = MakeRequest("identity4", config, count,
+                               {std::vector<std::byte>(static_cast<size_t>(count) * 16)},
+                               Answer::Into(answer));
+    request->inputs[0].data = {};
+    request->inputs[0].device = DeviceBytes{.memory = memory.get(),
+                                            .offset = static_cast<uint64_t>(first_row) * 16,
+                                            .byte_size = static_cast<uint64_t>(count) * 16,
+                                            .keepalive = memory};
+    request->batch_size = count;
+    return request;
+  };
+  const std::vector<float> host = {-1, -2, -3, -4};
+
+  // device row 5, one host row, device rows 1-2 (4 rows: bucket 4, no padding); then device row 7
+  // alone (bucket 1).
+  Batch mixed;
+  mixed.requests.push_back(device_request(5, 1));
+  auto host_answer = std::make_shared<Answer>();
+  answers.push_back(host_answer);
+  mixed.requests.push_back(
+      MakeRequest("identity4", config, 1, {Bytes(host.data(), 16)}, Answer::Into(host_answer)));
+  mixed.requests.push_back(device_request(1, 2));
+  mixed.items = 4;
+  mixed.dispatch_time = std::chrono::steady_clock::now();
+  (*executor)->Execute(std::move(mixed));
+  Batch lone;
+  lone.requests.push_back(device_request(7, 1));
+  lone.items = 1;
+  lone.dispatch_time = std::chrono::steady_clock::now();
+  ASSERT_TRUE((*executor)->HasFreeSlot());
+  (*executor)->Execute(std::move(lone));
+  memory.reset();  // the requests and the executor's slots hold it now
+  const std::vector<std::vector<float>> expected = {
+      {500, 501, 502, 503}, host, {100, 101, 102, 103, 200, 201, 202, 203}, {700, 701, 702, 703}};
+  for (size_t r = 0; r < answers.size(); ++r) {
+    auto result = answers[r]->WaitForResult(kWait);
+    ASSERT_TRUE(result.ok()) << "request " << r << ": " << result.status();
+    EXPECT_EQ(Floats(result->outputs.at(0).data), expected[r]) << "request " << r;
+  }
+  // Released once, after every request that read it was answered (the request destroyed after its
+  // answer, the slot's lease after Wait).
+  for (int i = 0; i < 3000 && released.load() == 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  EXPECT_EQ(released.load(), 1);
+  EXPECT_EQ(answered_at_release.load(), 4);
+
+  // After a fault: the batch is answered INTERNAL at once, but its copies may still be queued, so
+  // the slot keeps the mapping until the executor synchronized its streams in its destructor.
+  ASSERT_EQ(cudaMalloc(&base, 128), cudaSuccess);
+  released.store(0);
+  answers.clear();
+  memory = std::make_shared<DeviceAllocation>(base, 128, [&] { released.fetch_add(1); });
+  (*executor)->InjectFaultForTest();
+  Batch faulted;
+  faulted.requests.push_back(device_request(0, 2));
+  faulted.items = 2;
+  faulted.dispatch_time = std::chrono::steady_clock::now();
+  (*executor)->Execute(std::move(faulted));
+  memory.reset();
+  auto failed = answers[0]->WaitForResult(kWait);
+  ASSERT_TRUE(absl::IsInternal(failed.status())) << failed.status();
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_EQ(released.load(), 0) << "released with the faulted batch's copies maybe queued";
+  executor->reset();
+  EXPECT_EQ(released.load(), 1);
 }
 
 }  // namespace

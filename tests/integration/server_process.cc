@@ -17,8 +17,24 @@
 
 namespace sluice::testing {
 
-std::string ServerBinary() { return SLUICE_SERVER_BINARY; }
-std::string BundledModelRepository() { return SLUICE_SOURCE_DIR "/models"; }
+namespace {
+
+// `variable` from the environment when set and not empty, else `built_in`.
+std::string FromEnvironment(const char* variable, const char* built_in) {
+  const char* value = getenv(variable);
+  return value != nullptr && *value != '\0' ? value : built_in;
+}
+
+}  // namespace
+
+// Overridable for test binaries run away from their build tree (scripts/gpu-check.sh packs the
+// server and the bundled models next to the GPU tests).
+std::string ServerBinary() {
+  return FromEnvironment("SLUICE_TEST_SERVER_BINARY", SLUICE_SERVER_BINARY);
+}
+std::string BundledModelRepository() {
+  return FromEnvironment("SLUICE_TEST_MODEL_REPOSITORY", SLUICE_SOURCE_DIR "/models");
+}
 
 absl::StatusOr<std::unique_ptr<ServerProcess>> ServerProcess::Start(std::vector<std::string> args,
                                                                     std::chrono::seconds timeout,

@@ -59,9 +59,11 @@ class ServerProcess {
   bool exited_ = false;
 };
 
-// Path of the sluice-server binary under test.
+// Path of the sluice-server binary under test: $SLUICE_TEST_SERVER_BINARY when set, else the
+// build tree's.
 std::string ServerBinary();
-// The bundled model repository (models/ of the source tree).
+// The bundled model repository: $SLUICE_TEST_MODEL_REPOSITORY when set, else models/ of the source
+// tree.
 std::string BundledModelRepository();
 
 }  // namespace sluice::testing
