@@ -28,8 +28,8 @@ import torch
 sys.path.insert(0, os.path.dirname(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "tools"))
 import make_encoder_checkpoint  # noqa: E402
-from encoder_reference_test import (CHECKPOINTS, MAX_SEQ, TOLERANCE, VOCAB,  # noqa: E402
-                                    Reference, packed_lengths, rel_err)
+from encoder_reference_test import (CHECKPOINTS, MAX_SEQ, VOCAB, Reference,  # noqa: E402
+                                    assert_outputs_match, packed_lengths)
 
 ARGS = None
 WORST = {}
@@ -82,21 +82,9 @@ class EncoderEngineReferenceTest(unittest.TestCase):
         want = reference(ids, mask, types)
         got_outputs = answer["outputs"]
         self.assertEqual(sorted(got_outputs), sorted(outputs), label)
-        lengths = packed_lengths(mask)
-        for output in outputs:
-            got = np.array(got_outputs[output]["data"], dtype=np.float64).reshape(
-                got_outputs[output]["shape"])
-            if output == "last_hidden_state":
-                self.assertEqual(got.shape, want[output].shape, label)
-                for row, length in enumerate(lengths):
-                    err = rel_err(got[row, :length], want[output][row, :length])
-                    self.assertLess(err, TOLERANCE, f"{label} {output} row {row} len {length}")
-                    WORST[output] = max(WORST.get(output, 0.0), err)
-                    self.assertFalse(np.any(got[row, length:]), f"{label}: padding rows not zero")
-            else:
-                err = rel_err(got, want[output])
-                self.assertLess(err, TOLERANCE, f"{label} {output}: relative error {err}")
-                WORST[output] = max(WORST.get(output, 0.0), err)
+        got = {output: np.array(got_outputs[output]["data"], dtype=np.float64).reshape(
+            got_outputs[output]["shape"]) for output in outputs}
+        assert_outputs_match(self, label, got, want, packed_lengths(mask), WORST)
 
     def test_ragged_mixes_through_the_engine_match_transformers(self):
         rng = np.random.default_rng(11)

@@ -196,6 +196,24 @@ class Reference:
         return out
 
 
+def assert_outputs_match(test, label, got, want, lengths, worst):
+    """Every output in `got` ({name: array}) against the reference's `want` at TOLERANCE relative
+    error; last_hidden_state row by row over its real tokens, its trailing padding zeros (not
+    computed). Records the largest error per output in `worst`. Shared with the engine-API test."""
+    for output, value in got.items():
+        if output == "last_hidden_state":
+            test.assertEqual(value.shape, want[output].shape, label)
+            for row, length in enumerate(lengths):
+                err = rel_err(value[row, :length], want[output][row, :length])
+                test.assertLess(err, TOLERANCE, f"{label} {output} row {row} len {length}")
+                worst[output] = max(worst.get(output, 0.0), err)
+                test.assertFalse(np.any(value[row, length:]), f"{label}: padding rows not zero")
+        else:
+            err = rel_err(value, want[output])
+            test.assertLess(err, TOLERANCE, f"{label} {output}: relative error {err}")
+            worst[output] = max(worst.get(output, 0.0), err)
+
+
 def packed_lengths(mask):
     lengths = []
     for row in mask:
@@ -245,22 +263,11 @@ class EncoderReferenceTest(unittest.TestCase):
 
     def check(self, name, result, ids, mask, types, output_names):
         want = self.reference(name)(ids, mask, types)
-        lengths = packed_lengths(mask)
+        got = {}
         for output in output_names:
-            got = result.as_numpy(output)
-            self.assertIsNotNone(got, f"{name}: no output {output}")
-            if output == "last_hidden_state":
-                self.assertEqual(got.shape, want[output].shape)
-                for row, length in enumerate(lengths):
-                    err = rel_err(got[row, :length], want[output][row, :length])
-                    self.assertLess(err, TOLERANCE, f"{name} {output} row {row} len {length}")
-                    WORST[output] = max(WORST.get(output, 0.0), err)
-                    # Trailing padding is not computed: zeros.
-                    self.assertFalse(np.any(got[row, length:]), f"{name} padding rows not zero")
-            else:
-                err = rel_err(got, want[output])
-                self.assertLess(err, TOLERANCE, f"{name} {output}: relative error {err}")
-            WORST[output] = max(WORST.get(output, 0.0), err)
+            got[output] = result.as_numpy(output)
+            self.assertIsNotNone(got[output], f"{name}: no output {output}")
+        assert_outputs_match(self, name, got, want, packed_lengths(mask), WORST)
 
     def execution_count(self, name):
         stats = self.client.get_inference_statistics(name, as_json=True)["model_stats"][0]
