@@ -208,14 +208,34 @@ absl::Status Engine::UnloadModelVersion(const std::string& name, int64_t version
   return absl::OkStatus();
 }
 
+namespace {
+
+// Counts one Submit() call from its entry to its return (Engine::submits_in_progress_).
+class SubmitInProgress {
+ public:
+  explicit SubmitInProgress(std::atomic<int64_t>& count) : count_(count) {
+    count_.fetch_add(1, std::memory_order_seq_cst);
+  }
+  ~SubmitInProgress() { count_.fetch_sub(1, std::memory_order_seq_cst); }
+  SubmitInProgress(const SubmitInProgress&) = delete;
+  SubmitInProgress& operator=(const SubmitInProgress&) = delete;
+
+ private:
+  std::atomic<int64_t>& count_;
+};
+
+}  // namespace
+
 void Engine::Submit(std::unique_ptr<InferenceRequest> request) {
-  if (draining_.load(std::memory_order_acquire)) {
+  const SubmitInProgress in_progress(submits_in_progress_);
+  if (draining_.load(std::memory_order_seq_cst)) {
     request->Complete(absl::UnavailableError(
         process_fatal_.load(std::memory_order_acquire)
             ? "the server's device failed and it is restarting; not accepting requests"
             : "server is shutting down; not accepting requests"));
     return;
   }
+  if (options_.during_submit_for_test) options_.during_submit_for_test();
   absl::StatusOr<std::shared_ptr<LoadedModel>> loaded =
       versions_.Resolve(request->model_name(), request->model_version(), /*faulted_ok=*/true);
   if (!loaded.ok()) {
@@ -330,14 +350,17 @@ void Engine::CollectStats(std::chrono::steady_clock::time_point now) {
   }
 }
 
-void Engine::BeginDrain() { draining_.store(true, std::memory_order_release); }
+void Engine::BeginDrain() { draining_.store(true, std::memory_order_seq_cst); }
 
 bool Engine::draining() const { return draining_.load(std::memory_order_acquire); }
 
 bool Engine::WaitIdle(std::chrono::milliseconds timeout) const {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   for (;;) {
-    bool idle = preparation_->Idle();
+    // In this order: a Submit's hand-off (to the pool or a queue) happens before its count drops,
+    // and a pool job enqueues before the pool counts it done.
+    bool idle = submits_in_progress_.load(std::memory_order_seq_cst) == 0;
+    idle = idle && preparation_->Idle();
     for (const auto& [name, loaded] : versions_.Select("", -1)) {
       idle = idle && loaded->scheduler->Idle();
     }

@@ -62,6 +62,9 @@ struct EngineOptions {
   // a CUDA error would (fault_injection.h builds one from SLUICE_TEST_FAULT_INJECT).
   std::function<absl::Status(absl::string_view model, int64_t version, int instance)>
       before_batch_for_test{};
+  // Test-only, empty in production: called in Submit() right after the drain check, before the
+  // request is validated and queued (a test holds a Submit there to check the drain waits for it).
+  std::function<void()> during_submit_for_test{};
   // Called once, on an executor thread, when an executor fault is process-fatal
   // (engine/device_fault.h: a sticky CUDA error, after which the process's device context is
   // unusable). Before the call the engine has logged the fault once, stopped taking requests
@@ -132,8 +135,10 @@ class Engine {
   // From now on Submit() answers UNAVAILABLE. Queued and in-flight requests still run.
   void BeginDrain();
   bool draining() const;
-  // Blocks until nothing is queued or in flight in any model, or `timeout` passed; returns
-  // whether it became idle.
+  // Blocks until nothing is queued or in flight in any model and no Submit() call is still on its
+  // way to a queue, or `timeout` passed; returns whether it became idle. A Submit that passed the
+  // drain check before BeginDrain() is waited for like a queued request (it is served, not
+  // refused by the stopped queue that Shutdown() leaves).
   bool WaitIdle(std::chrono::milliseconds timeout) const;
   // Stops every model (answering what is queued) and frees them. Idempotent.
   void Shutdown();
@@ -155,6 +160,11 @@ class Engine {
   // Loaded, faulted and failed versions (engine/model_version_table.h); its own lock.
   ModelVersionTable versions_;
   std::atomic<bool> draining_{false};
+  // Submit() calls between their entry and the end of their hand-off (queue or preparation pool).
+  // With draining_ it closes the drain's race: Submit increments before it reads draining_, and
+  // WaitIdle reads it after BeginDrain set draining_ (both sequentially consistent), so either the
+  // Submit sees the drain and refuses, or WaitIdle sees the Submit and waits for it.
+  std::atomic<int64_t> submits_in_progress_{0};
   // Set by the first process-fatal fault (OnExecutorFault); Submit's answer then says why.
   std::atomic<bool> process_fatal_{false};
   // The collector thread (null when stats_interval is 0); set once by Create(), stopped by

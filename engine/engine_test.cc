@@ -936,6 +936,50 @@ TEST_F(EngineTest, DrainRefusesNewRequestsAndFinishesQueuedOnes) {
   }
 }
 
+// A Submit that passed the drain check before BeginDrain is still on its way to the queue when
+// the drain looks: WaitIdle must wait for it, and it must be served (not refused by the queue
+// that Shutdown stops after an idle WaitIdle).
+TEST_F(EngineTest, DrainWaitsForASubmitAlreadyPastTheDrainCheck) {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool entered = false;
+  bool release = false;
+  EngineOptions options;
+  options.during_submit_for_test = [&] {
+    std::unique_lock lock(mu);
+    entered = true;
+    cv.notify_all();
+    cv.wait(lock, [&] { return release; });
+  };
+  engine_ = CreateEngine(options);
+  Load(Spec(IdentityConfig("id", DataType::kFp32, {2}, 8)));
+
+  auto answer = std::make_shared<Answer>();
+  std::thread submitter([&] {
+    engine_->Submit(MakeRequest(
+        "id", -1, {{"INPUT0", DataType::kFp32, {1, 2}, ToBytes(std::vector<float>{7, 8})}},
+        Answer::Into(answer)));
+  });
+  {
+    std::unique_lock lock(mu);
+    ASSERT_TRUE(cv.wait_for(lock, kAsyncTimeout, [&] { return entered; }));
+  }
+  engine_->BeginDrain();
+  EXPECT_FALSE(engine_->WaitIdle(std::chrono::milliseconds(30)));  // the Submit is not done
+  {
+    std::lock_guard lock(mu);
+    release = true;
+  }
+  cv.notify_all();
+  EXPECT_TRUE(engine_->WaitIdle(kAsyncTimeout));
+  submitter.join();
+  engine_->Shutdown();
+  ASSERT_EQ(answer->count(), 1);
+  absl::StatusOr<InferenceResponse> response = answer->result();
+  ASSERT_TRUE(response.ok()) << response.status();
+  EXPECT_EQ(FromBytes<float>(response->outputs[0].data), std::vector<float>({7, 8}));
+}
+
 TEST_F(EngineTest, WaitIdleTrueWhenAllAnswered) {
   Load(Spec(SimpleConfig()));
   EXPECT_TRUE(engine_->WaitIdle(std::chrono::milliseconds(0)));
