@@ -243,12 +243,17 @@ fi
 # threads (issue + completion, --executor-slots batches in flight), which is what (c) measures;
 # the default server runs them on the batcher thread (--cpu-batcher-runs-batches, on by default
 # where the build has it).
-THREADED_FLAGS=()
+NOBATCH_SERVER_FLAGS=()
 if "$SERVER" --help 2>/dev/null | grep -- '--cpu-batcher-runs-batches' >/dev/null; then
-  THREADED_FLAGS=(--cpu-batcher-runs-batches=false)
+  NOBATCH_SERVER_FLAGS=(--cpu-batcher-runs-batches=false)
+fi
+# The batching-off repository links the models' weights (make_nobatch_repo), which a server that
+# refuses symlinks out of its repository must be told to accept.
+if "$SERVER" --help 2>/dev/null | grep -- '--allow-symlinks-out-of-repository' >/dev/null; then
+  NOBATCH_SERVER_FLAGS+=(--allow-symlinks-out-of-repository=true)
 fi
 if want b || want c; then
-  start_server sluice-nobatch "server ready" "$SERVER" "${SERVER_FLAGS[@]}" "${THREADED_FLAGS[@]}" \
+  start_server sluice-nobatch "server ready" "$SERVER" "${SERVER_FLAGS[@]}" "${NOBATCH_SERVER_FLAGS[@]}" \
     --model-repository "$NOBATCH_REPO" "${LOAD_MODELS[@]}"
   URL_NOBATCH=127.0.0.1:$PORT
 fi
@@ -271,7 +276,7 @@ if want c; then
     C_MODEL=mlp
     C_ARGS=(-m mlp)
   fi
-  start_server sluice-sync "server ready" "$SERVER" "${SERVER_FLAGS[@]}" "${THREADED_FLAGS[@]}" --executor-slots 1 \
+  start_server sluice-sync "server ready" "$SERVER" "${SERVER_FLAGS[@]}" "${NOBATCH_SERVER_FLAGS[@]}" --executor-slots 1 \
     --model-repository "$NOBATCH_REPO" "${LOAD_MODELS[@]}"
   URL_SYNC=127.0.0.1:$PORT
   compare "(c) pipeline: $C_MODEL, default server (executor slots 2, dynamic batching on) vs forced sync per request (slots 1, batching off), concurrency 16, async" \
