@@ -102,10 +102,12 @@ absl::StatusOr<std::shared_ptr<Engine::LoadedModel>> Engine::Build(const ModelSp
   ASSIGN_OR_RETURN(loaded->scheduler, ModelScheduler::Create(config, scheduler_options));
 
   ModelScheduler* scheduler = loaded->scheduler.get();
-  ExecutorFactoryOptions factory_options{.device = options_.device,
-                                         .cpu_slots = options_.executor_slots,
-                                         .gpu_slots = options_.gpu_executor_slots,
-                                         .logger = options_.logger};
+  ExecutorFactoryOptions factory_options{
+      .device = options_.device,
+      .cpu_slots = options_.executor_slots,
+      .gpu_slots = options_.gpu_executor_slots,
+      .cpu_single_instance_on_batcher = options_.cpu_single_instance_on_batcher,
+      .logger = options_.logger};
   factory_options.executor_options = [&](int slots, int i) {
     ExecutorOptions executor_options;
     executor_options.slot_count = slots;

@@ -36,8 +36,15 @@ struct EngineOptions {
   common::Logger* logger = nullptr;
   // Queue bound (requests) for a model whose config sets no max_queue_size.
   int64_t default_max_queue_size = 4096;
-  // In-flight batches per model instance on the CPU backend.
+  // In-flight batches per model instance on the CPU backend (with more than one instance, or
+  // without cpu_single_instance_on_batcher: a model whose batches run on its batcher thread has
+  // one at a time).
   int executor_slots = 2;
+  // A model with one instance on the CPU backend computes and answers its batches on its
+  // scheduler's batcher thread (no executor threads, no hand-off between the queue and the
+  // answers); false: on the executor's issue and completion threads, as models with more
+  // instances always do. sluice-server --cpu-batcher-runs-batches.
+  bool cpu_single_instance_on_batcher = true;
   // In-flight batches per model instance on a GPU: three, so that one batch copies in while one
   // computes and one copies out.
   int gpu_executor_slots = 3;

@@ -6,6 +6,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <cstring>
+#include <filesystem>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -240,6 +241,49 @@ TEST_F(EngineTest, SimpleRunsABatchOfThree) {
       Infer(*engine_, "simple", 1, SimpleInputs(3, rng, &a, &b));
   ASSERT_TRUE(response.ok()) << response.status();
   ExpectSimpleOutputs(*response, 3, a, b);
+}
+
+// Threads of this process (the engine's and the test's).
+int ProcessThreads() {
+  int count = 0;
+  for ([[maybe_unused]] const auto& entry :
+       std::filesystem::directory_iterator("/proc/self/task")) {
+    ++count;
+  }
+  return count;
+}
+
+// A one-instance CPU model runs its batches on its batcher thread: loading it starts that thread
+// only, where the executor's issue and completion threads would be two more
+// (cpu_single_instance_on_batcher false, or a second instance). Each way answers correctly.
+TEST_F(EngineTest, OneCpuInstanceRunsOnItsBatcherThreadAndSeveralKeepTheirThreads) {
+  struct Case {
+    bool on_batcher;
+    int instances;
+    int threads;  // started by the load
+  };
+  for (const Case& c : {Case{true, 1, 1}, Case{false, 1, 3}, Case{true, 2, 5}}) {
+    SCOPED_TRACE(::testing::Message()
+                 << "on_batcher " << c.on_batcher << ", instances " << c.instances);
+    EngineOptions options;
+    options.cpu_single_instance_on_batcher = c.on_batcher;
+    engine_ = CreateEngine(options);
+    ASSERT_NE(engine_, nullptr);
+    const int before = ProcessThreads();
+    ModelConfig config = SimpleConfig();
+    config.instance_count = c.instances;
+    Load(Spec(config));
+    EXPECT_EQ(ProcessThreads() - before, c.threads);
+    std::mt19937 rng(3);
+    for (int batch : {1, 3}) {
+      std::vector<int32_t> a, b;
+      absl::StatusOr<InferenceResponse> response =
+          Infer(*engine_, "simple", 1, SimpleInputs(batch, rng, &a, &b));
+      ASSERT_TRUE(response.ok()) << response.status();
+      ExpectSimpleOutputs(*response, batch, a, b);
+    }
+    engine_.reset();
+  }
 }
 
 TEST_F(EngineTest, SimpleWithoutBatchDimension) {

@@ -39,7 +39,8 @@ class Executor {
   // for good once the executor faulted (see ExecutorOptions::on_fault).
   virtual bool HasFreeSlot() const = 0;
   // Takes the batch and returns at once; every request is answered later on the executor's
-  // threads. REQUIRES: HasFreeSlot().
+  // threads. Except when ExecuteRunsBatch(): then it runs the batch and answers it on the
+  // caller's thread before it returns. REQUIRES: HasFreeSlot().
   virtual void Execute(Batch batch) = 0;
   // Batches not yet finished, queued or running.
   virtual int InFlight() const = 0;
@@ -48,6 +49,12 @@ class Executor {
   // the RPC thread that enqueued a lone request, saving the hop through the batcher thread. An
   // executor whose Execute() does device work (the CUDA executor) keeps the default, false.
   virtual bool ExecuteOnlyEnqueues() const { return false; }
+  // Whether Execute() runs the batch to its answers on the caller's thread (the CPU executor of a
+  // model with one instance: nothing to overlap, so the scheduler's batcher thread computes and
+  // answers each batch itself, with no hand-off between the queue and the answers). Such an
+  // Execute() is never called on an RPC thread (ExecuteOnlyEnqueues() is false), and
+  // the scheduler does not wait for it where it would wait for a hand-over (Idle()).
+  virtual bool ExecuteRunsBatch() const { return false; }
   // Finishes every batch taken, then joins the executor's threads. Idempotent.
   virtual void Stop() = 0;
   // Items this executor has run since it started, counted where it computes: the CPU executor's

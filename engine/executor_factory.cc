@@ -77,12 +77,15 @@ absl::StatusOr<std::vector<std::unique_ptr<Executor>>> CreateExecutors(
     if (!executor.ok()) return executor.status();
     executors.push_back(*std::move(executor));
   }
+  const cpu::CpuExecutorOptions cpu_options{
+      .run_on_caller = options.cpu_single_instance_on_batcher && config.instance_count == 1};
   for (int i = 0; !on_gpu && i < config.instance_count; ++i) {
     ASSIGN_OR_RETURN(std::unique_ptr<ModelInstance> instance, model.CreateInstance(i));
     RETURN_IF_ERROR(WarmUp(config, *instance));
-    ASSIGN_OR_RETURN(std::unique_ptr<cpu::CpuExecutor> executor,
-                     cpu::CpuExecutor::Create(config, std::move(instance),
-                                              options.executor_options(options.cpu_slots, i)));
+    ASSIGN_OR_RETURN(
+        std::unique_ptr<cpu::CpuExecutor> executor,
+        cpu::CpuExecutor::Create(config, std::move(instance),
+                                 options.executor_options(options.cpu_slots, i), cpu_options));
     executors.push_back(std::move(executor));
   }
   return executors;

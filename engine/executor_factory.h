@@ -23,6 +23,10 @@ struct ExecutorFactoryOptions {
   // In-flight batches per instance on the CPU backend and on a GPU.
   int cpu_slots = 2;
   int gpu_slots = 3;
+  // A model with one instance on the CPU backend runs its batches on the scheduler's batcher
+  // thread (CpuExecutorOptions::run_on_caller). Models with more instances keep the executor
+  // threads: the batcher must hand batches to several instances at once.
+  bool cpu_single_instance_on_batcher = true;
   // Borrowed, nullable: says when a model falls back to the CPU backend.
   common::Logger* logger = nullptr;
   // The ExecutorOptions of instance `instance` with `slots` slots (the engine's callbacks: slot

@@ -170,11 +170,13 @@ bool ModelScheduler::TryDispatchAloneLocked(std::unique_ptr<InferenceRequest>& r
 
 void ModelScheduler::DispatchLocked(int executor, Batch batch) {
   ++dispatching_;
+  dispatch_runs_batch_ = executors_[executor]->ExecuteRunsBatch();
   mu_.Unlock();
   if (config_.ragged_batching.has_value()) options_.stats->RecordBatchTokens(batch.tokens);
   executors_[executor]->Execute(std::move(batch));
   mu_.Lock();
   --dispatching_;
+  dispatch_runs_batch_ = false;
   dispatched_cv_.SignalAll();
 }
 
@@ -217,8 +219,13 @@ int64_t ModelScheduler::QueueDepth() const {
 bool ModelScheduler::Idle() const {
   common::MutexLock lock(&mu_);
   // A batch being handed over is about to be in flight: wait for Execute() to return (it is
-  // bounded) rather than answer "busy" for a batch the executor may already have finished.
-  while (dispatching_ > 0) dispatched_cv_.Wait(&mu_);
+  // bounded) rather than answer "busy" for a batch the executor may already have finished. A
+  // batch that Execute() runs to its answers (on the batcher thread) is simply busy: waiting for
+  // it would block the caller for a model run.
+  while (dispatching_ > 0) {
+    if (dispatch_runs_batch_) return false;
+    dispatched_cv_.Wait(&mu_);
+  }
   if (queued_ > 0) return false;
   for (const auto& executor : executors_) {
     if (executor->InFlight() > 0) return false;

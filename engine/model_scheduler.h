@@ -7,6 +7,12 @@
 // One shortcut saves the batcher's hop at low load: a request that finds the queue empty and an
 // executor that can take it now (the policy would dispatch it alone at once, and the executor's
 // Execute() only enqueues) is handed to that executor by the RPC thread itself.
+// An executor whose Execute() runs the batch (Executor::ExecuteRunsBatch: a CPU model with one
+// instance) makes the batcher thread the one that computes and answers: it takes a batch, runs
+// it, answers it, and takes the next from what queued meanwhile, without sleeping or waking
+// anyone while requests keep coming. While it runs a batch it does not sweep the queue, so a
+// queued request whose deadline passes, or whose client cancels, is answered when that batch
+// ends (at most one batch's run late), still before it could run.
 
 #include <cstdint>
 #include <deque>
@@ -106,7 +112,8 @@ class ModelScheduler {
   int64_t QueueDepth() const;
   // Nothing queued and no batch in flight on any executor. While the batcher is handing a batch
   // over (inside Executor::Execute) it waits for that to finish, so the answer is never "idle"
-  // for a batch between the queue and the executor. Never call it from Execute().
+  // for a batch between the queue and the executor; a batch the batcher runs itself
+  // (ExecuteRunsBatch) is "not idle" at once. Never call it from Execute().
   bool Idle() const;
 
   // Stops taking requests; answers everything queued (batches formed without waiting for the
@@ -178,6 +185,9 @@ class ModelScheduler {
   // a batch is between the two, and no executor is stopped under a dispatch. Guarded by mu_.
   int64_t dispatching_ ABSL_GUARDED_BY(mu_) = 0;
   mutable common::CondVar dispatched_cv_;
+  // The batch being dispatched is run by its Execute() (Executor::ExecuteRunsBatch): Idle() does
+  // not wait for it. Guarded by mu_.
+  bool dispatch_runs_batch_ ABSL_GUARDED_BY(mu_) = false;
   // Bumped by every Enqueue, NotifySlotFreed and Fail; the batcher records the generation it saw
   // before each sleep (slept_cv_): WaitUntilBatcherSleepsForTest.
   uint64_t wake_generation_ ABSL_GUARDED_BY(mu_) = 0;

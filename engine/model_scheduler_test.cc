@@ -5,6 +5,7 @@
 #include <condition_variable>
 #include <deque>
 #include <functional>
+#include <future>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -66,6 +67,10 @@ class FakeExecutor final : public Executor {
   // on the enqueuing thread). Set before Start().
   void set_execute_only_enqueues(bool value) { execute_only_enqueues_ = value; }
   bool ExecuteOnlyEnqueues() const override { return execute_only_enqueues_; }
+  // What ExecuteRunsBatch() answers (the CPU executor of a one-instance model: Execute() runs and
+  // answers the batch on the batcher thread; use with set_auto_complete(true)). Set before Start().
+  void set_execute_runs_batch(bool value) { execute_runs_batch_ = value; }
+  bool ExecuteRunsBatch() const override { return execute_runs_batch_; }
 
   bool HasFreeSlot() const override {
     std::lock_guard<std::mutex> lock(mu_);
@@ -217,6 +222,7 @@ class FakeExecutor final : public Executor {
   int stops_during_execute_ = 0;
   int executes_after_stop_ = 0;
   bool execute_only_enqueues_ = false;
+  bool execute_runs_batch_ = false;
   std::deque<Batch> in_flight_;
   std::vector<Record> records_;
 };
@@ -1104,6 +1110,104 @@ TEST_F(WorkConservingTest, StopWaitsForADispatchOnTheEnqueuingThread) {
   stopper.join();
   EXPECT_EQ(answers_.Count("a"), 1);
   EXPECT_TRUE(answers_.StatusOf("a").ok());
+  EXPECT_EQ(executor_->stops_during_execute(), 0);
+}
+
+// --- An executor whose Execute() runs the batch: the batcher thread computes and answers ------
+
+class BatcherRunsBatchTest : public WorkConservingTest {
+ protected:
+  // One executor that runs and answers each batch inside Execute() (held at the gate while the
+  // test closes it), as the CPU executor of a one-instance model does on the batcher thread.
+  void CreateRunning(SchedulerOptions options) {
+    Create(options, /*slots=*/2);
+    executor_->set_execute_runs_batch(true);
+    executor_->set_auto_complete(true);
+    Start();
+  }
+};
+
+TEST_F(BatcherRunsBatchTest, RequestsQueuedWhileABatchRunsFormTheNextOnTheSameThread) {
+  CreateRunning(WorkConservingOptions());
+  executor_->CloseGate();
+  Enqueue("a");  // not handed over on this thread: this Execute() is no mere push
+  ASSERT_TRUE(executor_->WaitAtGate());
+  for (const char* id : {"b", "c", "d"}) Enqueue(id);
+  EXPECT_EQ(scheduler_->QueueDepth(), 3);
+  // Busy, and said at once: Idle() does not wait for a batch that runs inside Execute().
+  auto idle = std::async(std::launch::async, [this] { return scheduler_->Idle(); });
+  ASSERT_EQ(idle.wait_for(std::chrono::seconds(5)), std::future_status::ready)
+      << "Idle() waited for the batch running on the batcher thread";
+  EXPECT_FALSE(idle.get());
+  executor_->OpenGate();
+  ASSERT_TRUE(executor_->WaitForBatches(2));
+  ASSERT_TRUE(answers_.WaitFor("d"));
+  const auto records = executor_->records();
+  ASSERT_EQ(records.size(), 2u);
+  EXPECT_THAT(Ids(records[0]), ElementsAre("a"));
+  EXPECT_THAT(Ids(records[1]), ElementsAre("b", "c", "d"));
+  EXPECT_NE(records[0].thread, std::this_thread::get_id());
+  EXPECT_EQ(records[1].thread, records[0].thread);  // the batcher, which ran a too
+  for (const char* id : {"a", "b", "c", "d"}) {
+    EXPECT_EQ(answers_.StatusOf(id).code(), absl::StatusCode::kOk) << id;
+  }
+  EXPECT_TRUE(scheduler_->Idle());
+}
+
+// While the batcher runs a batch it sweeps nothing; once the batch is done, a request whose
+// deadline passed meanwhile is answered DEADLINE_EXCEEDED and one cancelled meanwhile CANCELLED,
+// neither ever runs, and the next batch takes the rest in priority order.
+TEST_F(BatcherRunsBatchTest, PrioritiesDeadlinesAndCancellationHoldAcrossABatchRun) {
+  SchedulerOptions options = WorkConservingOptions();
+  options.priority_levels = 2;
+  options.default_priority_level = 2;
+  CreateRunning(options);
+  executor_->CloseGate();
+  Enqueue("a");
+  ASSERT_TRUE(executor_->WaitAtGate());
+  auto late = Request("late");
+  late->deadline = clock_.Now() + microseconds(50);
+  scheduler_->Enqueue(std::move(late));
+  auto cancelled = std::make_shared<std::atomic<bool>>(false);
+  auto gone = Request("gone");
+  gone->cancelled = cancelled;
+  scheduler_->Enqueue(std::move(gone));
+  Enqueue("low");  // the default level, 2
+  auto high = Request("high");
+  high->priority = 1;
+  scheduler_->Enqueue(std::move(high));
+  cancelled->store(true);
+  clock_.Advance(microseconds(100));  // late's deadline passes while a runs
+  executor_->OpenGate();
+  ASSERT_TRUE(answers_.WaitFor("late"));
+  ASSERT_TRUE(answers_.WaitFor("gone"));
+  ASSERT_TRUE(answers_.WaitFor("low"));
+  EXPECT_EQ(answers_.StatusOf("late").code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_EQ(answers_.StatusOf("gone").code(), absl::StatusCode::kCancelled);
+  const auto records = executor_->records();
+  ASSERT_EQ(records.size(), 2u);
+  EXPECT_THAT(Ids(records[1]), ElementsAre("high", "low"));
+}
+
+// Stop() while the batcher runs a batch: that batch is answered, then everything queued runs (no
+// delay is waited out), all on the batcher thread, before the executor is stopped.
+TEST_F(BatcherRunsBatchTest, StopRunsEverythingQueuedAfterTheRunningBatch) {
+  SchedulerOptions options = DefaultOptions();  // a 100us delay the fake clock never reaches
+  CreateRunning(options);
+  executor_->CloseGate();
+  for (const char* id : {"a", "b", "c", "d"}) Enqueue(id);  // a full batch goes at once
+  ASSERT_TRUE(executor_->WaitAtGate());
+  Enqueue("e");
+  Enqueue("f");
+  std::thread stopper([this] { scheduler_->Stop(); });
+  executor_->OpenGate();
+  stopper.join();
+  for (const char* id : {"a", "b", "c", "d", "e", "f"}) {
+    EXPECT_EQ(answers_.StatusOf(id).code(), absl::StatusCode::kOk) << id;
+  }
+  const auto records = executor_->records();
+  ASSERT_GE(records.size(), 2u);
+  EXPECT_THAT(Ids(records.back()), ElementsAre("e", "f"));
   EXPECT_EQ(executor_->stops_during_execute(), 0);
 }
 

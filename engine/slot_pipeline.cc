@@ -20,6 +20,10 @@ absl::StatusOr<std::unique_ptr<SlotPipeline>> SlotPipeline::Create(SlotBackend& 
   if (options.executor.stats == nullptr) {
     return absl::InvalidArgumentError(absl::StrCat(options.label, ": executor needs stats"));
   }
+  if (options.answer_on_caller && options.issue_thread) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(options.label, ": answer_on_caller needs issue_thread = false"));
+  }
   std::unique_ptr<SlotPipeline> pipeline(new SlotPipeline(backend, std::move(options)));
   RETURN_IF_ERROR(pipeline->StartThreads());
   return pipeline;
@@ -39,7 +43,7 @@ absl::Status SlotPipeline::StartThreads() {
   // joinable std::thread destroyed). Here the destructor joins whatever did start.
   try {
     if (options_.issue_thread) issue_thread_ = std::thread([this] { IssueLoop(); });
-    completion_thread_ = std::thread([this] { CompletionLoop(); });
+    if (!options_.answer_on_caller) completion_thread_ = std::thread([this] { CompletionLoop(); });
   } catch (const std::system_error& e) {
     return absl::ResourceExhaustedError(
         absl::StrCat(options_.label, ": cannot start an executor thread: ", e.what()));
@@ -84,8 +88,18 @@ void SlotPipeline::Execute(Batch batch) {
       issue_cv_.Signal();
       return;
     }
+    if (options_.answer_on_caller) {
+      // Callers take turns (the scheduler's one dispatcher at a time): this is the only answer
+      // in progress, so the order is the order taken.
+      CHECK(!answering_);
+      answering_ = true;
+    }
   }
   IssueOne(work);
+  if (options_.answer_on_caller) {
+    AnswerOne(work);  // a failed Issue is answered there too, with the fault order's reporting
+    return;
+  }
   {
     common::MutexLock lock(&mu_);
     completion_queue_.push_back(std::move(work));
@@ -217,11 +231,12 @@ void SlotPipeline::AnswerOne(Work& work) {
     free_slots_.push_back(work.slot);
     --in_flight_;
     answering_ = false;
-    more_to_answer = !completion_queue_.empty();
+    // With answer_on_caller, a Stop() on another thread may wait for this batch (completion_cv_).
+    more_to_answer = !completion_queue_.empty() || (options_.answer_on_caller && stopping_);
   }
   // A batch queued for the completion thread while the issue thread answered this one. (Not
   // signalled otherwise: an idle completion thread is not woken for nothing.)
-  if (more_to_answer) completion_cv_.Signal();
+  if (more_to_answer) completion_cv_.SignalAll();
   if (options_.executor.on_slot_freed) options_.executor.on_slot_freed();
 }
 
@@ -256,6 +271,11 @@ void SlotPipeline::Stop() {
   completion_cv_.SignalAll();
   if (issue_thread_.joinable()) issue_thread_.join();
   if (completion_thread_.joinable()) completion_thread_.join();
+  if (options_.answer_on_caller) {
+    // No thread to join: the batch an Execute() on another thread is running is answered first.
+    common::MutexLock lock(&mu_);
+    while (in_flight_ > 0) completion_cv_.Wait(&mu_);
+  }
 }
 
 }  // namespace sluice::engine

@@ -11,9 +11,12 @@
 //                     executor, whose "issue" is the model run itself, so batch k+1 computes there
 //                     while the completion thread answers batch k), or the caller of Execute()
 //                     (issue_thread = false: the CUDA executor, whose issue only queues work on
-//                     its streams and never waits for the device).
+//                     its streams and never waits for the device; and the CPU executor of a
+//                     model with one instance, see answer_on_caller).
 //   Wait(s)           on the completion thread: blocks until slot s's batch is done.
 //   Scatter(s, ...)   on the completion thread: one response per request, from the slot's results.
+// With answer_on_caller, all three run on the caller of Execute(), which returns once the batch
+// is answered and its slot freed: the pipeline then has no thread of its own.
 // then the pipeline stamps the answers, records the batch's stats, answers the requests, and only
 // then frees slot s (on_slot_freed): a backend never sees Issue(s) again before its batch in s was
 // answered, so whatever it keeps per slot (staging buffers, device buffers, events, a ragged
@@ -33,8 +36,9 @@
 //     before the fault latched is still waited for and answered with its own result (on a CPU its
 //     run is independent of the faulted one; on a GPU a sticky error makes its Wait fail too). So
 //     the batch that faulted is answered after the batches ahead of it, never before.
-//  4. on_fault is called exactly once, on the thread that answers (the completion thread, or the
-//     issue thread for a batch it answers itself, see answer_on_issue_thread_when_idle), right
+//  4. on_fault is called exactly once, on the thread that answers (the completion thread, the
+//     issue thread for a batch it answers itself, see answer_on_issue_thread_when_idle, or the
+//     caller of Execute() with answer_on_caller), right
 //     after the requests of the
 //     first batch failed by a fault are answered and before that batch's slot is freed, with the
 //     latched (first) fault. Answers first: a client sees its error no later than the engine marks
@@ -113,13 +117,21 @@ struct SlotPipelineOptions {
   // it, so the executor gives up the compute/answer overlap exactly when there was nothing to
   // overlap with. Batches are still answered in the order taken, one at a time.
   bool answer_on_issue_thread_when_idle = false;
+  // Without issue_thread: Execute() also waits for, scatters and answers the batch, and frees its
+  // slot (on_slot_freed runs on the caller too), before it returns; no completion thread is
+  // started. For a CPU model with one instance, whose scheduler's batcher thread then computes
+  // and answers each batch itself: no hand-off at all between the queue and the answers, and
+  // nothing lost, since one instance has nothing to overlap but its own answering with its next
+  // run (see engine/README.md). Batches are then one at a time by construction.
+  bool answer_on_caller = false;
 };
 
 class SlotPipeline {
  public:
-  // Starts the completion thread (and the issue thread if asked). `backend` is borrowed and must
-  // outlive the pipeline (or its Stop()). InvalidArgument for a slot count < 1 or no stats;
-  // ResourceExhausted if a thread cannot start.
+  // Starts the completion thread (and the issue thread if asked; neither with answer_on_caller).
+  // `backend` is borrowed and must outlive the pipeline (or its Stop()). InvalidArgument for a
+  // slot count < 1, no stats, or answer_on_caller with issue_thread; ResourceExhausted if a thread
+  // cannot start.
   static absl::StatusOr<std::unique_ptr<SlotPipeline>> Create(SlotBackend& backend,
                                                               SlotPipelineOptions options);
   // Stop()s.
@@ -129,8 +141,9 @@ class SlotPipeline {
 
   // As Executor: a slot is free, the pipeline is not stopping and has not faulted.
   bool HasFreeSlot() const;
-  // As Executor::Execute. REQUIRES: HasFreeSlot() (a fault latched since is fine: the batch then
-  // fails without running).
+  // As Executor::Execute; with answer_on_caller it returns after the batch is answered.
+  // REQUIRES: HasFreeSlot() (a fault latched since is fine: the batch then fails without
+  // running).
   void Execute(Batch batch);
   // Batches taken and not yet answered.
   int InFlight() const;
@@ -138,7 +151,9 @@ class SlotPipeline {
   // when Execute() calls the backend's Issue itself. What an executor on this pipeline answers to
   // the scheduler's "may an RPC thread call Execute?" (Executor::ExecuteOnlyEnqueues on main).
   bool ExecuteOnlyEnqueues() const { return options_.issue_thread; }
-  // Idempotent.
+  // Whether Execute() runs the batch to its answers (answer_on_caller): Executor::ExecuteRunsBatch.
+  bool ExecuteRunsBatch() const { return options_.answer_on_caller; }
+  // Idempotent. With answer_on_caller, waits for an Execute() running on another thread.
   void Stop();
   // The first fault; OK while healthy.
   absl::Status fault() const;

@@ -1,6 +1,7 @@
 #include "engine/slot_pipeline.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <map>
@@ -170,6 +171,7 @@ class SlotPipelineTest : public ::testing::TestWithParam<bool> {
     options.label = "model 'fake'";
     options.issue_thread = GetParam();
     options.answer_on_issue_thread_when_idle = answer_when_idle_;
+    options.answer_on_caller = answer_on_caller_;
     options.executor.slot_count = slots;
     options.executor.stats = &stats_;
     options.executor.on_slot_freed = [this] { script_.Record("freed"); };
@@ -240,6 +242,8 @@ class SlotPipelineTest : public ::testing::TestWithParam<bool> {
   std::vector<absl::Status> faults_;
   // SlotPipelineOptions::answer_on_issue_thread_when_idle for Create().
   bool answer_when_idle_ = false;
+  // SlotPipelineOptions::answer_on_caller for Create() (AnswerOnCallerTest).
+  bool answer_on_caller_ = false;
   // Declared last: stopped and destroyed before the backend and the script it uses.
   std::unique_ptr<SlotPipeline> pipeline_;
 };
@@ -566,6 +570,94 @@ TEST_P(SlotPipelineTest, ManyLoneBatchesAreAnsweredInOrderWhicheverThreadAnswers
   EXPECT_EQ(script_.reuse_violations, 0);
 }
 
+// answer_on_caller (the CPU executor of a model with one instance, whose scheduler's batcher
+// runs its batches): Execute() is the whole pipeline, on the caller's thread.
+class AnswerOnCallerTest : public SlotPipelineTest {
+ protected:
+  AnswerOnCallerTest() { answer_on_caller_ = true; }
+};
+INSTANTIATE_TEST_SUITE_P(CallerAnswers, AnswerOnCallerTest, ::testing::Values(false),
+                         [](const ::testing::TestParamInfo<bool>&) { return "NoThreads"; });
+
+TEST_P(AnswerOnCallerTest, ExecuteRunsAndAnswersTheBatchOnTheCallerBeforeItReturns) {
+  Create(2);
+  EXPECT_FALSE(pipeline_->ExecuteOnlyEnqueues());
+  EXPECT_TRUE(pipeline_->ExecuteRunsBatch());
+  for (int b = 0; b < 5; ++b) {
+    const std::string name = "b" + std::to_string(b);
+    Execute(name, 1 + b % 3);
+    // Answered, and its slot freed, before Execute returned: nothing is left for another thread.
+    EXPECT_TRUE(script_.Happened("answer " + name)) << name;
+    EXPECT_EQ(pipeline_->InFlight(), 0);
+    EXPECT_TRUE(pipeline_->HasFreeSlot());
+    std::lock_guard<std::mutex> lock(script_.mu);
+    EXPECT_EQ(script_.issue_thread[name], std::this_thread::get_id());
+    EXPECT_EQ(script_.scatter_thread[name], std::this_thread::get_id());
+  }
+  EXPECT_THAT(script_.Matching("answer "),
+              ElementsAre("answer b0", "answer b1", "answer b2", "answer b3", "answer b4"));
+  // Per batch, in the pipeline's order: issue, wait, scatter, answers, then the slot freed.
+  EXPECT_LT(script_.IndexOf("issue b0"), script_.IndexOf("wait b0"));
+  EXPECT_LT(script_.IndexOf("wait b0"), script_.IndexOf("scatter b0"));
+  EXPECT_LT(script_.IndexOf("scatter b0"), script_.IndexOf("answer b0"));
+  EXPECT_LT(script_.IndexOf("answer b0"), script_.IndexOf("freed"));
+  EXPECT_LT(script_.IndexOf("freed"), script_.IndexOf("enter b1"));
+  ASSERT_TRUE(Result("b2", 2).ok());
+  EXPECT_EQ(Result("b2", 2)->outputs.at(0).data.size(), 3u);
+  EXPECT_EQ(stats_.Snapshot().success.count, 1u + 2 + 3 + 1 + 2);
+  EXPECT_EQ(script_.reuse_violations, 0);
+}
+
+// The fault order holds on the caller: the faulting batch is failed INTERNAL, on_fault is called
+// once, on the caller, after its answers and before its slot is freed; the executor takes nothing
+// more (HasFreeSlot() false), and a batch the scheduler took before it saw that fails unrun.
+TEST_P(AnswerOnCallerTest, FaultIsAnsweredAndReportedOnTheCallerInOrder) {
+  script_.issue_result["b1"] = absl::InternalError("backend fault");
+  Create(2);
+  Execute("b0");
+  Execute("b1");
+  EXPECT_FALSE(pipeline_->HasFreeSlot());
+  ASSERT_TRUE(Result("b0").ok());
+  EXPECT_EQ(Result("b1").status().code(), absl::StatusCode::kInternal);
+  ASSERT_EQ(Faults().size(), 1u);
+  EXPECT_THAT(std::string(Faults()[0].message()), HasSubstr("backend fault"));
+  EXPECT_LT(script_.IndexOf("answer b1"), script_.IndexOf("fault"));
+  const std::vector<std::string> freed_after_fault = [&] {
+    std::lock_guard<std::mutex> lock(script_.mu);
+    return std::vector<std::string>(
+        std::find(script_.events.begin(), script_.events.end(), "fault"), script_.events.end());
+  }();
+  EXPECT_THAT(freed_after_fault, ElementsAre("fault", "freed"));
+  Execute("b2");  // taken before the fault was seen
+  EXPECT_EQ(Result("b2").status().code(), absl::StatusCode::kInternal);
+  EXPECT_FALSE(script_.Happened("enter b2"));
+  EXPECT_EQ(Faults().size(), 1u);
+}
+
+// Stop() from the owner while a batch runs on another thread (the batcher) answers that batch
+// first, as joining an executor thread would.
+TEST_P(AnswerOnCallerTest, StopWaitsForTheBatchRunningOnTheCaller) {
+  script_.SetGate(&Script::wait_open, false);
+  Create(2);
+  std::thread batcher([this] { Execute("b0"); });
+  ASSERT_TRUE(script_.WaitFor("issue b0"));
+  std::atomic<bool> stopped{false};
+  std::thread owner([&] {
+    pipeline_->Stop();
+    stopped = true;
+  });
+  // Stop() may not return while b0 is held in Wait.
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_FALSE(stopped.load());
+  script_.SetGate(&Script::wait_open, true);
+  batcher.join();
+  owner.join();
+  EXPECT_TRUE(stopped.load());
+  EXPECT_TRUE(Result("b0").ok());
+  EXPECT_EQ(pipeline_->InFlight(), 0);
+  EXPECT_FALSE(pipeline_->HasFreeSlot());
+}
+
 TEST(SlotPipelineCreateTest, RejectsBadOptions) {
   Script script;
   FakeBackend backend(script, 1);
@@ -577,6 +669,12 @@ TEST(SlotPipelineCreateTest, RejectsBadOptions) {
             absl::StatusCode::kInvalidArgument);
   options.executor.slot_count = 1;
   options.executor.stats = nullptr;
+  EXPECT_EQ(SlotPipeline::Create(backend, options).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  // Answering on the caller is for a pipeline whose caller issues.
+  options.executor.stats = &stats;
+  options.issue_thread = true;
+  options.answer_on_caller = true;
   EXPECT_EQ(SlotPipeline::Create(backend, options).status().code(),
             absl::StatusCode::kInvalidArgument);
 }

@@ -12,7 +12,10 @@
 #       executor runs the next batch while the completion thread answers the previous one) vs a
 #       forced synchronisation per request (--executor-slots 1 and dynamic batching off: one
 #       request at a time, and nothing new starts until the previous answer is out). Also
-#       reported: slots 2 vs 1 with batching off on both sides (the pipelining alone).
+#       reported: slots 2 vs 1 with batching off on both sides (the pipelining alone). The
+#       default server runs a one-instance CPU model on its batcher thread (no pipeline: see
+#       --cpu-batcher-runs-batches); the batching-off and slots-1 servers use the executor's
+#       threads, so that (c') still measures the pipeline.
 #       On a GPU build this is the stand-in for "cudaStreamSynchronize after every request".
 #   (d) synchronous clients (--mode sync: one blocking call per worker, perf_analyzer's default):
 #       identity 4 KiB through sluice vs sluice-echo-server at concurrency 1 (d) and 16 (d').
@@ -236,8 +239,21 @@ if want a; then
     -m identity --shape INPUT0:1024 --concurrency 1 --mode async
 fi
 
+# The servers of (b)'s "off" side and (c) run one-instance CPU models on the executor's own
+# threads (issue + completion, --executor-slots batches in flight), which is what (c) measures;
+# the default server runs them on the batcher thread (--cpu-batcher-runs-batches, on by default
+# where the build has it).
+NOBATCH_SERVER_FLAGS=()
+if "$SERVER" --help 2>/dev/null | grep -- '--cpu-batcher-runs-batches' >/dev/null; then
+  NOBATCH_SERVER_FLAGS=(--cpu-batcher-runs-batches=false)
+fi
+# The batching-off repository links the models' weights (make_nobatch_repo), which a server that
+# refuses symlinks out of its repository must be told to accept.
+if "$SERVER" --help 2>/dev/null | grep -- '--allow-symlinks-out-of-repository' >/dev/null; then
+  NOBATCH_SERVER_FLAGS+=(--allow-symlinks-out-of-repository=true)
+fi
 if want b || want c; then
-  start_server sluice-nobatch "server ready" "$SERVER" "${SERVER_FLAGS[@]}" \
+  start_server sluice-nobatch "server ready" "$SERVER" "${SERVER_FLAGS[@]}" "${NOBATCH_SERVER_FLAGS[@]}" \
     --model-repository "$NOBATCH_REPO" "${LOAD_MODELS[@]}"
   URL_NOBATCH=127.0.0.1:$PORT
 fi
@@ -260,7 +276,7 @@ if want c; then
     C_MODEL=mlp
     C_ARGS=(-m mlp)
   fi
-  start_server sluice-sync "server ready" "$SERVER" "${SERVER_FLAGS[@]}" --executor-slots 1 \
+  start_server sluice-sync "server ready" "$SERVER" "${SERVER_FLAGS[@]}" "${NOBATCH_SERVER_FLAGS[@]}" --executor-slots 1 \
     --model-repository "$NOBATCH_REPO" "${LOAD_MODELS[@]}"
   URL_SYNC=127.0.0.1:$PORT
   compare "(c) pipeline: $C_MODEL, default server (executor slots 2, dynamic batching on) vs forced sync per request (slots 1, batching off), concurrency 16, async" \

@@ -46,6 +46,12 @@ class UnaryInferReactor final : public grpc::ServerUnaryReactor {
   const std::shared_ptr<std::atomic<bool>>& cancelled() const { return cancelled_; }
   void OnCancel() override { cancelled_->store(true, std::memory_order_relaxed); }
   void OnDone() override { delete this; }
+  // Both reactions are trivial (an atomic store; a delete), so gRPC may run them on whichever
+  // thread finishes the call, as it does for its own DefaultReactor(). Without this, gRPC hands
+  // every OnDone to its default executor thread (ServerCallbackCall::ScheduleOnDone): a thread
+  // wake-up and a switch per request, ~15 % of the server's CPU at concurrency 16 (perf record,
+  // "default-executo" threads), that the echo server, finishing with DefaultReactor(), never pays.
+  bool InternalInlineable() override { return true; }
 
  private:
   std::atomic<int64_t>* const active_calls_;

@@ -89,6 +89,7 @@ struct Flags {
   int64_t max_queue_size = 4096;
   int executor_slots = 2;
   int gpu_executor_slots = 3;
+  bool cpu_batcher_runs_batches = true;
   int tokenizer_threads = 2;
   int64_t tokenizer_queue_size = 1024;
   int exit_timeout_secs = 30;
@@ -349,6 +350,13 @@ void AddFlags(CLI::App& app, Flags& flags) {
       ->envname("SLUICE_EXECUTOR_SLOTS")
       ->check(CLI::Range(1, 16))
       ->capture_default_str();
+  app.add_option("--cpu-batcher-runs-batches", flags.cpu_batcher_runs_batches,
+                 "A model with one CPU instance computes and answers its batches on its batcher "
+                 "thread (no hand-off between the queue and the answers; one batch at a time); "
+                 "false: on the executor's own issue and completion threads (--executor-slots "
+                 "batches in flight), as models with several instances always do")
+      ->envname("SLUICE_CPU_BATCHER_RUNS_BATCHES")
+      ->capture_default_str();
   app.add_option("--gpu-executor-slots", flags.gpu_executor_slots,
                  "Batches in flight per model instance on a GPU, each with its own pinned and "
                  "device buffers and CUDA graphs: 3 lets one batch copy in while one computes and "
@@ -568,6 +576,7 @@ int Run(const Flags& flags) {
   engine_options.default_max_queue_size = flags.max_queue_size;
   engine_options.executor_slots = flags.executor_slots;
   engine_options.gpu_executor_slots = flags.gpu_executor_slots;
+  engine_options.cpu_single_instance_on_batcher = flags.cpu_batcher_runs_batches;
   engine_options.preparation_threads = flags.tokenizer_threads;
   engine_options.preparation_queue_size = flags.tokenizer_queue_size;
   // The collector's readings are only published as metrics, so it runs only with them.

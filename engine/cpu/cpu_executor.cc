@@ -60,7 +60,7 @@ absl::Status CheckOutputs(const ModelConfig& config, const std::vector<Tensor>& 
 
 absl::StatusOr<std::unique_ptr<CpuExecutor>> CpuExecutor::Create(
     const ModelConfig& model_config, std::unique_ptr<ModelInstance> instance,
-    ExecutorOptions options) {
+    ExecutorOptions options, CpuExecutorOptions cpu_options) {
   if (instance == nullptr) return absl::InvalidArgumentError("CpuExecutor needs an instance");
   if (options.slot_count < 1) {
     return absl::InvalidArgumentError(
@@ -73,8 +73,9 @@ absl::StatusOr<std::unique_ptr<CpuExecutor>> CpuExecutor::Create(
       executor->pipeline_,
       SlotPipeline::Create(*executor, {.label = absl::StrCat("model '", model_config.name, "'"),
                                        .executor = std::move(options),
-                                       .issue_thread = true,
-                                       .answer_on_issue_thread_when_idle = true}));
+                                       .issue_thread = !cpu_options.run_on_caller,
+                                       .answer_on_issue_thread_when_idle = true,
+                                       .answer_on_caller = cpu_options.run_on_caller}));
   return executor;
 }
 

@@ -7,6 +7,9 @@
 // go out while batch k+1 computes (the same pipeline the CUDA executor runs with a stream and
 // events). When nothing overlaps (no other batch taken), the issue thread answers the batch
 // itself (SlotPipelineOptions::answer_on_issue_thread_when_idle): one hand-off fewer at low load.
+// With CpuExecutorOptions::run_on_caller (the engine's choice for a model with one CPU instance)
+// there are no threads at all: Execute() gathers, runs, scatters and answers the batch on its
+// caller, the scheduler's batcher thread (SlotPipelineOptions::answer_on_caller).
 //
 // Faults follow the pipeline's one order: a batch whose model run fails with INTERNAL (the
 // ModelInstance contract's "fault of the backend"), whose outputs do not match the config, or
@@ -31,21 +34,33 @@
 
 namespace sluice::engine::cpu {
 
+struct CpuExecutorOptions {
+  // Execute() runs and answers the batch on the caller's thread (ExecuteRunsBatch()) instead of
+  // queueing it for the executor's own two threads, which are then not started. For a model with
+  // one instance: its batches run one at a time on the scheduler's batcher thread, which saves
+  // two thread hand-offs per batch (batcher -> issue thread -> completion thread) and gives up
+  // only the overlap of answering batch k with computing batch k+1 on the same instance.
+  bool run_on_caller = false;
+};
+
 // Thread-safety: as Executor. The SlotBackend half runs on the pipeline's threads: Issue on its
-// issue thread (the stand-in for a CUDA stream), Wait and Scatter on its completion thread.
+// issue thread (the stand-in for a CUDA stream), Wait and Scatter on its completion thread (all
+// three on the caller of Execute() with run_on_caller).
 class CpuExecutor final : public Executor, private SlotBackend {
  public:
-  // Starts the two threads. `instance` is owned; `model_config` is borrowed and must outlive the
-  // executor.
+  // Starts the two threads (none with run_on_caller). `instance` is owned; `model_config` is
+  // borrowed and must outlive the executor.
   static absl::StatusOr<std::unique_ptr<CpuExecutor>> Create(
       const ModelConfig& model_config, std::unique_ptr<ModelInstance> instance,
-      ExecutorOptions options);
+      ExecutorOptions options, CpuExecutorOptions cpu_options = {});
   ~CpuExecutor() override;
 
   bool HasFreeSlot() const override { return pipeline_->HasFreeSlot(); }
   void Execute(Batch batch) override { pipeline_->Execute(std::move(batch)); }
-  // Execute() only queues the batch for the pipeline's issue thread (a lock, a push, a signal).
-  bool ExecuteOnlyEnqueues() const override { return true; }
+  // Execute() only queues the batch for the pipeline's issue thread (a lock, a push, a signal);
+  // not with run_on_caller, where it runs the batch (ExecuteRunsBatch()).
+  bool ExecuteOnlyEnqueues() const override { return pipeline_->ExecuteOnlyEnqueues(); }
+  bool ExecuteRunsBatch() const override { return pipeline_->ExecuteRunsBatch(); }
   int InFlight() const override { return pipeline_->InFlight(); }
   void Stop() override { pipeline_->Stop(); }
   // The items counter of the executor thread (an atomic load; never waits).

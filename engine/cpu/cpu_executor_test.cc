@@ -136,8 +136,9 @@ class CpuExecutorTest : public ::testing::Test {
       freed_cv_.notify_all();
     };
     options.before_batch_for_test = std::move(before_batch);
-    absl::StatusOr<std::unique_ptr<CpuExecutor>> executor = CpuExecutor::Create(
-        config_, std::make_unique<FakeInstance>(config_, shared_), std::move(options));
+    absl::StatusOr<std::unique_ptr<CpuExecutor>> executor =
+        CpuExecutor::Create(config_, std::make_unique<FakeInstance>(config_, shared_),
+                            std::move(options), {.run_on_caller = run_on_caller_});
     ASSERT_TRUE(executor.ok()) << executor.status();
     executor_ = *std::move(executor);
   }
@@ -204,6 +205,8 @@ class CpuExecutorTest : public ::testing::Test {
   std::condition_variable freed_cv_;
   int slots_freed_ = 0;
   std::vector<absl::Status> faults_;  // guarded by freed_mu_: what on_fault reported
+  // CpuExecutorOptions::run_on_caller for Create().
+  bool run_on_caller_ = false;
   std::unique_ptr<CpuExecutor> executor_;
 };
 
@@ -457,6 +460,52 @@ TEST_F(CpuExecutorTest, InternalBackendErrorFaultsTheExecutor) {
   const ModelStatsSnapshot snapshot = stats_.Snapshot();
   EXPECT_EQ(snapshot.failures_by_reason[static_cast<size_t>(FailureReason::kInternal)], 2u);
   EXPECT_EQ(snapshot.success.count, 0u);
+}
+
+// run_on_caller (a model with one instance): Execute() gathers, runs, scatters and answers the
+// batch on the calling thread (the scheduler's batcher) and returns with every request answered;
+// a backend fault is answered and reported there too.
+TEST_F(CpuExecutorTest, RunOnCallerRunsAndAnswersTheBatchOnTheCallingThread) {
+  std::thread::id ran_on;
+  int run = 0;
+  shared_->run = [&](std::span<const TensorView> inputs) -> absl::StatusOr<std::vector<Tensor>> {
+    ran_on = std::this_thread::get_id();
+    if (++run == 2) return absl::InternalError("backend broke");
+    std::vector<Tensor> outputs(inputs.size());
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      outputs[i].name = config_.outputs[i].name;
+      outputs[i].dtype = DataType::kFp32;
+      outputs[i].shape = inputs[i].shape;
+      outputs[i].data.assign(inputs[i].data.begin(), inputs[i].data.end());
+    }
+    return outputs;
+  };
+  run_on_caller_ = true;
+  Create(2);
+  EXPECT_TRUE(executor_->ExecuteRunsBatch());
+  EXPECT_FALSE(executor_->ExecuteOnlyEnqueues());  // never on an RPC thread
+  std::vector<std::unique_ptr<InferenceRequest>> requests;
+  requests.push_back(Request(1, 100));
+  requests.push_back(Request(2, 200));
+  executor_->Execute(MakeBatch(std::move(requests)));
+  // No waiting: answered before Execute() returned, on this thread.
+  EXPECT_EQ(ran_on, std::this_thread::get_id());
+  EXPECT_EQ(Count(0), 1);
+  EXPECT_EQ(Count(1), 1);
+  EXPECT_EQ(executor_->InFlight(), 0);
+  EXPECT_TRUE(executor_->HasFreeSlot());
+  ASSERT_TRUE(answers_[1]->result().ok()) << answers_[1]->result().status();
+  EXPECT_EQ(Floats(answers_[1]->result()->outputs[0].data),
+            std::vector<float>({200, 201, 202, 203}));
+  EXPECT_EQ(executor_->ReadItemCounter(), 3u);
+
+  std::vector<std::unique_ptr<InferenceRequest>> second;
+  second.push_back(Request(1, 0));
+  executor_->Execute(MakeBatch(std::move(second)));
+  EXPECT_EQ(answers_[2]->result().status().code(), absl::StatusCode::kInternal);
+  ASSERT_EQ(Faults().size(), 1u);  // reported before Execute() returned
+  EXPECT_THAT(std::string(Faults()[0].message()), HasSubstr("backend broke"));
+  EXPECT_FALSE(executor_->HasFreeSlot());
 }
 
 // Batches the executor took before it faulted fail INTERNAL without running on the broken
