@@ -73,6 +73,14 @@ class CudaExecutor final : public Executor, private SlotBackend {
   static absl::StatusOr<std::unique_ptr<CudaExecutor>> Create(
       const ModelConfig& model_config, std::unique_ptr<CudaModelInstance> model,
       CudaExecutorOptions options);
+  // The same for a ragged model (the encoder): its buckets are (sequences, tokens) pairs, a batch
+  // is packed by the model into the slot's staging (one H2D copy), runs the smallest bucket's
+  // graph that holds it, copies back only the outputs its requests want (their real rows) and is
+  // scattered by the model, each request with its own shapes. The warm-up runs every (slot,
+  // bucket) with an empty batch (zero sequences) through the whole sequence, as above.
+  static absl::StatusOr<std::unique_ptr<CudaExecutor>> CreateRagged(
+      const ModelConfig& model_config, std::unique_ptr<CudaRaggedModel> model,
+      CudaExecutorOptions options);
   ~CudaExecutor() override;
 
   bool HasFreeSlot() const override { return pipeline_->HasFreeSlot(); }
@@ -86,7 +94,12 @@ class CudaExecutor final : public Executor, private SlotBackend {
   // The whole device counter block (batches, items, per-bucket batches, non-finite outputs), read
   // as ReadItemCounter does. Collector thread (or tests) only.
   absl::StatusOr<DeviceCounters> ReadCounters();
+  // The batch buckets: row counts; for a ragged model, each bucket's token capacity (its
+  // (sequences, tokens) pairs: ragged_buckets()).
   const std::vector<int>& buckets() const { return buckets_; }
+  std::vector<RaggedBucket> ragged_buckets() const {
+    return ragged_ == nullptr ? std::vector<RaggedBucket>{} : ragged_->buckets();
+  }
   // False once a CUDA call failed (the pipeline's fault latch).
   bool healthy() const { return pipeline_->fault().ok(); }
   // Test-only: the next batch's issue launches an invalid kernel, as a real launch error would.
@@ -125,6 +138,9 @@ class CudaExecutor final : public Executor, private SlotBackend {
     std::vector<std::optional<CudaGraphExec>> graphs = {};
     // The bucket of the batch in flight in this slot (set by Issue, read by Scatter).
     int bucket = -1;
+    // Ragged models: the batch's packing (from Pack to Scatter) and the output ranges to copy.
+    std::unique_ptr<RaggedBatchState> ragged_state = nullptr;
+    std::vector<BlockRange> output_ranges = {};
     // The batch's input copies, in stream order, when one of its inputs is in device memory.
     std::vector<InputCopy> input_copies = {};
     // The keepalives of the device memory those copies read (DeviceBytes::keepalive), held from
@@ -136,9 +152,14 @@ class CudaExecutor final : public Executor, private SlotBackend {
   enum EventIndex { kInBegin, kInEnd, kComputeBegin, kComputeEnd, kOutBegin, kOutEnd, kEvents };
 
   CudaExecutor(const ModelConfig& config, std::unique_ptr<CudaModelInstance> model,
-               CudaExecutorOptions options, std::vector<int> buckets, CudaStream h2d,
-               CudaStream compute, CudaStream d2h, CudaStream stats, DeviceBuffer counters,
-               PinnedHostBuffer counters_host);
+               std::unique_ptr<CudaRaggedModel> ragged, CudaExecutorOptions options,
+               std::vector<int> buckets, CudaStream h2d, CudaStream compute, CudaStream d2h,
+               CudaStream stats, DeviceBuffer counters, PinnedHostBuffer counters_host);
+  // Create and CreateRagged: exactly one of `model` and `ragged` is set.
+  static absl::StatusOr<std::unique_ptr<CudaExecutor>> CreateWith(
+      const ModelConfig& model_config, std::unique_ptr<CudaModelInstance> model,
+      std::unique_ptr<CudaRaggedModel> ragged, std::vector<int> buckets,
+      CudaExecutorOptions options);
 
   absl::Status Initialize();
   absl::Status WarmUpSlot(int slot);
@@ -158,11 +179,14 @@ class CudaExecutor final : public Executor, private SlotBackend {
 
   // SlotBackend (engine/slot_pipeline.h).
   absl::Status Issue(int s, const Batch& batch) override;
+  absl::Status IssueRagged(int s, const Batch& batch);
   absl::Status Wait(int s) override;
   absl::Status Scatter(int s, const Batch& batch, SlotAnswers& answers) override;
 
   const ModelConfig& config_;
+  // Exactly one of these two.
   const std::unique_ptr<CudaModelInstance> model_;
+  const std::unique_ptr<CudaRaggedModel> ragged_;
   const CudaExecutorOptions options_;
   const int device_;
   const std::vector<int> buckets_;

@@ -46,4 +46,11 @@ absl::StatusOr<ModelConfig> CompleteEncoderConfig(const ModelSpec& spec);
 // the model, version, file and tensor with both shapes.
 absl::StatusOr<std::unique_ptr<Model>> CreateEncoderModel(const ModelSpec& spec);
 
+namespace encoder {
+struct EncoderNetwork;
+}
+// The network `model` loaded when it is an encoder (CreateEncoderModel's), else null: a GPU
+// backend uploads these weights instead of reading the checkpoint again.
+std::shared_ptr<const encoder::EncoderNetwork> LoadedEncoderNetwork(const Model& model);
+
 }  // namespace sluice::engine::models
