@@ -20,6 +20,8 @@
 //   parameters (optional; any other key is refused by name):
 //     max_batch_tokens  real tokens per batch at most (default kDefaultMaxBatchTokens)
 //     normalize         "true"/"false": L2-normalise `embedding` (default: as modules.json says)
+//     compute_type, allow_tf32, cuda_buckets: the GPU's precision and CUDA graph buckets
+//                       (encoder_batch.h ParseGpuOptions; checked on every backend)
 //
 // Rows of last_hidden_state at trailing padding (mask 0 after a sequence's last 1) are zeros: they
 // are not computed (Hugging Face computes them, but they carry no meaning).
