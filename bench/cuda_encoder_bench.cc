@@ -336,8 +336,9 @@ int Run(const Options& options) {
                    loaded.status().ToString().c_str());
       return 1;
     }
-    std::printf("loaded with graphs %s in %.2f s (4 buckets x 3 slots)\n", graphs ? "on" : "off",
-                std::chrono::duration<double>(Clock::now() - start).count());
+    std::printf("loaded with graphs %s in %.2f s (4 buckets x 3 slots): %s\n",
+                graphs ? "on" : "off", std::chrono::duration<double>(Clock::now() - start).count(),
+                loaded->executor->ragged_summary().c_str());
     for (const auto& [label, inputs] : workloads) {
       absl::StatusOr<Point> point = Measure(*loaded, label, inputs, options, graphs);
       if (!point.ok()) {

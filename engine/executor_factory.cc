@@ -64,8 +64,9 @@ absl::StatusOr<std::vector<std::unique_ptr<Executor>>> CreateExecutors(
   for (int i = 0; on_gpu && i < config.instance_count; ++i) {
     const int device =
         config.instance_gpus.empty() ? options.device.cuda_device : config.instance_gpus[i];
+    std::string summary;
     absl::StatusOr<std::unique_ptr<Executor>> executor = CreateCudaExecutor(
-        spec, model, config, device, options.executor_options(options.gpu_slots, i));
+        spec, model, config, device, options.executor_options(options.gpu_slots, i), &summary);
     if (absl::IsUnimplemented(executor.status())) {
       // No GPU implementation for this model: all its instances run on the CPU backend.
       LOG_INFO(options.logger, "model '", config.name,
@@ -75,6 +76,9 @@ absl::StatusOr<std::vector<std::unique_ptr<Executor>>> CreateExecutors(
       break;
     }
     if (!executor.ok()) return executor.status();
+    if (!summary.empty()) {
+      LOG_INFO(options.logger, "model '", config.name, "' instance ", i, ": ", summary);
+    }
     executors.push_back(*std::move(executor));
   }
   for (int i = 0; !on_gpu && i < config.instance_count; ++i) {
@@ -91,7 +95,8 @@ absl::StatusOr<std::vector<std::unique_ptr<Executor>>> CreateExecutors(
 absl::StatusOr<std::unique_ptr<Executor>> CreateCudaExecutor(const ModelSpec& spec,
                                                              const Model& model,
                                                              const ModelConfig& config, int device,
-                                                             ExecutorOptions options) {
+                                                             ExecutorOptions options,
+                                                             std::string* summary) {
 #if SLUICE_HAVE_CUDA
   if (config.ragged_batching.has_value()) {
     // A sequence model (the encoder): packed tokens, (sequences, tokens) buckets.
@@ -105,6 +110,7 @@ absl::StatusOr<std::unique_ptr<Executor>> CreateCudaExecutor(const ModelSpec& sp
     absl::StatusOr<std::unique_ptr<cuda::CudaExecutor>> executor =
         cuda::CudaExecutor::CreateRagged(config, *std::move(ragged), std::move(cuda_options));
     if (!executor.ok()) return executor.status();
+    if (summary != nullptr) *summary = (*executor)->ragged_summary();
     return std::unique_ptr<Executor>(*std::move(executor));
   }
   const std::vector<int> buckets = cuda::BatchBuckets(config);

@@ -48,9 +48,12 @@ absl::StatusOr<std::vector<std::unique_ptr<Executor>>> CreateExecutors(
 // Unimplemented when this build has no CUDA backend or the model has no GPU implementation
 // (variable dims, BYTES tensors, a backend without one): the caller runs it on the CPU instead.
 // Other errors fail the load (INTERNAL naming the CUDA call, RESOURCE_EXHAUSTED for device OOM).
+// `summary`, when given, receives a ragged model's one-line load summary (precision, buckets,
+// fused epilogues, device memory) for the log.
 absl::StatusOr<std::unique_ptr<Executor>> CreateCudaExecutor(const ModelSpec& spec,
                                                              const Model& model,
                                                              const ModelConfig& config, int device,
-                                                             ExecutorOptions options);
+                                                             ExecutorOptions options,
+                                                             std::string* summary = nullptr);
 
 }  // namespace sluice::engine

@@ -150,6 +150,7 @@ class CudaEncoder final : public CudaRaggedModel {
   absl::Status Scatter(const Batch& batch, const RaggedBatchState& state, const void* outputs,
                        std::vector<InferenceResponse>& responses) const override;
   BlockRange NonFiniteRange(const RaggedBatchState& state) const override;
+  std::string Summary() const override;
 
  private:
   CudaEncoder(const ModelConfig& config, std::shared_ptr<const enc::EncoderNetwork> net, int device,
@@ -188,6 +189,12 @@ class CudaEncoder final : public CudaRaggedModel {
   std::vector<InputLayout> inputs_;
   std::vector<OutputLayout> outputs_;
   std::optional<CudaStream> upload_stream_;
+  // For Summary(): GEMMs asked for a fused epilogue, and those that fell back to a plain GEMM
+  // and our kernel; device bytes of the weights and of the scratch.
+  int fused_epilogues_ = 0;
+  int epilogue_fallbacks_ = 0;
+  size_t weight_bytes_ = 0;
+  size_t scratch_bytes_ = 0;
 
   // Weights.
   std::optional<DeviceBuffer> word_;
@@ -223,6 +230,7 @@ absl::StatusOr<DeviceBuffer> CudaEncoder::UploadAs(const std::vector<float>& val
   cudaStream_t stream = upload_stream_->get();
   const size_t count = std::max<size_t>(values.size(), 1);
   ASSIGN_OR_RETURN(DeviceBuffer result, DeviceBuffer::Create(device_, count * ElementBytes(type)));
+  weight_bytes_ += count * ElementBytes(type);
   if (values.empty()) return result;
   if (type == ElementType::kFp32) {
     CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(result.get(), values.data(), values.size() * 4,
@@ -276,11 +284,21 @@ absl::StatusOr<Gemm> CudaEncoder::MakeGemm(const std::string& name, int in, int 
     }
     return gemm;
   };
+  if (epilogue != CUBLASLT_EPILOGUE_DEFAULT) ++fused_epilogues_;
   absl::StatusOr<Gemm> gemm = build(epilogue);
-  if (absl::IsNotFound(gemm.status()) && epilogue != CUBLASLT_EPILOGUE_DEFAULT) {
-    // No algorithm for the fused epilogue at some bucket (it depends on the GPU, the types and
-    // the shapes): a plain GEMM and our own bias (+ activation) kernel compute the same layer.
-    gemm = build(CUBLASLT_EPILOGUE_DEFAULT);
+  if (!gemm.ok() && epilogue != CUBLASLT_EPILOGUE_DEFAULT) {
+    // No algorithm for the fused epilogue at some bucket (NotFound), or a type / epilogue pair
+    // this cuBLASLt refuses outright (NOT_SUPPORTED from the heuristic; it depends on the GPU,
+    // the version, the types and the shapes): a plain GEMM and our own bias (+ activation)
+    // kernel compute the same layer. If the plain GEMM fails too, both reasons are reported.
+    absl::StatusOr<Gemm> plain = build(CUBLASLT_EPILOGUE_DEFAULT);
+    if (plain.ok()) {
+      ++epilogue_fallbacks_;
+      return plain;
+    }
+    return absl::Status(plain.status().code(),
+                        absl::StrCat(plain.status().message(),
+                                     " (with the fused epilogue: ", gemm.status().message(), ")"));
   }
   return gemm;
 }
@@ -412,6 +430,10 @@ absl::Status CudaEncoder::Allocate() {
     sequences = std::max(sequences, static_cast<size_t>(bucket.sequences));
   }
   const size_t e = ElementBytes(type_);
+  scratch_bytes_ =
+      kWorkspaceBytes + (tokens * (6 * h + static_cast<size_t>(net.intermediate)) +
+                         sequences * (3 * h + static_cast<size_t>(std::max(net.num_labels, 1)))) *
+                            e;
   ASSIGN_OR_RETURN(x_, DeviceBuffer::Create(device_, tokens * h * e));
   ASSIGN_OR_RETURN(qkv_buffer_, DeviceBuffer::Create(device_, tokens * 3 * h * e));
   ASSIGN_OR_RETURN(context_, DeviceBuffer::Create(device_, tokens * h * e));
@@ -592,6 +614,19 @@ absl::Status CudaEncoder::Enqueue(cudaStream_t stream, const void* inputs, void*
         net.num_labels, DeviceActivation::kNone, type_, out_floats(out.logits), nullptr, stream));
   }
   return absl::OkStatus();
+}
+
+std::string CudaEncoder::Summary() const {
+  std::string buckets;
+  for (const RaggedBucket& bucket : buckets_) {
+    absl::StrAppend(&buckets, buckets.empty() ? "" : ",", bucket.sequences, "x", bucket.tokens);
+  }
+  return absl::StrCat("encoder on cuda:", device_, ": ", ElementTypeName(type_), " activations",
+                      compute_ == CUBLAS_COMPUTE_32F_FAST_TF32 ? ", TF32 GEMMs" : "", ", buckets ",
+                      buckets, ", ", fused_epilogues_ - epilogue_fallbacks_, " of ",
+                      fused_epilogues_,
+                      " GEMM epilogues fused (the others: plain GEMM + our kernel), weights ",
+                      weight_bytes_ >> 20, " MiB, scratch ", scratch_bytes_ >> 20, " MiB");
 }
 
 absl::Status CudaEncoder::Pack(const Batch& batch, RaggedBatchState& base, void* staging) {

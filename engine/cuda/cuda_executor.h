@@ -100,6 +100,8 @@ class CudaExecutor final : public Executor, private SlotBackend {
   std::vector<RaggedBucket> ragged_buckets() const {
     return ragged_ == nullptr ? std::vector<RaggedBucket>{} : ragged_->buckets();
   }
+  // The ragged model's load summary (CudaRaggedModel::Summary); empty for other models.
+  std::string ragged_summary() const { return ragged_ == nullptr ? "" : ragged_->Summary(); }
   // False once a CUDA call failed (the pipeline's fault latch).
   bool healthy() const { return pipeline_->fault().ok(); }
   // Test-only: the next batch's issue launches an invalid kernel, as a real launch error would.

@@ -13,6 +13,7 @@
 
 #include <memory>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -116,6 +117,9 @@ class CudaRaggedModel {
   // The FP32 range of the output block the counter kernel scans for non-finite values for the
   // batch in `state` (bytes 0: none).
   virtual BlockRange NonFiniteRange(const RaggedBatchState& state) const = 0;
+  // One line for the load log: precision, buckets, which fused epilogues cuBLASLt refused on this
+  // GPU, device memory.
+  virtual std::string Summary() const = 0;
 };
 
 // The ragged GPU implementation of `model` (already loaded by the CPU backend's factory: its

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -502,6 +503,9 @@ TEST_F(GpuEncoderTest, MatchesTheCpuBackendAtEveryBucketAndRaggedMix) {
       absl::StatusOr<Loaded> loaded = Load(dir.version_path(), 8, parameters);
       ASSERT_TRUE(loaded.ok()) << loaded.status();
       ASSERT_EQ(loaded->gpu->ragged_buckets().size(), 3u);
+      // What cuBLASLt fused on this GPU: in the log of the first GPU run.
+      std::printf("%s, %s: %s\n", arch.label.c_str(), precision.label,
+                  loaded->gpu->ragged_summary().c_str());
       std::mt19937 rng(seed);
       std::vector<uint64_t> expected_batches(3, 0);
       for (const Mix& mix : Mixes()) {

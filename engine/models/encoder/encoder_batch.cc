@@ -238,15 +238,18 @@ absl::StatusOr<GpuOptions> ParseGpuOptions(const ModelConfig& config, int64_t ma
                                                    options.buckets.size(), " buckets; at most ",
                                                    kMaxTokenBuckets));
   }
+  // A batch the batcher forms holds at most max_batch_size sequences of at least one token each
+  // within the token budget (a lone request above the budget aside).
+  const int full_sequences = static_cast<int>(std::min<int64_t>(max_sequences, max_batch_tokens));
   bool holds_full_batch = false;
   for (const TokenBucket& bucket : options.buckets) {
-    holds_full_batch |= bucket.sequences >= max_sequences && bucket.tokens >= max_batch_tokens;
+    holds_full_batch |= bucket.sequences >= full_sequences && bucket.tokens >= max_batch_tokens;
   }
   if (!holds_full_batch) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "parameter '", kCudaBucketsParam, "': no bucket holds a full batch of ", max_sequences,
+        "parameter '", kCudaBucketsParam, "': no bucket holds a full batch of ", full_sequences,
         " sequences (max_batch_size) and ", max_batch_tokens,
-        " tokens (max_batch_tokens); add a bucket ", max_sequences, "x", max_batch_tokens));
+        " tokens (max_batch_tokens); add a bucket ", full_sequences, "x", max_batch_tokens));
   }
   return options;
 }

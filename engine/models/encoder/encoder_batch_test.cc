@@ -35,6 +35,10 @@ TEST(GpuOptionsTest, DefaultsFollowTheTokenBudgetInQuarters) {
   options = ParseGpuOptions(Config(32), 64);
   ASSERT_TRUE(options.ok()) << options.status();
   EXPECT_EQ(options->buckets, (std::vector<TokenBucket>{{16, 16}, {32, 64}}));
+  // More sequences allowed than tokens: a full batch has at most max_batch_tokens sequences.
+  options = ParseGpuOptions(Config(64), 32);
+  ASSERT_TRUE(options.ok()) << options.status();
+  EXPECT_EQ(options->buckets, (std::vector<TokenBucket>{{32, 32}}));
   // A tiny budget: one bucket (the quarters below 16 tokens are dropped).
   options = ParseGpuOptions(Config(4), 20);
   ASSERT_TRUE(options.ok()) << options.status();
