@@ -553,7 +553,13 @@ absl::StatusOr<DeviceCounters> CudaExecutor::ReadCounters() {
   DeviceCounters counters;
   std::memcpy(&counters, counters_host_.get(), sizeof(counters));
   last_items_ = counters.items;
+  last_tokens_ = counters.tokens;
   return counters;
+}
+
+uint64_t CudaExecutor::ReadTokenCounter() {
+  common::MutexLock lock(&counters_mu_);
+  return last_tokens_;
 }
 
 uint64_t CudaExecutor::ReadItemCounter() {

@@ -90,6 +90,8 @@ class CudaExecutor final : public Executor, private SlotBackend {
   // Copies the device counters on the stats stream and waits for them; the last good value if
   // that fails.
   uint64_t ReadItemCounter() override;
+  // The device's token counter as of the last ReadItemCounter()/ReadCounters() (ragged models).
+  uint64_t ReadTokenCounter() override;
 
   // The whole device counter block (batches, items, per-bucket batches, non-finite outputs), read
   // as ReadItemCounter does. Collector thread (or tests) only.
@@ -208,6 +210,7 @@ class CudaExecutor final : public Executor, private SlotBackend {
   std::atomic<bool> inject_fault_{false};
   common::Mutex counters_mu_;  // serializes counter reads (one pinned buffer)
   uint64_t last_items_ ABSL_GUARDED_BY(counters_mu_) = 0;
+  uint64_t last_tokens_ ABSL_GUARDED_BY(counters_mu_) = 0;
   // Last member: destroyed (stopped, its thread joined) before the slots and streams it uses.
   std::unique_ptr<SlotPipeline> pipeline_;
 };

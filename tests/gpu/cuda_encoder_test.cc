@@ -660,6 +660,8 @@ TEST_F(GpuEncoderTest, TheDeviceCountsTheTokensAndSequencesSent) {
   EXPECT_EQ(counters->sequences, sequences);
   EXPECT_EQ(counters->tokens, tokens);
   EXPECT_EQ(counters->non_finite_outputs, 0u);
+  // What the stats collector gets, from that same read.
+  EXPECT_EQ(loaded->gpu->ReadTokenCounter(), tokens);
 }
 
 TEST_F(GpuEncoderTest, ALoneRequestAboveTheLargestBucketFailsAloneAndNamesTheLimit) {
