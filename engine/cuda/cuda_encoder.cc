@@ -27,6 +27,7 @@
 #include <optional>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "engine/batch_answers.h"
@@ -62,6 +63,14 @@ cudaDataType_t CudaType(ElementType type) {
       break;
   }
   return CUDA_R_32F;
+}
+
+// cuBLASLt has nothing for this GEMM: the heuristic found no algorithm (NotFound, from
+// PickMatmulAlgo) or refused the combination of types, layouts and epilogue outright
+// (CUBLAS_STATUS_NOT_SUPPORTED). Anything else is a real failure.
+bool NoAlgorithm(const absl::Status& status) {
+  return absl::IsNotFound(status) ||
+         absl::StrContains(status.message(), "CUBLAS_STATUS_NOT_SUPPORTED");
 }
 
 const char* ElementTypeName(ElementType type) {
@@ -110,6 +119,11 @@ struct Gemm {
   std::vector<cublasLtMatmulAlgo_t> algo = {};
   // The epilogue adds the bias (and activates); false: a plain GEMM, the caller's kernel does.
   bool fused = false;
+  // Head GEMMs only: cuBLASLt offered no algorithm even without an epilogue, so our own small
+  // linear kernel runs it (in, out as below).
+  bool own_kernel = false;
+  int in = 0;
+  int out = 0;
 };
 
 struct Layer {
@@ -193,6 +207,7 @@ class CudaEncoder final : public CudaRaggedModel {
   // and our kernel; device bytes of the weights and of the scratch.
   int fused_epilogues_ = 0;
   int epilogue_fallbacks_ = 0;
+  int own_kernel_gemms_ = 0;
   size_t weight_bytes_ = 0;
   size_t scratch_bytes_ = 0;
 
@@ -286,7 +301,20 @@ absl::StatusOr<Gemm> CudaEncoder::MakeGemm(const std::string& name, int in, int 
   };
   if (epilogue != CUBLASLT_EPILOGUE_DEFAULT) ++fused_epilogues_;
   absl::StatusOr<Gemm> gemm = build(epilogue);
-  if (!gemm.ok() && epilogue != CUBLASLT_EPILOGUE_DEFAULT) {
+  if (NoAlgorithm(gemm.status()) && epilogue == CUBLASLT_EPILOGUE_DEFAULT && !per_token) {
+    // A head GEMM (one row per sequence: pooler, classifier) cuBLASLt has no algorithm for at
+    // some bucket (an odd label count in a 16-bit type, say): our small linear kernel computes
+    // it, at a cost that is small next to the layers. Reported by Summary().
+    ASSIGN_OR_RETURN(MatmulDesc desc, MatmulDesc::Create(compute_, CUDA_R_32F));
+    ASSIGN_OR_RETURN(MatrixLayout a, MatrixLayout::Create(CudaType(type_), in, out, in));
+    Gemm own{.desc = std::move(desc), .a = std::move(a)};
+    own.own_kernel = true;
+    own.in = in;
+    own.out = out;
+    ++own_kernel_gemms_;
+    return own;
+  }
+  if (NoAlgorithm(gemm.status()) && epilogue != CUBLASLT_EPILOGUE_DEFAULT) {
     // No algorithm for the fused epilogue at some bucket (NotFound), or a type / epilogue pair
     // this cuBLASLt refuses outright (NOT_SUPPORTED from the heuristic; it depends on the GPU,
     // the version, the types and the shapes): a plain GEMM and our own bias (+ activation)
@@ -305,6 +333,10 @@ absl::StatusOr<Gemm> CudaEncoder::MakeGemm(const std::string& name, int in, int 
 
 absl::Status CudaEncoder::RunGemm(const Gemm& gemm, const DeviceBuffer& weight, const void* x,
                                   void* y, int bucket, cudaStream_t stream) {
+  if (gemm.own_kernel) {
+    return LaunchSmallLinear(x, weight.get(), buckets_[bucket].sequences, gemm.in, gemm.out, type_,
+                             y, stream);
+  }
   const float alpha = 1.f;
   const float beta = 0.f;
   CUBLAS_RETURN_IF_ERROR(handle_.Matmul(gemm.desc.get(), &alpha, weight.get(), gemm.a.get(), x,
@@ -621,12 +653,13 @@ std::string CudaEncoder::Summary() const {
   for (const RaggedBucket& bucket : buckets_) {
     absl::StrAppend(&buckets, buckets.empty() ? "" : ",", bucket.sequences, "x", bucket.tokens);
   }
-  return absl::StrCat("encoder on cuda:", device_, ": ", ElementTypeName(type_), " activations",
-                      compute_ == CUBLAS_COMPUTE_32F_FAST_TF32 ? ", TF32 GEMMs" : "", ", buckets ",
-                      buckets, ", ", fused_epilogues_ - epilogue_fallbacks_, " of ",
-                      fused_epilogues_,
-                      " GEMM epilogues fused (the others: plain GEMM + our kernel), weights ",
-                      weight_bytes_ >> 20, " MiB, scratch ", scratch_bytes_ >> 20, " MiB");
+  return absl::StrCat(
+      "encoder on cuda:", device_, ": ", ElementTypeName(type_), " activations",
+      compute_ == CUBLAS_COMPUTE_32F_FAST_TF32 ? ", TF32 GEMMs" : "", ", buckets ", buckets, ", ",
+      fused_epilogues_ - epilogue_fallbacks_, " of ", fused_epilogues_,
+      " GEMM epilogues fused (the others: plain GEMM + our kernel), ", own_kernel_gemms_,
+      " head GEMMs on our own kernel (cuBLASLt offered none), weights ", weight_bytes_ >> 20,
+      " MiB, scratch ", scratch_bytes_ >> 20, " MiB");
 }
 
 absl::Status CudaEncoder::Pack(const Batch& batch, RaggedBatchState& base, void* staging) {

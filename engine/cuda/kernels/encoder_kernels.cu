@@ -308,6 +308,23 @@ __global__ void HeadEpilogueKernel(const T* x, const float* bias, int64_t count,
   }
 }
 
+constexpr int kLinearWarps = 8;
+
+template <typename T>
+__global__ void __launch_bounds__(kLinearWarps * 32)
+    SmallLinearKernel(const T* x, const T* w, int in, int out, T* y) {
+  const int r = blockIdx.x;
+  const int o = blockIdx.y * kLinearWarps + (threadIdx.x >> 5);
+  if (o >= out) return;  // whole warps only: the warp below reduces with every lane present
+  const int lane = threadIdx.x & 31;
+  const T* xr = x + static_cast<int64_t>(r) * in;
+  const T* wo = w + static_cast<int64_t>(o) * in;
+  float sum = 0.f;
+  for (int k = lane; k < in; k += 32) sum = fmaf(ToFloat(xr[k]), ToFloat(wo[k]), sum);
+  sum = WarpSum(sum);
+  if (lane == 0) y[static_cast<int64_t>(r) * out + o] = FromFloat<T>(sum);
+}
+
 // Calls `f` with a null pointer of the element type of `type`.
 template <typename F>
 absl::Status Dispatch(ElementType type, F&& f) {
@@ -452,6 +469,21 @@ absl::Status LaunchGatherFirstTokens(const void* hidden_states, const EncoderBat
     using T = std::remove_pointer_t<decltype(tag)>;
     GatherFirstTokensKernel<T><<<batch.max_sequences, RowBlock(hidden), 0, stream>>>(
         static_cast<const T*>(hidden_states), batch, hidden, static_cast<T*>(out));
+  });
+}
+
+absl::Status LaunchSmallLinear(const void* x, const void* w, int rows, int in, int out,
+                               ElementType type, void* y, cudaStream_t stream) {
+  const int64_t column_blocks = (static_cast<int64_t>(out) + kLinearWarps - 1) / kLinearWarps;
+  if (rows < 1 || rows > kMaxGridX || in < 1 || out < 1 || column_blocks > kMaxGridYZ) {
+    return absl::InvalidArgumentError(absl::StrCat("small linear: ", rows, " x ", in, " -> ", out,
+                                                   " is outside the kernel's grid"));
+  }
+  const dim3 grid(static_cast<unsigned>(rows), static_cast<unsigned>(column_blocks));
+  return Dispatch(type, [&](auto* tag) {
+    using T = std::remove_pointer_t<decltype(tag)>;
+    SmallLinearKernel<T><<<grid, kLinearWarps * 32, 0, stream>>>(
+        static_cast<const T*>(x), static_cast<const T*>(w), in, out, static_cast<T*>(y));
   });
 }
 

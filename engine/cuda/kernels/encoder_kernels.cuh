@@ -98,4 +98,11 @@ absl::Status LaunchHeadEpilogue(const void* x, const float* bias, int rows, int 
                                 DeviceActivation activation, ElementType type, float* out_f32,
                                 void* out_typed, cudaStream_t stream);
 
+// y[r][o] = sum_k x[r][k] w[o][k] (nn.Linear without bias) over rows x in -> out, all of `type`,
+// FP32 accumulation: one warp per output element. For the small head GEMMs (pooler, classifier:
+// one row per sequence) where cuBLASLt offers no algorithm for a shape (an odd label count in a
+// 16-bit type, say); not for the per-token layers.
+absl::Status LaunchSmallLinear(const void* x, const void* w, int rows, int in, int out,
+                               ElementType type, void* y, cudaStream_t stream);
+
 }  // namespace sluice::engine::cuda
