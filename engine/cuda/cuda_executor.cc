@@ -147,32 +147,31 @@ absl::Status CudaExecutor::Initialize() {
       max_output_bytes = std::max(max_output_bytes, layout.output_bytes);
       layouts_.push_back(std::move(layout));
     }
-  }
-  for (const TensorSpec& input : config_.inputs) {
-    if (ragged_ != nullptr) break;
-    ASSIGN_OR_RETURN(size_t bytes, FixedItemBytes(input));
-    input_item_bytes_.push_back(bytes);
-  }
-  for (const TensorSpec& output : config_.outputs) {
-    if (ragged_ != nullptr) break;
-    ASSIGN_OR_RETURN(size_t bytes, FixedItemBytes(output));
-    output_item_bytes_.push_back(bytes);
-  }
-  for (int rows : buckets_) {
-    if (ragged_ != nullptr) break;
-    BucketLayout layout;
-    layout.rows = rows;
-    for (size_t bytes : input_item_bytes_) {
-      layout.input_offsets.push_back(layout.input_bytes);
-      layout.input_bytes += AlignUp(bytes * rows);
+  } else {
+    // Fixed dims: each tensor's rows back to back, 256-byte aligned.
+    for (const TensorSpec& input : config_.inputs) {
+      ASSIGN_OR_RETURN(size_t bytes, FixedItemBytes(input));
+      input_item_bytes_.push_back(bytes);
     }
-    for (size_t bytes : output_item_bytes_) {
-      layout.output_offsets.push_back(layout.output_bytes);
-      layout.output_bytes += AlignUp(bytes * rows);
+    for (const TensorSpec& output : config_.outputs) {
+      ASSIGN_OR_RETURN(size_t bytes, FixedItemBytes(output));
+      output_item_bytes_.push_back(bytes);
     }
-    max_input_bytes = std::max(max_input_bytes, layout.input_bytes);
-    max_output_bytes = std::max(max_output_bytes, layout.output_bytes);
-    layouts_.push_back(std::move(layout));
+    for (int rows : buckets_) {
+      BucketLayout layout;
+      layout.rows = rows;
+      for (size_t bytes : input_item_bytes_) {
+        layout.input_offsets.push_back(layout.input_bytes);
+        layout.input_bytes += AlignUp(bytes * rows);
+      }
+      for (size_t bytes : output_item_bytes_) {
+        layout.output_offsets.push_back(layout.output_bytes);
+        layout.output_bytes += AlignUp(bytes * rows);
+      }
+      max_input_bytes = std::max(max_input_bytes, layout.input_bytes);
+      max_output_bytes = std::max(max_output_bytes, layout.output_bytes);
+      layouts_.push_back(std::move(layout));
+    }
   }
   // Zero-byte allocations are legal but give null pointers; keep every buffer addressable.
   max_input_bytes = std::max(max_input_bytes, kAlignment);
