@@ -3,7 +3,8 @@
 // CudaModelInstance: one copy of a model on one GPU, as the CUDA executor drives it. It owns its
 // weights and scratch on the device; the executor owns the slots' input and output buffers and
 // hands them in per batch. Implementations: `simple`, `identity` (fixed dims) and `mlp`
-// (cuda_models.cc, cuda_mlp.cc).
+// (cuda_models.cc, cuda_mlp.cc). Sequence models with ragged batches (the encoder,
+// cuda_encoder.cc) are a CudaRaggedModel instead (below).
 //
 // Thread-safety: Enqueue() is called by one thread at a time (the executor's issuing thread, or
 // the loader during warm-up and graph capture), always on the same compute stream: the stream
