@@ -347,8 +347,12 @@ void Engine::CollectStats(std::chrono::steady_clock::time_point now) {
   // meanwhile stays alive (and its stopped executors readable) through the shared pointer.
   for (const auto& [name, model] : versions_.Select("", -1)) {
     uint64_t items = 0;
-    for (Executor* executor : model->executors) items += executor->ReadItemCounter();
-    model->stats.RecordDeviceItems(items, now);
+    uint64_t tokens = 0;
+    for (Executor* executor : model->executors) {
+      items += executor->ReadItemCounter();
+      tokens += executor->ReadTokenCounter();  // from the same read
+    }
+    model->stats.RecordDeviceItems(items, now, tokens);
   }
 }
 

@@ -64,6 +64,11 @@ class Executor {
   // interval: never call it on a request path. Monotonic; valid after Stop(). An executor without
   // counters: 0.
   virtual uint64_t ReadItemCounter() { return 0; }
+  // Real tokens (ragged-batching models) this executor has run, as of its last ReadItemCounter()
+  // (the same read: the CUDA executor's token counter comes with the item counter from device
+  // memory, so the collector calls this right after ReadItemCounter, on its own thread). 0 for
+  // other models.
+  virtual uint64_t ReadTokenCounter() { return 0; }
 };
 
 struct ExecutorOptions {

@@ -64,8 +64,9 @@ absl::StatusOr<std::vector<std::unique_ptr<Executor>>> CreateExecutors(
   for (int i = 0; on_gpu && i < config.instance_count; ++i) {
     const int device =
         config.instance_gpus.empty() ? options.device.cuda_device : config.instance_gpus[i];
-    absl::StatusOr<std::unique_ptr<Executor>> executor =
-        CreateCudaExecutor(spec, config, device, options.executor_options(options.gpu_slots, i));
+    std::string summary;
+    absl::StatusOr<std::unique_ptr<Executor>> executor = CreateCudaExecutor(
+        spec, model, config, device, options.executor_options(options.gpu_slots, i), &summary);
     if (absl::IsUnimplemented(executor.status())) {
       // No GPU implementation for this model: all its instances run on the CPU backend.
       LOG_INFO(options.logger, "model '", config.name,
@@ -75,6 +76,9 @@ absl::StatusOr<std::vector<std::unique_ptr<Executor>>> CreateExecutors(
       break;
     }
     if (!executor.ok()) return executor.status();
+    if (!summary.empty()) {
+      LOG_INFO(options.logger, "model '", config.name, "' instance ", i, ": ", summary);
+    }
     executors.push_back(*std::move(executor));
   }
   const cpu::CpuExecutorOptions cpu_options{
@@ -92,23 +96,40 @@ absl::StatusOr<std::vector<std::unique_ptr<Executor>>> CreateExecutors(
 }
 
 absl::StatusOr<std::unique_ptr<Executor>> CreateCudaExecutor(const ModelSpec& spec,
+                                                             const Model& model,
                                                              const ModelConfig& config, int device,
-                                                             ExecutorOptions options) {
+                                                             ExecutorOptions options,
+                                                             std::string* summary) {
 #if SLUICE_HAVE_CUDA
+  if (config.ragged_batching.has_value()) {
+    // A sequence model (the encoder): packed tokens, (sequences, tokens) buckets.
+    absl::StatusOr<std::unique_ptr<cuda::CudaRaggedModel>> ragged =
+        cuda::CreateCudaRaggedModel(model, device);
+    if (!ragged.ok()) return ragged.status();
+    cuda::CudaExecutorOptions cuda_options;
+    cuda_options.executor = std::move(options);
+    cuda_options.device = device;
+    cuda_options.use_graphs = config.cuda_graphs;
+    absl::StatusOr<std::unique_ptr<cuda::CudaExecutor>> executor =
+        cuda::CudaExecutor::CreateRagged(config, *std::move(ragged), std::move(cuda_options));
+    if (!executor.ok()) return executor.status();
+    if (summary != nullptr) *summary = (*executor)->ragged_summary();
+    return std::unique_ptr<Executor>(*std::move(executor));
+  }
   const std::vector<int> buckets = cuda::BatchBuckets(config);
-  std::unique_ptr<cuda::CudaModelInstance> model;
+  std::unique_ptr<cuda::CudaModelInstance> instance;
   {
     absl::StatusOr<std::unique_ptr<cuda::CudaModelInstance>> created =
         cuda::CreateCudaModelInstance(spec, device, buckets);
     if (!created.ok()) return created.status();
-    model = *std::move(created);
+    instance = *std::move(created);
   }
   cuda::CudaExecutorOptions cuda_options;
   cuda_options.executor = std::move(options);
   cuda_options.device = device;
   cuda_options.use_graphs = config.cuda_graphs;
   absl::StatusOr<std::unique_ptr<cuda::CudaExecutor>> executor =
-      cuda::CudaExecutor::Create(config, std::move(model), std::move(cuda_options));
+      cuda::CudaExecutor::Create(config, std::move(instance), std::move(cuda_options));
   if (!executor.ok()) return executor.status();
   return std::unique_ptr<Executor>(*std::move(executor));
 #else

@@ -45,14 +45,19 @@ absl::StatusOr<std::vector<std::unique_ptr<Executor>>> CreateExecutors(
     const ModelSpec& spec, Model& model, const ExecutorFactoryOptions& options);
 
 // Creates the CUDA executor for one instance of the model `spec` describes, on GPU `device`: the
-// model's GPU implementation (weights read from spec.version_path), warmed up, every batch
-// bucket's CUDA graph captured (unless config.cuda_graphs is false) and run once. `config` (the
-// loaded model's own) is borrowed and must outlive the executor; `spec` is read during the call.
+// model's GPU implementation (weights read from spec.version_path; a ragged model's, such as the
+// encoder's, from the loaded `model`), warmed up, every batch bucket's CUDA graph captured
+// (unless config.cuda_graphs is false) and run once. `config` (the loaded model's own) and `model`
+// are borrowed and must outlive the executor; `spec` is read during the call.
 // Unimplemented when this build has no CUDA backend or the model has no GPU implementation
 // (variable dims, BYTES tensors, a backend without one): the caller runs it on the CPU instead.
 // Other errors fail the load (INTERNAL naming the CUDA call, RESOURCE_EXHAUSTED for device OOM).
+// `summary`, when given, receives a ragged model's one-line load summary (precision, buckets,
+// fused epilogues, device memory) for the log.
 absl::StatusOr<std::unique_ptr<Executor>> CreateCudaExecutor(const ModelSpec& spec,
+                                                             const Model& model,
                                                              const ModelConfig& config, int device,
-                                                             ExecutorOptions options);
+                                                             ExecutorOptions options,
+                                                             std::string* summary = nullptr);
 
 }  // namespace sluice::engine

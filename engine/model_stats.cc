@@ -146,16 +146,26 @@ void ModelStats::RecordFailure(const InferenceRequest& request, absl::StatusCode
                         {"status", absl::StatusCodeToString(code)}});
 }
 
-void ModelStats::RecordDeviceItems(uint64_t items, std::chrono::steady_clock::time_point now) {
+void ModelStats::RecordDeviceItems(uint64_t items, std::chrono::steady_clock::time_point now,
+                                   uint64_t tokens) {
   common::MutexLock lock(&mu_);
   if (last_device_reading_ != std::chrono::steady_clock::time_point{} &&
-      now > last_device_reading_ && items >= last_device_items_) {
-    stats_.throughput_items_per_second =
-        static_cast<double>(items - last_device_items_) / Seconds(now - last_device_reading_);
+      now > last_device_reading_) {
+    const double seconds = Seconds(now - last_device_reading_);
+    if (items >= last_device_items_) {
+      stats_.throughput_items_per_second =
+          static_cast<double>(items - last_device_items_) / seconds;
+    }
+    if (tokens >= last_device_tokens_) {
+      stats_.throughput_tokens_per_second =
+          static_cast<double>(tokens - last_device_tokens_) / seconds;
+    }
   }
   last_device_reading_ = now;
   last_device_items_ = items;
+  last_device_tokens_ = tokens;
   stats_.device_items = items;
+  stats_.device_tokens = tokens;
 }
 
 void ModelStats::RecordPreparation(const PreparationRecord& record) {

@@ -178,6 +178,10 @@ struct ModelStatsSnapshot {
   // (the device counters on a GPU), and their rate over the collector's last interval.
   uint64_t device_items = 0;
   double throughput_items_per_second = 0;
+  // Ragged-batching models: real tokens counted the same way (on a GPU, by the device from the
+  // batch it received), and their rate.
+  uint64_t device_tokens = 0;
+  double throughput_tokens_per_second = 0;
 };
 
 // One request of an executed batch, as the executor's completion path saw it. `id` is borrowed for
@@ -241,9 +245,11 @@ class ModelStats {
   // the model's batcher thread once per batch, outside its queue lock.
   void RecordBatchTokens(int64_t tokens);
 
-  // Called by the stats collector once per interval with the items its executors have counted so
-  // far (monotonic); sets device_items and, from the previous reading, the throughput.
-  void RecordDeviceItems(uint64_t items, std::chrono::steady_clock::time_point now);
+  // Called by the stats collector once per interval with the items (and, for ragged-batching
+  // models, the real tokens) its executors have counted so far (monotonic); sets device_items /
+  // device_tokens and, from the previous reading, the throughputs.
+  void RecordDeviceItems(uint64_t items, std::chrono::steady_clock::time_point now,
+                         uint64_t tokens = 0);
 
   // Called once per prepared request, on the preparation pool thread that prepared it, with its
   // items and phases (`queue` + `compute` <= `total`, handed to the pool -> prepared). Takes its
@@ -266,6 +272,7 @@ class ModelStats {
   // The collector's previous reading.
   std::chrono::steady_clock::time_point last_device_reading_ ABSL_GUARDED_BY(mu_){};
   uint64_t last_device_items_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t last_device_tokens_ ABSL_GUARDED_BY(mu_) = 0;
   mutable common::Mutex prep_mu_;
   PreparationStats preparation_ ABSL_GUARDED_BY(prep_mu_);
   DurationHistogram tokenize_duration_ ABSL_GUARDED_BY(prep_mu_);

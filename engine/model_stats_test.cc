@@ -191,6 +191,18 @@ TEST(ModelStatsTest, ThroughputFromDeviceItemReadings) {
   EXPECT_DOUBLE_EQ(stats.Snapshot().throughput_items_per_second, 0.0);
 }
 
+TEST(ModelStatsTest, TokenThroughputFromTheSameReadings) {
+  ModelStats stats;
+  const auto t0 = std::chrono::steady_clock::now();
+  stats.RecordDeviceItems(10, t0, 1000);
+  EXPECT_EQ(stats.Snapshot().device_tokens, 1000u);
+  EXPECT_EQ(stats.Snapshot().throughput_tokens_per_second, 0.0);
+  stats.RecordDeviceItems(20, t0 + milliseconds(250), 3000);
+  EXPECT_EQ(stats.Snapshot().device_tokens, 3000u);
+  EXPECT_DOUBLE_EQ(stats.Snapshot().throughput_tokens_per_second, 8000.0);
+  EXPECT_DOUBLE_EQ(stats.Snapshot().throughput_items_per_second, 40.0);
+}
+
 TEST(ModelStatsTest, AccessLogWritesOneRecordPerSampledRequest) {
   std::FILE* f = std::tmpfile();
   ASSERT_NE(f, nullptr);

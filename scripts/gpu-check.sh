@@ -5,17 +5,19 @@
 #
 #   scripts/gpu-check.sh pack [ARCHIVE]   on the build machine: builds the gpu-labelled tests,
 #                                         sluice-server (for the tests that drive one, with the
-#                                         bundled models) and sluice-engine-bench (when this tree
-#                                         has it), and packs
+#                                         bundled models), sluice-engine-bench and
+#                                         sluice-cuda-encoder-bench (when this tree has them),
+#                                         and packs
 #                                         them with every shared library they load except glibc
 #                                         and the CUDA driver/runtime/cuBLAS into ARCHIVE
 #                                         (default build/gpu-check.tar.gz, must stay < 64 MiB).
 #   scripts/gpu-check.sh probe ARCHIVE    on the GPU machine, first (one short device call):
 #                                         unpacks, prints the driver, GPU, CUDA and cuBLASLt
 #                                         versions, and checks that every packed binary starts.
-#   scripts/gpu-check.sh run ARCHIVE      on the GPU machine: probe, then the GPU tests and the
-#                                         engine benchmark against the machine's own CUDA 13
-#                                         libraries, and a short table. Within GPU_CHECK_BUDGET_S.
+#   scripts/gpu-check.sh run ARCHIVE      on the GPU machine: probe, then the GPU tests, the
+#                                         engine benchmark and the encoder benchmark against the
+#                                         machine's own CUDA 13 libraries, and a short table.
+#                                         Within GPU_CHECK_BUDGET_S.
 #
 # It cannot pass falsely: the tests run with SLUICE_GPU_TESTS_REQUIRED=1 (a GPU test without a
 # usable GPU fails instead of skipping), and a test binary that passed nothing is a failure.
@@ -30,6 +32,8 @@ here="$(cd "$(dirname "$0")/.." && pwd)"
 build_dir="${BUILD_DIR:-$here/build}"
 cuda_home="${CUDA_HOME:-/usr/local/cuda}"
 bench_target=sluice-engine-bench
+# The encoder on the GPU (issue 14): BERT-base shape, generated on the GPU machine at run time.
+encoder_bench_target=sluice-cuda-encoder-bench
 
 # Libraries the archive leaves to the target machine: glibc's, and CUDA's (driver, runtime,
 # cuBLAS), which must come from the machine that has the GPU.
@@ -69,6 +73,11 @@ pack() {
   else
     echo "gpu-check: this tree has no $bench_target target; packing the tests only" >&2
   fi
+  local have_encoder_bench=0
+  if grep -q "\b$encoder_bench_target\b" <<<"$target_list"; then
+    have_encoder_bench=1
+    targets+=("$encoder_bench_target")
+  fi
   # The GPU tests that drive a server process (tests/gpu/cuda_shared_memory_test.cc) run the
   # packed sluice-server on the bundled models (SLUICE_TEST_SERVER_BINARY and
   # SLUICE_TEST_MODEL_REPOSITORY, set by `run`).
@@ -89,6 +98,10 @@ pack() {
       "$stage/gpu-check/bin/"
     # The benchmark reads model repositories: the bundled one (packed above) and bench/models.
     [[ -d "$here/bench/models" ]] && cp -r "$here/bench/models" "$stage/gpu-check/bench-models"
+  fi
+  if [[ $have_encoder_bench == 1 ]]; then
+    cp "$(find "$build_dir" -type f -name "$encoder_bench_target" -perm -u+x | head -1)" \
+      "$stage/gpu-check/bin/"
   fi
   printf '%s\n' "${tests[@]}" | xargs -n1 basename >"$stage/gpu-check/tests.txt"
   # Every shared library the binaries load, resolved here, minus those the GPU machine provides.
@@ -227,7 +240,7 @@ probe() {
   local exe status=0
   for exe in "$root"/bin/*; do
     local start_log="$logs/start-$(basename "$exe").log"
-    if [[ $(basename "$exe") == "$bench_target" ]]; then
+    if [[ $(basename "$exe") == "$bench_target" || $(basename "$exe") == "$encoder_bench_target" ]]; then
       timeout 30 "$exe" --help >"$start_log" 2>&1 || { echo "does not start: $exe" >&2; status=1; }
     else
       timeout 30 "$exe" --gtest_list_tests >"$start_log" 2>&1 ||
@@ -274,6 +287,19 @@ run() {
     done
   else
     echo "(no $bench_target in this archive)"
+  fi
+  if [[ -x "$root/bin/$encoder_bench_target" ]]; then
+    # The encoder on the GPU (bench/cuda_encoder_bench.cc): BERT-base shape, FP16, graphs on and
+    # off in one run (well under a minute: the checkpoint is written here, 2 s; two loads; 10
+    # points of 20 sync batches and 0.5 s of pipeline each).
+    run_one "$encoder_bench_target" bench "$root/bin/$encoder_bench_target" --seconds=0.5 \
+      --json="$logs/cuda-encoder-bench.json" || status=1
+    echo
+    echo "--- $encoder_bench_target"
+    grep '^|\|^device counters\|^loaded\|^checkpoint' "$logs/$encoder_bench_target.log" ||
+      tail -20 "$logs/$encoder_bench_target.log"
+  else
+    echo "(no $encoder_bench_target in this archive)"
   fi
   for log in "$logs"/*.log; do
     local name

@@ -192,6 +192,7 @@ absl::Status CpuExecutor::Issue(int s, const Batch& batch) {
   }
   slot.outputs = *std::move(outputs);
   items_run_.fetch_add(static_cast<uint64_t>(batch.items), std::memory_order_relaxed);
+  tokens_run_.fetch_add(static_cast<uint64_t>(batch.tokens), std::memory_order_relaxed);
   return absl::OkStatus();
 }
 

@@ -65,6 +65,7 @@ class CpuExecutor final : public Executor, private SlotBackend {
   void Stop() override { pipeline_->Stop(); }
   // The items counter of the executor thread (an atomic load; never waits).
   uint64_t ReadItemCounter() override;
+  uint64_t ReadTokenCounter() override { return tokens_run_.load(std::memory_order_relaxed); }
 
  private:
   // One batch in flight. Written by Issue, read by Scatter: the pipeline hands slot s to one
@@ -107,6 +108,7 @@ class CpuExecutor final : public Executor, private SlotBackend {
   // Items run, counted by Issue once per batch (the CPU stand-in for the CUDA executor's device
   // counters); read by the stats collector.
   std::atomic<uint64_t> items_run_{0};
+  std::atomic<uint64_t> tokens_run_{0};
   // Last member: destroyed (stopped, its threads joined) before what its threads use.
   std::unique_ptr<SlotPipeline> pipeline_;
 };

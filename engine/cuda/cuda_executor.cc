@@ -47,6 +47,31 @@ absl::StatusOr<std::unique_ptr<CudaExecutor>> CudaExecutor::Create(
     const ModelConfig& model_config, std::unique_ptr<CudaModelInstance> model,
     CudaExecutorOptions options) {
   if (model == nullptr) return absl::InvalidArgumentError("CudaExecutor needs a model instance");
+  std::vector<int> buckets = BatchBuckets(model_config);
+  return CreateWith(model_config, std::move(model), nullptr, std::move(buckets),
+                    std::move(options));
+}
+
+absl::StatusOr<std::unique_ptr<CudaExecutor>> CudaExecutor::CreateRagged(
+    const ModelConfig& model_config, std::unique_ptr<CudaRaggedModel> model,
+    CudaExecutorOptions options) {
+  if (model == nullptr) return absl::InvalidArgumentError("CudaExecutor needs a ragged model");
+  if (model->buckets().empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("model '", model_config.name, "' has no ragged bucket"));
+  }
+  std::vector<int> buckets;
+  for (const RaggedBucket& bucket : model->buckets()) {
+    buckets.push_back(static_cast<int>(bucket.tokens));
+  }
+  return CreateWith(model_config, nullptr, std::move(model), std::move(buckets),
+                    std::move(options));
+}
+
+absl::StatusOr<std::unique_ptr<CudaExecutor>> CudaExecutor::CreateWith(
+    const ModelConfig& model_config, std::unique_ptr<CudaModelInstance> model,
+    std::unique_ptr<CudaRaggedModel> ragged, std::vector<int> buckets,
+    CudaExecutorOptions options) {
   if (options.executor.slot_count < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("executor slot count ", options.executor.slot_count, " is < 1"));
@@ -54,7 +79,6 @@ absl::StatusOr<std::unique_ptr<CudaExecutor>> CudaExecutor::Create(
   if (options.executor.stats == nullptr) {
     return absl::InvalidArgumentError("CudaExecutor needs stats");
   }
-  std::vector<int> buckets = BatchBuckets(model_config);
   if (buckets.size() > static_cast<size_t>(DeviceCounters::kMaxBuckets)) {
     return absl::InvalidArgumentError(
         absl::StrCat("model '", model_config.name, "' has ", buckets.size(),
@@ -72,9 +96,9 @@ absl::StatusOr<std::unique_ptr<CudaExecutor>> CudaExecutor::Create(
   ASSIGN_OR_RETURN(PinnedHostBuffer counters_host,
                    PinnedHostBuffer::Create(sizeof(DeviceCounters)));
   std::unique_ptr<CudaExecutor> executor(
-      new CudaExecutor(model_config, std::move(model), std::move(options), std::move(buckets),
-                       std::move(h2d), std::move(compute), std::move(d2h), std::move(stats),
-                       std::move(counters), std::move(counters_host)));
+      new CudaExecutor(model_config, std::move(model), std::move(ragged), std::move(options),
+                       std::move(buckets), std::move(h2d), std::move(compute), std::move(d2h),
+                       std::move(stats), std::move(counters), std::move(counters_host)));
   absl::Status initialized = executor->Initialize();
   if (!initialized.ok()) {
     return absl::Status(initialized.code(), absl::StrCat("model '", model_config.name, "' on cuda:",
@@ -90,11 +114,13 @@ absl::StatusOr<std::unique_ptr<CudaExecutor>> CudaExecutor::Create(
 }
 
 CudaExecutor::CudaExecutor(const ModelConfig& config, std::unique_ptr<CudaModelInstance> model,
-                           CudaExecutorOptions options, std::vector<int> buckets, CudaStream h2d,
-                           CudaStream compute, CudaStream d2h, CudaStream stats,
-                           DeviceBuffer counters, PinnedHostBuffer counters_host)
+                           std::unique_ptr<CudaRaggedModel> ragged, CudaExecutorOptions options,
+                           std::vector<int> buckets, CudaStream h2d, CudaStream compute,
+                           CudaStream d2h, CudaStream stats, DeviceBuffer counters,
+                           PinnedHostBuffer counters_host)
     : config_(config),
       model_(std::move(model)),
+      ragged_(std::move(ragged)),
       options_(std::move(options)),
       device_(options_.device),
       buckets_(std::move(buckets)),
@@ -106,30 +132,46 @@ CudaExecutor::CudaExecutor(const ModelConfig& config, std::unique_ptr<CudaModelI
       counters_host_(std::move(counters_host)) {}
 
 absl::Status CudaExecutor::Initialize() {
-  for (const TensorSpec& input : config_.inputs) {
-    ASSIGN_OR_RETURN(size_t bytes, FixedItemBytes(input));
-    input_item_bytes_.push_back(bytes);
-  }
-  for (const TensorSpec& output : config_.outputs) {
-    ASSIGN_OR_RETURN(size_t bytes, FixedItemBytes(output));
-    output_item_bytes_.push_back(bytes);
-  }
   size_t max_input_bytes = 0;
   size_t max_output_bytes = 0;
-  for (int rows : buckets_) {
-    BucketLayout layout;
-    layout.rows = rows;
-    for (size_t bytes : input_item_bytes_) {
-      layout.input_offsets.push_back(layout.input_bytes);
-      layout.input_bytes += AlignUp(bytes * rows);
+  if (ragged_ != nullptr) {
+    // The model lays out its own blocks; one "tensor" each way, at offset 0.
+    for (size_t b = 0; b < buckets_.size(); ++b) {
+      const int bucket = static_cast<int>(b);
+      BucketLayout layout{.rows = 0,
+                          .input_offsets = {0},
+                          .input_bytes = ragged_->input_bytes(bucket),
+                          .output_offsets = {0},
+                          .output_bytes = ragged_->output_bytes(bucket)};
+      max_input_bytes = std::max(max_input_bytes, layout.input_bytes);
+      max_output_bytes = std::max(max_output_bytes, layout.output_bytes);
+      layouts_.push_back(std::move(layout));
     }
-    for (size_t bytes : output_item_bytes_) {
-      layout.output_offsets.push_back(layout.output_bytes);
-      layout.output_bytes += AlignUp(bytes * rows);
+  } else {
+    // Fixed dims: each tensor's rows back to back, 256-byte aligned.
+    for (const TensorSpec& input : config_.inputs) {
+      ASSIGN_OR_RETURN(size_t bytes, FixedItemBytes(input));
+      input_item_bytes_.push_back(bytes);
     }
-    max_input_bytes = std::max(max_input_bytes, layout.input_bytes);
-    max_output_bytes = std::max(max_output_bytes, layout.output_bytes);
-    layouts_.push_back(std::move(layout));
+    for (const TensorSpec& output : config_.outputs) {
+      ASSIGN_OR_RETURN(size_t bytes, FixedItemBytes(output));
+      output_item_bytes_.push_back(bytes);
+    }
+    for (int rows : buckets_) {
+      BucketLayout layout;
+      layout.rows = rows;
+      for (size_t bytes : input_item_bytes_) {
+        layout.input_offsets.push_back(layout.input_bytes);
+        layout.input_bytes += AlignUp(bytes * rows);
+      }
+      for (size_t bytes : output_item_bytes_) {
+        layout.output_offsets.push_back(layout.output_bytes);
+        layout.output_bytes += AlignUp(bytes * rows);
+      }
+      max_input_bytes = std::max(max_input_bytes, layout.input_bytes);
+      max_output_bytes = std::max(max_output_bytes, layout.output_bytes);
+      layouts_.push_back(std::move(layout));
+    }
   }
   // Zero-byte allocations are legal but give null pointers; keep every buffer addressable.
   max_input_bytes = std::max(max_input_bytes, kAlignment);
@@ -158,6 +200,7 @@ absl::Status CudaExecutor::Initialize() {
       slot.events.push_back(std::move(event));
     }
     slot.graphs.resize(buckets_.size());
+    if (ragged_ != nullptr) slot.ragged_state = ragged_->NewBatchState();
     slots_.push_back(std::move(slot));
   }
   ASSIGN_OR_RETURN(stats_done_, CudaEvent::CreateBlocking(device_, /*timing=*/false));
@@ -170,6 +213,11 @@ absl::Status CudaExecutor::Initialize() {
     std::memset(slots_[s].input_staging.get(), 0, slots_[s].input_staging.bytes());
     for (size_t b = 0; b < buckets_.size(); ++b) {
       const int bucket = static_cast<int>(b);
+      if (ragged_ != nullptr) {
+        // An empty batch (zero sequences) of this bucket, and its whole output block copied back.
+        ragged_->PackEmpty(bucket, *slots_[s].ragged_state, slots_[s].input_staging.get());
+        slots_[s].output_ranges = {{.offset = 0, .bytes = layouts_[b].output_bytes}};
+      }
       absl::Status issued = IssueOnStreams(s, bucket, layouts_[b].rows);
       if (issued.ok()) issued = Wait(s);
       if (!issued.ok()) {
@@ -219,6 +267,9 @@ absl::Status CudaExecutor::EnqueueModel(int s, int bucket) {
   auto* out_base = static_cast<std::byte*>(slot.output_device.get());
   for (size_t offset : layout.input_offsets) inputs.push_back(in_base + offset);
   for (size_t offset : layout.output_offsets) outputs.push_back(out_base + offset);
+  if (ragged_ != nullptr) {
+    return ragged_->Enqueue(compute_stream_.get(), inputs[0], outputs[0], bucket);
+  }
   return model_->Enqueue(compute_stream_.get(), inputs, outputs, layout.rows);
 }
 
@@ -342,25 +393,66 @@ absl::Status CudaExecutor::IssueOnStreams(int s, int bucket, int items) {
     RETURN_IF_ERROR(EnqueueModel(s, bucket));
   }
   // Counts only the batch's real items and rows, not the padding.
-  const float* first_output =
-      model_->counts_non_finite()
-          ? reinterpret_cast<const float*>(static_cast<std::byte*>(slot.output_device.get()) +
-                                           layout.output_offsets[0])
-          : nullptr;
-  const int64_t output_floats = static_cast<int64_t>(output_item_bytes_[0] / 4) * items;
+  auto* output_base = static_cast<std::byte*>(slot.output_device.get());
+  const float* first_output = nullptr;
+  int64_t output_floats = 0;
+  const int32_t* ragged_counts = nullptr;
+  if (ragged_ != nullptr) {
+    // The sequence and token counts as the device received them (the input block's first two
+    // int32), so the tokens counted are the ones this batch's H2D copy delivered.
+    ragged_counts = static_cast<const int32_t*>(slot.input_device.get());
+    const BlockRange scanned = ragged_->NonFiniteRange(*slot.ragged_state);
+    if (scanned.bytes > 0) {
+      first_output = reinterpret_cast<const float*>(output_base + scanned.offset);
+      output_floats = static_cast<int64_t>(scanned.bytes / 4);
+    }
+  } else if (model_->counts_non_finite()) {
+    first_output = reinterpret_cast<const float*>(output_base + layout.output_offsets[0]);
+    output_floats = static_cast<int64_t>(output_item_bytes_[0] / 4) * items;
+  }
   RETURN_IF_ERROR(LaunchCountBatch(static_cast<DeviceCounters*>(counters_.get()), items, bucket,
-                                   first_output, output_floats, compute));
+                                   first_output, output_floats, compute, ragged_counts));
   CUDA_RETURN_IF_ERROR(cudaEventRecord(event(kComputeEnd), compute));
 
   CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(d2h, event(kComputeEnd), 0));
   CUDA_RETURN_IF_ERROR(cudaEventRecord(event(kOutBegin), d2h));
-  CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(slot.output_staging.get(), slot.output_device.get(),
-                                       layout.output_bytes, cudaMemcpyDeviceToHost, d2h));
+  if (ragged_ != nullptr) {
+    // Only what the batch's requests want, only its real rows: one copy per output.
+    auto* host_base = static_cast<std::byte*>(slot.output_staging.get());
+    for (const BlockRange& range : slot.output_ranges) {
+      CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(host_base + range.offset, output_base + range.offset,
+                                           range.bytes, cudaMemcpyDeviceToHost, d2h));
+    }
+  } else {
+    CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(slot.output_staging.get(), slot.output_device.get(),
+                                         layout.output_bytes, cudaMemcpyDeviceToHost, d2h));
+  }
   CUDA_RETURN_IF_ERROR(cudaEventRecord(event(kOutEnd), d2h));
   return absl::OkStatus();
 }
 
+absl::Status CudaExecutor::IssueRagged(int s, const Batch& batch) {
+  Slot& slot = slots_[s];
+  // The model packs the requests' tokens into the staging and picks the bucket: InvalidArgument
+  // (a lone request above the largest bucket) fails only this batch, before the device is
+  // touched; INTERNAL is a fault.
+  RETURN_IF_ERROR(ragged_->Pack(batch, *slot.ragged_state, slot.input_staging.get()));
+  const int bucket = slot.ragged_state->bucket;
+  if (bucket < 0 || bucket >= static_cast<int>(buckets_.size())) {
+    return absl::InternalError(absl::StrCat("ragged model packed into bucket ", bucket));
+  }
+  slot.bucket = bucket;
+  ragged_->OutputRanges(*slot.ragged_state, slot.output_ranges);
+  ScopedDevice scoped(device_, ScopedDevice::Restore::kNo);
+  absl::Status issued = IssueOnStreams(s, bucket, batch.items);
+  if (!issued.ok() && issued.code() != absl::StatusCode::kInternal) {
+    issued = WithInternalCode(issued);  // as Issue: part of the batch may be queued
+  }
+  return issued;
+}
+
 absl::Status CudaExecutor::Issue(int s, const Batch& batch) {
+  if (ragged_ != nullptr) return IssueRagged(s, batch);
   // The smallest bucket that holds the batch (the last one is max_batch_size). The batcher never
   // builds a bigger batch, and submit validated every input's size: a failure before the device
   // is touched is the engine's bug, INTERNAL like a CUDA error.
@@ -407,6 +499,14 @@ absl::Status CudaExecutor::Wait(int s) {
 
 absl::Status CudaExecutor::Scatter(int s, const Batch& batch, SlotAnswers& answers) {
   const Slot& slot = slots_[s];
+  if (ragged_ != nullptr) {
+    RETURN_IF_ERROR(
+        ragged_->Scatter(batch, *slot.ragged_state, slot.output_staging.get(), answers.responses));
+    answers.input_time = Elapsed(slot.events[kInBegin], slot.events[kInEnd]);
+    answers.infer_time = Elapsed(slot.events[kComputeBegin], slot.events[kComputeEnd]);
+    answers.output_time = Elapsed(slot.events[kOutBegin], slot.events[kOutEnd]);
+    return absl::OkStatus();
+  }
   const BucketLayout& layout = layouts_[slot.bucket];
   const auto* base = static_cast<const std::byte*>(slot.output_staging.get());
 
@@ -452,7 +552,13 @@ absl::StatusOr<DeviceCounters> CudaExecutor::ReadCounters() {
   DeviceCounters counters;
   std::memcpy(&counters, counters_host_.get(), sizeof(counters));
   last_items_ = counters.items;
+  last_tokens_ = counters.tokens;
   return counters;
+}
+
+uint64_t CudaExecutor::ReadTokenCounter() {
+  common::MutexLock lock(&counters_mu_);
+  return last_tokens_;
 }
 
 uint64_t CudaExecutor::ReadItemCounter() {

@@ -73,6 +73,14 @@ class CudaExecutor final : public Executor, private SlotBackend {
   static absl::StatusOr<std::unique_ptr<CudaExecutor>> Create(
       const ModelConfig& model_config, std::unique_ptr<CudaModelInstance> model,
       CudaExecutorOptions options);
+  // The same for a ragged model (the encoder): its buckets are (sequences, tokens) pairs, a batch
+  // is packed by the model into the slot's staging (one H2D copy), runs the smallest bucket's
+  // graph that holds it, copies back only the outputs its requests want (their real rows) and is
+  // scattered by the model, each request with its own shapes. The warm-up runs every (slot,
+  // bucket) with an empty batch (zero sequences) through the whole sequence, as above.
+  static absl::StatusOr<std::unique_ptr<CudaExecutor>> CreateRagged(
+      const ModelConfig& model_config, std::unique_ptr<CudaRaggedModel> model,
+      CudaExecutorOptions options);
   ~CudaExecutor() override;
 
   bool HasFreeSlot() const override { return pipeline_->HasFreeSlot(); }
@@ -82,11 +90,20 @@ class CudaExecutor final : public Executor, private SlotBackend {
   // Copies the device counters on the stats stream and waits for them; the last good value if
   // that fails.
   uint64_t ReadItemCounter() override;
+  // The device's token counter as of the last ReadItemCounter()/ReadCounters() (ragged models).
+  uint64_t ReadTokenCounter() override;
 
   // The whole device counter block (batches, items, per-bucket batches, non-finite outputs), read
   // as ReadItemCounter does. Collector thread (or tests) only.
   absl::StatusOr<DeviceCounters> ReadCounters();
+  // The batch buckets: row counts; for a ragged model, each bucket's token capacity (its
+  // (sequences, tokens) pairs: ragged_buckets()).
   const std::vector<int>& buckets() const { return buckets_; }
+  std::vector<RaggedBucket> ragged_buckets() const {
+    return ragged_ == nullptr ? std::vector<RaggedBucket>{} : ragged_->buckets();
+  }
+  // The ragged model's load summary (CudaRaggedModel::Summary); empty for other models.
+  std::string ragged_summary() const { return ragged_ == nullptr ? "" : ragged_->Summary(); }
   // False once a CUDA call failed (the pipeline's fault latch).
   bool healthy() const { return pipeline_->fault().ok(); }
   // Test-only: the next batch's issue launches an invalid kernel, as a real launch error would.
@@ -125,6 +142,9 @@ class CudaExecutor final : public Executor, private SlotBackend {
     std::vector<std::optional<CudaGraphExec>> graphs = {};
     // The bucket of the batch in flight in this slot (set by Issue, read by Scatter).
     int bucket = -1;
+    // Ragged models: the batch's packing (from Pack to Scatter) and the output ranges to copy.
+    std::unique_ptr<RaggedBatchState> ragged_state = nullptr;
+    std::vector<BlockRange> output_ranges = {};
     // The batch's input copies, in stream order, when one of its inputs is in device memory.
     std::vector<InputCopy> input_copies = {};
     // The keepalives of the device memory those copies read (DeviceBytes::keepalive), held from
@@ -136,9 +156,14 @@ class CudaExecutor final : public Executor, private SlotBackend {
   enum EventIndex { kInBegin, kInEnd, kComputeBegin, kComputeEnd, kOutBegin, kOutEnd, kEvents };
 
   CudaExecutor(const ModelConfig& config, std::unique_ptr<CudaModelInstance> model,
-               CudaExecutorOptions options, std::vector<int> buckets, CudaStream h2d,
-               CudaStream compute, CudaStream d2h, CudaStream stats, DeviceBuffer counters,
-               PinnedHostBuffer counters_host);
+               std::unique_ptr<CudaRaggedModel> ragged, CudaExecutorOptions options,
+               std::vector<int> buckets, CudaStream h2d, CudaStream compute, CudaStream d2h,
+               CudaStream stats, DeviceBuffer counters, PinnedHostBuffer counters_host);
+  // Create and CreateRagged: exactly one of `model` and `ragged` is set.
+  static absl::StatusOr<std::unique_ptr<CudaExecutor>> CreateWith(
+      const ModelConfig& model_config, std::unique_ptr<CudaModelInstance> model,
+      std::unique_ptr<CudaRaggedModel> ragged, std::vector<int> buckets,
+      CudaExecutorOptions options);
 
   absl::Status Initialize();
   absl::Status WarmUpSlot(int slot);
@@ -158,11 +183,14 @@ class CudaExecutor final : public Executor, private SlotBackend {
 
   // SlotBackend (engine/slot_pipeline.h).
   absl::Status Issue(int s, const Batch& batch) override;
+  absl::Status IssueRagged(int s, const Batch& batch);
   absl::Status Wait(int s) override;
   absl::Status Scatter(int s, const Batch& batch, SlotAnswers& answers) override;
 
   const ModelConfig& config_;
+  // Exactly one of these two.
   const std::unique_ptr<CudaModelInstance> model_;
+  const std::unique_ptr<CudaRaggedModel> ragged_;
   const CudaExecutorOptions options_;
   const int device_;
   const std::vector<int> buckets_;
@@ -182,6 +210,7 @@ class CudaExecutor final : public Executor, private SlotBackend {
   std::atomic<bool> inject_fault_{false};
   common::Mutex counters_mu_;  // serializes counter reads (one pinned buffer)
   uint64_t last_items_ ABSL_GUARDED_BY(counters_mu_) = 0;
+  uint64_t last_tokens_ ABSL_GUARDED_BY(counters_mu_) = 0;
   // Last member: destroyed (stopped, its thread joined) before the slots and streams it uses.
   std::unique_ptr<SlotPipeline> pipeline_;
 };

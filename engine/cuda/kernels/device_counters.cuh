@@ -20,13 +20,20 @@ struct DeviceCounters {
   unsigned long long bucket_batches[kMaxBuckets];
   // Output elements that were NaN or infinite.
   unsigned long long non_finite_outputs;
+  // Ragged (sequence) models only: real sequences and tokens run, as the device saw them (read
+  // from the batch's own counts in device memory, after its input copy).
+  unsigned long long sequences;
+  unsigned long long tokens;
 };
 
 // Adds one batch of `items` in `bucket` to `counters`, and counts the non-finite values among the
-// first `output_count` floats of `outputs` (nullptr: none). Enqueued on `stream`; returns at once.
+// first `output_count` floats of `outputs` (nullptr: none). `ragged_counts` (device memory, or
+// null for a model that is not ragged) holds the batch's real sequence and token counts, which
+// are added to `sequences` and `tokens`. Enqueued on `stream`; returns at once.
 // InvalidArgument for a bucket outside [0, kMaxBuckets); INTERNAL if the launch fails.
 absl::Status LaunchCountBatch(DeviceCounters* counters, int items, int bucket, const float* outputs,
-                              int64_t output_count, cudaStream_t stream);
+                              int64_t output_count, cudaStream_t stream,
+                              const int32_t* ragged_counts = nullptr);
 
 // Test-only fault injection: launches a kernel with an invalid configuration (zero threads), so
 // the launch fails exactly as a real launch error would. Always returns INTERNAL naming the call.

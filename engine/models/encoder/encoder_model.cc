@@ -11,6 +11,7 @@
 #include "common/status_macros.h"
 #include "common/wire/bytes_elements.h"
 #include "engine/cpu/dense.h"
+#include "engine/models/encoder/encoder_batch.h"
 #include "engine/models/encoder/encoder_forward.h"
 #include "engine/models/encoder/encoder_network.h"
 #include "text/tokenizer.h"
@@ -48,10 +49,15 @@ absl::Status WithContext(const ModelSpec& spec, const absl::Status& status) {
 absl::StatusOr<encoder::EncoderLoadOptions> LoadOptions(const ModelConfig& config) {
   encoder::EncoderLoadOptions options;
   for (const auto& [key, value] : config.parameters) {
-    if (key != kMaxBatchTokensParam && key != kNormalizeParam) {
-      return absl::InvalidArgumentError(absl::StrCat("unknown parameter '", key,
-                                                     "' (known: ", kMaxBatchTokensParam, ", ",
-                                                     kNormalizeParam, ")"));
+    // compute_type, allow_tf32 and cuda_buckets concern the GPU only; checked on every backend
+    // (encoder::ParseGpuOptions) so that a typo fails the load wherever the model runs.
+    if (key != kMaxBatchTokensParam && key != kNormalizeParam &&
+        key != encoder::kComputeTypeParam && key != encoder::kAllowTf32Param &&
+        key != encoder::kCudaBucketsParam) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("unknown parameter '", key, "' (known: ", kMaxBatchTokensParam, ", ",
+                       kNormalizeParam, ", ", encoder::kComputeTypeParam, ", ",
+                       encoder::kAllowTf32Param, ", ", encoder::kCudaBucketsParam, ")"));
     }
   }
   auto it = config.parameters.find(std::string(kNormalizeParam));
@@ -189,23 +195,12 @@ absl::StatusOr<ModelConfig> CompleteUnprefixed(const ModelSpec& spec) {
     }
   }
   config.ragged_batching = RaggedBatchingConfig{.max_batch_tokens = max_batch_tokens};
+  RETURN_IF_ERROR(encoder::ParseGpuOptions(config, max_batch_tokens).status());
   return config;
 }
 
 // ---------------------------------------------------------------------------------------------
 // Requests.
-
-// Element `i` of an INT64 or INT32 tensor (validated: the bytes hold the shape).
-int64_t IntAt(const TensorView& tensor, int64_t i) {
-  if (tensor.dtype == DataType::kInt64) {
-    int64_t v;
-    std::memcpy(&v, tensor.data.data() + i * 8, 8);
-    return v;
-  }
-  int32_t v;
-  std::memcpy(&v, tensor.data.data() + i * 4, 4);
-  return v;
-}
 
 // Reads the `count` elements of a BYTES tensor (validated framing) as views into its data.
 std::vector<absl::string_view> BytesElements(const TensorView& tensor, int64_t count) {
@@ -219,30 +214,12 @@ std::vector<absl::string_view> BytesElements(const TensorView& tensor, int64_t c
   return elements;
 }
 
-// The request's inputs by role (null when absent).
-struct RequestInputs {
-  const TensorView* ids = nullptr;
-  const TensorView* mask = nullptr;
-  const TensorView* types = nullptr;
-};
+using encoder::IntAt;
+using encoder::RowLength;
+using RequestInputs = encoder::RequestTokens;
 
 RequestInputs FindInputs(std::span<const TensorView> inputs) {
-  RequestInputs found;
-  for (const TensorView& input : inputs) {
-    if (input.name == kInputIds) found.ids = &input;
-    if (input.name == kAttentionMask) found.mask = &input;
-    if (input.name == kTokenTypeIds) found.types = &input;
-  }
-  return found;
-}
-
-// Packed length of row `r` (seq columns): up to and including the mask's last 1.
-int64_t RowLength(const RequestInputs& in, int64_t r, int64_t seq) {
-  if (in.mask == nullptr) return seq;
-  for (int64_t c = seq; c > 0; --c) {
-    if (IntAt(*in.mask, r * seq + c - 1) != 0) return c;
-  }
-  return 0;
+  return encoder::FindRequestTokens(inputs);
 }
 
 class EncoderInstance final : public ModelInstance {
@@ -267,13 +244,7 @@ class EncoderInstance final : public ModelInstance {
     inputs.reserve(requests.size());
     for (const InferenceRequest* request : requests) {
       inputs.push_back(FindInputs(request->inputs));
-      std::vector<bool> flags(config_.outputs.size(), request->requested_outputs.empty());
-      for (const std::string& name : request->requested_outputs) {
-        for (size_t o = 0; o < config_.outputs.size(); ++o) {
-          if (config_.outputs[o].name == name) flags[o] = true;
-        }
-      }
-      wanted.push_back(std::move(flags));
+      wanted.push_back(encoder::WantedOutputs(config_, request->requested_outputs));
     }
     return RunPacked(inputs, wanted);
   }
@@ -283,134 +254,60 @@ class EncoderInstance final : public ModelInstance {
       const std::vector<RequestInputs>& requests, const std::vector<std::vector<bool>>& wanted) {
     const EncoderNetwork& net = *net_;
     batch_.Clear();
-    // Per request: its [batch, seq] and each row's packed length.
-    std::vector<std::pair<int64_t, int64_t>> shapes;
+    std::vector<encoder::RequestShape> shapes;
     for (const RequestInputs& in : requests) {
-      if (in.ids == nullptr || in.ids->shape.size() != 2) {
-        return absl::InternalError("encoder: a request without a bound [batch, seq] input_ids");
-      }
-      const int64_t rows = in.ids->shape[0];
-      const int64_t seq = in.ids->shape[1];
-      shapes.emplace_back(rows, seq);
-      for (int64_t r = 0; r < rows; ++r) {
-        const int64_t length = RowLength(in, r, seq);
-        int64_t real = 0;  // RoBERTa: non-pad tokens so far
-        for (int64_t c = 0; c < length; ++c) {
-          const int64_t i = r * seq + c;
-          const int32_t id = static_cast<int32_t>(IntAt(*in.ids, i));
-          batch_.token_ids.push_back(id);
-          batch_.token_types.push_back(
-              in.types == nullptr ? 0 : static_cast<int32_t>(IntAt(*in.types, i)));
-          batch_.attend.push_back(in.mask == nullptr || IntAt(*in.mask, i) != 0);
-          if (net.arch == encoder::EncoderArch::kRoberta) {
-            // create_position_ids_from_input_ids: pads sit at pad_token_id, the others count on
-            // from pad_token_id + 1.
-            if (id != net.pad_token_id) ++real;
-            batch_.positions.push_back(id == net.pad_token_id
-                                           ? net.pad_token_id
-                                           : static_cast<int32_t>(net.pad_token_id + real));
-          } else {
-            batch_.positions.push_back(static_cast<int32_t>(c));
-          }
-        }
-        batch_.offsets.push_back(batch_.tokens());
-      }
+      ASSIGN_OR_RETURN(encoder::RequestShape shape, encoder::PackRequest(net, in, batch_));
+      shapes.push_back(shape);
     }
     encoder::Forward(net, batch_, workspace_);
 
+    bool any_embedding = false;
     bool any_pooler = false;
     bool any_logits = false;
     for (size_t r = 0; r < requests.size(); ++r) {
       for (size_t o = 0; o < config_.outputs.size(); ++o) {
         if (!wanted[r][o]) continue;
+        any_embedding |= config_.outputs[o].name == kEmbedding;
         any_pooler |= config_.outputs[o].name == kPoolerOutput;
         any_logits |= config_.outputs[o].name == kLogits;
       }
     }
     const int sequences = batch_.sequences();
+    encoder::PackedResults results{.hidden = workspace_.hidden()};
+    if (any_embedding) {
+      const int size = net.embedding_size();
+      embedding_.resize(static_cast<size_t>(sequences) * size);
+      for (int s = 0; s < sequences; ++s) {
+        encoder::PoolEmbedding(net, batch_, workspace_.hidden(), s,
+                               embedding_.data() + int64_t{s} * size);
+      }
+      results.embedding = embedding_.data();
+    }
     if (any_pooler) {
       pooler_.resize(static_cast<size_t>(sequences) * net.hidden);
       encoder::PoolerOutput(net, batch_, workspace_, pooler_.data());
+      results.pooler = pooler_.data();
     }
     if (any_logits) {
       logits_.resize(static_cast<size_t>(sequences) * net.num_labels);
       encoder::Logits(net, batch_, workspace_, logits_.data());
+      results.logits = logits_.data();
     }
-
-    const int h = net.hidden;
-    const float* hidden = workspace_.hidden();
-    std::vector<std::vector<Tensor>> results(requests.size());
+    std::vector<std::vector<Tensor>> outputs(requests.size());
     int first_sequence = 0;
     for (size_t r = 0; r < requests.size(); ++r) {
-      const auto [rows, seq] = shapes[r];
-      std::vector<Tensor>& out = results[r];
-      out.resize(config_.outputs.size());
-      for (size_t o = 0; o < config_.outputs.size(); ++o) {
-        if (!wanted[r][o]) continue;
-        const std::string& name = config_.outputs[o].name;
-        Tensor& tensor = out[o];
-        tensor.name = name;
-        tensor.dtype = DataType::kFp32;
-        if (name == kInputIds) {
-          // The tokens the request ran with, [rows, seq], 0 past each row's end.
-          const RequestInputs& in = requests[r];
-          tensor.dtype = DataType::kInt64;
-          tensor.shape = {rows, seq};
-          tensor.data.assign(static_cast<size_t>(rows * seq) * sizeof(int64_t), std::byte{0});
-          auto* values = reinterpret_cast<int64_t*>(tensor.data.data());
-          for (int64_t row = 0; row < rows; ++row) {
-            const int64_t length = RowLength(in, row, seq);
-            for (int64_t c = 0; c < length; ++c)
-              values[row * seq + c] = IntAt(*in.ids, row * seq + c);
-          }
-        } else if (name == kLastHiddenState) {
-          tensor.shape = {rows, seq, h};
-          // The request's rows are contiguous in the packed batch; without trailing padding they
-          // are the whole tensor, copied once (no zero fill first). Padded rows get zeros past
-          // their packed length.
-          const int64_t first = batch_.offsets[first_sequence];
-          const int64_t packed = batch_.offsets[first_sequence + rows] - first;
-          if (packed == rows * seq) {
-            const auto* source = reinterpret_cast<const std::byte*>(hidden + first * h);
-            tensor.data.assign(source, source + static_cast<size_t>(packed * h) * sizeof(float));
-          } else {
-            tensor.data.assign(static_cast<size_t>(rows * seq * h) * sizeof(float), std::byte{0});
-            for (int64_t row = 0; row < rows; ++row) {
-              const int s = first_sequence + static_cast<int>(row);
-              const int64_t begin = batch_.offsets[s];
-              const int64_t length = batch_.offsets[s + 1] - begin;
-              std::memcpy(tensor.data.data() + row * seq * h * sizeof(float), hidden + begin * h,
-                          static_cast<size_t>(length * h) * sizeof(float));
-            }
-          }
-        } else if (name == kEmbedding) {
-          const int size = net.embedding_size();
-          tensor.shape = {rows, size};
-          tensor.data.resize(static_cast<size_t>(rows * size) * sizeof(float));
-          auto* values = reinterpret_cast<float*>(tensor.data.data());
-          for (int64_t row = 0; row < rows; ++row) {
-            encoder::PoolEmbedding(net, batch_, hidden, first_sequence + static_cast<int>(row),
-                                   values + row * size);
-          }
-        } else {
-          const bool pooler = name == kPoolerOutput;
-          const int width = pooler ? h : net.num_labels;
-          const std::vector<float>& source = pooler ? pooler_ : logits_;
-          tensor.shape = {rows, width};
-          tensor.data.resize(static_cast<size_t>(rows * width) * sizeof(float));
-          std::memcpy(tensor.data.data(), source.data() + int64_t{first_sequence} * width,
-                      tensor.data.size());
-        }
-      }
-      first_sequence += static_cast<int>(rows);
+      outputs[r] = encoder::RequestOutputs(config_, net, batch_, requests[r], shapes[r],
+                                           first_sequence, wanted[r], results);
+      first_sequence += static_cast<int>(shapes[r].rows);
     }
-    return results;
+    return outputs;
   }
 
   const ModelConfig& config_;
   const std::shared_ptr<const EncoderNetwork> net_;
   PackedBatch batch_;
   encoder::EncoderWorkspace workspace_;
+  std::vector<float> embedding_;
   std::vector<float> pooler_;
   std::vector<float> logits_;
 };
@@ -429,6 +326,7 @@ class EncoderModel final : public Model {
       : config_(std::move(config)), net_(std::move(net)), tokenizer_(std::move(tokenizer)) {}
 
   const ModelConfig& config() const override { return config_; }
+  const std::shared_ptr<const EncoderNetwork>& network() const { return net_; }
   absl::StatusOr<std::unique_ptr<ModelInstance>> CreateInstance(int) override {
     return std::make_unique<EncoderInstance>(config_, net_);
   }
@@ -767,6 +665,11 @@ absl::StatusOr<std::unique_ptr<Model>> CreateEncoderModel(const ModelSpec& spec)
   if (!net.ok()) return WithContext(spec, net.status());
   cpu::UseSingleThreadedBlas();
   return std::make_unique<EncoderModel>(config, *std::move(net), std::move(tokenizer));
+}
+
+std::shared_ptr<const EncoderNetwork> LoadedEncoderNetwork(const Model& model) {
+  const auto* encoder = dynamic_cast<const EncoderModel*>(&model);
+  return encoder == nullptr ? nullptr : encoder->network();
 }
 
 }  // namespace sluice::engine::models

@@ -20,6 +20,8 @@
 //   parameters (optional; any other key is refused by name):
 //     max_batch_tokens  real tokens per batch at most (default kDefaultMaxBatchTokens)
 //     normalize         "true"/"false": L2-normalise `embedding` (default: as modules.json says)
+//     compute_type, allow_tf32, cuda_buckets: the GPU's precision and CUDA graph buckets
+//                       (encoder_batch.h ParseGpuOptions; checked on every backend)
 //
 // Rows of last_hidden_state at trailing padding (mask 0 after a sequence's last 1) are zeros: they
 // are not computed (Hugging Face computes them, but they carry no meaning).
@@ -45,5 +47,12 @@ absl::StatusOr<ModelConfig> CompleteEncoderConfig(const ModelSpec& spec);
 // model.safetensors; InvalidArgument for a bad config or a broken checkpoint, the message naming
 // the model, version, file and tensor with both shapes.
 absl::StatusOr<std::unique_ptr<Model>> CreateEncoderModel(const ModelSpec& spec);
+
+namespace encoder {
+struct EncoderNetwork;
+}
+// The network `model` loaded when it is an encoder (CreateEncoderModel's), else null: a GPU
+// backend uploads these weights instead of reading the checkpoint again.
+std::shared_ptr<const encoder::EncoderNetwork> LoadedEncoderNetwork(const Model& model);
 
 }  // namespace sluice::engine::models
