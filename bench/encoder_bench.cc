@@ -11,8 +11,10 @@
 // denominator of the "share of one-core SGEMM" figure. "gemm TOKENS SECONDS" prints the one-thread
 // rate of the encoder's own GEMM shapes for TOKENS rows (QKV, attention output, intermediate,
 // output: M = TOKENS, N x K from config.json), each with the weights as the forward pass reads them
-// ([N, K], transposed: "nt") and pre-transposed ([K, N]: "nn"), by CPU time, and the OpenBLAS core
-// type in use.
+// ([N, K], transposed: "nt") and pre-transposed ([K, N]: "nn"), and sluice's own GEMM on the
+// weights packed once beforehand as the encoder packs them at load ("packed": encoder_gemm.h, the
+// variant this CPU picks, or the one SLUICE_ENCODER_GEMM forces), by CPU time, and the OpenBLAS
+// core type and packed variant in use.
 //
 //   echo "32 128 2" | build/bench/sluice-encoder-bench --model-dir /tmp/bert_base/1
 
@@ -34,6 +36,7 @@
 #include "absl/strings/str_format.h"
 #include "engine/backend.h"
 #include "engine/cpu/dense.h"
+#include "engine/models/encoder/encoder_gemm.h"
 #include "nlohmann/json.hpp"
 
 namespace sluice::bench {
@@ -89,6 +92,26 @@ double GemmGflops(int m, int n, int k, bool transposed, double seconds) {
     cblas_sgemm(CblasRowMajor, CblasNoTrans, transposed ? CblasTrans : CblasNoTrans, m, n, k, 1.0f,
                 a.data(), k, b.data(), transposed ? k : n, 0.0f, c.data(), n);
   };
+  run();  // warm-up
+  int runs = 0;
+  const double start = CpuSeconds();
+  double elapsed = 0;
+  do {
+    run();
+    ++runs;
+    elapsed = CpuSeconds() - start;
+  } while (elapsed < seconds);
+  return 2.0 * m * n * k * runs / elapsed / 1e9;
+}
+
+// One-thread GFLOP/s by CPU time of the encoder's packed GEMM, C[m, n] = A[m, k] W^T with W [n, k]
+// packed beforehand (as at load), for `seconds` of CPU time.
+double PackedGemmGflops(int m, int n, int k, double seconds) {
+  using engine::models::encoder::PackedWeights;
+  std::vector<float> a(static_cast<size_t>(m) * k, 0.5f), w(static_cast<size_t>(n) * k, 0.25f);
+  std::vector<float> c(static_cast<size_t>(m) * n);
+  const PackedWeights packed = PackedWeights::Pack(w, n, k);
+  auto run = [&] { engine::models::encoder::PackedGemm(a.data(), m, packed, nullptr, c.data()); };
   run();  // warm-up
   int runs = 0;
   const double start = CpuSeconds();
@@ -182,9 +205,13 @@ int Main(int argc, char** argv) {
                           {"n", n},
                           {"k", k},
                           {"nt_gflops", GemmGflops(tokens, n, k, true, seconds)},
-                          {"nn_gflops", GemmGflops(tokens, n, k, false, seconds)}});
+                          {"nn_gflops", GemmGflops(tokens, n, k, false, seconds)},
+                          {"packed_gflops", PackedGemmGflops(tokens, n, k, seconds)}});
       }
-      std::cout << nlohmann::json{{"core", openblas_get_corename()}, {"shapes", shapes}}.dump()
+      std::cout << nlohmann::json{{"core", openblas_get_corename()},
+                                  {"packed", engine::models::encoder::gemm::Get().name},
+                                  {"shapes", shapes}}
+                       .dump()
                 << std::endl;
       continue;
     }
