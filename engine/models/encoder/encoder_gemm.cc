@@ -130,20 +130,28 @@ void PackedGemm(const gemm::GemmKernel& kernel, const float* x, int64_t rows,
           std::copy_n(bias + col, width, edge_bias);
           tile_bias = edge_bias;
         }
+        // The first tile of this column prefetches the next column's panels (the next K block's
+        // first ones after the last column).
+        const float* next = nullptr;
+        if (jp + kernel.np < panels) {
+          next = b + kernel.np * stride;
+        } else if (pc + kc < k) {
+          next = w.data() + int64_t{pc + kc} * kPanelWidth;
+        }
         for (int64_t ir = 0; ir < mc; ir += kernel.mr) {
           const int mr = static_cast<int>(std::min<int64_t>(kernel.mr, mc - ir));
           const gemm::TileFn tile = kernel.tile[mr - 1][np - 1];
           const float* xt = x + (ic + ir) * k + pc;
           float* yt = y + (ic + ir) * n + col;
           if (width == np * kPanelWidth) {
-            tile(kc, xt, k, b, stride, yt, n, tile_bias, init);
+            tile(kc, xt, k, b, stride, yt, n, tile_bias, init, ir == 0 ? next : nullptr);
             continue;
           }
           const int ld = np * kPanelWidth;
           if (init == gemm::TileInit::kLoad) {
             for (int r = 0; r < mr; ++r) std::copy_n(yt + r * int64_t{n}, width, edge + r * ld);
           }
-          tile(kc, xt, k, b, stride, edge, ld, tile_bias, init);
+          tile(kc, xt, k, b, stride, edge, ld, tile_bias, init, nullptr);
           for (int r = 0; r < mr; ++r) std::copy_n(edge + r * ld, width, yt + r * int64_t{n});
         }
       }

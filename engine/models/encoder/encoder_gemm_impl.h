@@ -41,7 +41,7 @@ inline void Store(float* p, Vec v) { __builtin_memcpy(p, &v, sizeof v); }
 
 template <int R, int P>
 void Tile(int kc, const float* x, int64_t ldx, const float* b, int64_t panel_stride, float* c,
-          int64_t ldc, const float* bias, TileInit init) {
+          int64_t ldc, const float* bias, TileInit init, const float* prefetch) {
   constexpr int kNv = P * kPerPanel;
   Vec acc[R][kNv];
 #pragma GCC unroll 8
@@ -67,6 +67,13 @@ void Tile(int kc, const float* x, int64_t ldx, const float* b, int64_t panel_str
     for (int v = 0; v < kPerPanel; ++v) {
       w[v] = Load(b + v * kVec);
       if constexpr (P == 2) w[kPerPanel + v] = Load(b1 + v * kVec);
+    }
+    if (prefetch != nullptr) {
+      // The next tile column's panels, one cache line each per k step (into L2: they are read
+      // once the other tiles of this column are done).
+      __builtin_prefetch(prefetch, 0, 2);
+      if constexpr (P == 2) __builtin_prefetch(prefetch + panel_stride, 0, 2);
+      prefetch += kPanelWidth;
     }
     b += kPanelWidth;
     b1 += kPanelWidth;
