@@ -1,5 +1,9 @@
 #include "engine/models/encoder/encoder_network.h"
 
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
+
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -503,6 +507,13 @@ absl::StatusOr<std::shared_ptr<const EncoderNetwork>> LoadEncoderNetwork(
   ASSIGN_OR_RETURN(SafetensorsFile file, OpenWeights(folder));
   ASSIGN_OR_RETURN(std::shared_ptr<EncoderNetwork> net, Describe(folder, file, options));
   RETURN_IF_ERROR(ReadWeights(file, *net));
+#if defined(__GLIBC__)
+  // The row-major matrices freed after packing leave holes between the packed ones in glibc's heap
+  // (its mmap threshold rises after the first large free, so later large blocks come from the
+  // heap); hand those pages back, or the BERT-base shape keeps ~40 MiB (10% of its weights) more
+  // resident than it holds.
+  malloc_trim(0);
+#endif
   return std::shared_ptr<const EncoderNetwork>(std::move(net));
 }
 
