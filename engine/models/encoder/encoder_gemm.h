@@ -15,12 +15,17 @@
 // time), so the variant can be chosen at run time and the weights are held once, with no
 // row-major copy beside them.
 //
-// The product: K in blocks of kKc, M in blocks of kMc; within a block each W panel (or pair) is
-// reused by every MR-row tile of X (X is read in place, row-major, not packed). The micro-kernels
-// are written once (encoder_gemm_impl.h) with GCC/Clang vector extensions and compiled per
-// instruction set: AVX-512F (8 rows x 32 columns), AVX2 + FMA (6 x 16) and the build's baseline
-// (4 x 16; SSE2 on x86-64, whatever the target has elsewhere). Get() picks the best the CPU
-// reports.
+// The product: M in blocks of 192 rows, N in blocks of 256 columns, K in blocks of <= 256; within
+// a block each W panel (or pair) is reused by every MR-row tile of X (X is read in place,
+// row-major, not packed: packing it measured no faster), and all K blocks of a column block run
+// before the next, so the C block being accumulated stays in L2. The first tile of a column
+// prefetches the next column's panels: W comes from memory in the encoder (a layer's weights were
+// last read a whole forward pass ago), and without it the first tile waits (16 rows: 53 -> ~80
+// GFLOP/s with cold weights). The micro-kernels are written once (encoder_gemm_impl.h) with
+// GCC/Clang vector extensions and compiled per instruction set: AVX-512F (8 rows x 32 columns),
+// AVX2 + FMA (6 x 16) and the build's baseline (4 x 16; SSE2 on x86-64, whatever the target has
+// elsewhere: correct everywhere, but at ~25 GFLOP/s on this project's Zen 4 VM it is a fallback,
+// not a rival to a tuned BLAS). Get() picks the best the CPU reports.
 //
 // Determinism: every element of Y is bias + the sum over p of X[i][p] W[j][p] in increasing p,
 // in the same order of operations whatever M is and wherever row i falls in a tile, so a row's
