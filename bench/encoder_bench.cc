@@ -10,15 +10,19 @@
 // machine's one-thread SGEMM rate (a 1024 x 1024 x 1024 product on the same OpenBLAS), the
 // denominator of the "share of one-core SGEMM" figure. "gemm TOKENS SECONDS" prints the one-thread
 // rate of the encoder's own GEMM shapes for TOKENS rows (QKV, attention output, intermediate,
-// output: M = TOKENS, N x K from config.json), each with the weights as the forward pass reads them
-// ([N, K], transposed: "nt") and pre-transposed ([K, N]: "nn"), by CPU time, and the OpenBLAS core
-// type in use.
+// output: M = TOKENS, N x K from config.json): sluice's own GEMM, which the forward pass uses, on
+// the weights packed once beforehand as the encoder packs them at load ("packed": encoder_gemm.h,
+// the variant this CPU picks or the one SLUICE_ENCODER_GEMM forces; "packed_cold": cycling through
+// copies larger than the last-level cache, as the forward pass meets its weights), and OpenBLAS
+// with the weights [N, K] read transposed ("nt", as the forward pass called it before) and
+// pre-transposed ([K, N]: "nn"), by CPU time, and the OpenBLAS core type and packed variant in use.
 //
 //   echo "32 128 2" | build/bench/sluice-encoder-bench --model-dir /tmp/bert_base/1
 
 #include <cblas.h>
 #include <time.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -34,6 +38,7 @@
 #include "absl/strings/str_format.h"
 #include "engine/backend.h"
 #include "engine/cpu/dense.h"
+#include "engine/models/encoder/encoder_gemm.h"
 #include "nlohmann/json.hpp"
 
 namespace sluice::bench {
@@ -88,6 +93,34 @@ double GemmGflops(int m, int n, int k, bool transposed, double seconds) {
   auto run = [&] {
     cblas_sgemm(CblasRowMajor, CblasNoTrans, transposed ? CblasTrans : CblasNoTrans, m, n, k, 1.0f,
                 a.data(), k, b.data(), transposed ? k : n, 0.0f, c.data(), n);
+  };
+  run();  // warm-up
+  int runs = 0;
+  const double start = CpuSeconds();
+  double elapsed = 0;
+  do {
+    run();
+    ++runs;
+    elapsed = CpuSeconds() - start;
+  } while (elapsed < seconds);
+  return 2.0 * m * n * k * runs / elapsed / 1e9;
+}
+
+// One-thread GFLOP/s by CPU time of the encoder's packed GEMM, C[m, n] = A[m, k] W^T with W [n, k]
+// packed beforehand (as at load), for `seconds` of CPU time. `cold`: each call takes the next of
+// enough copies of W (>= 96 MiB together, more than the last-level cache) that W comes from
+// memory, as in the encoder, where a layer's weights were last read a whole forward pass ago.
+double PackedGemmGflops(int m, int n, int k, double seconds, bool cold) {
+  using engine::models::encoder::PackedWeights;
+  std::vector<float> a(static_cast<size_t>(m) * k, 0.5f), w(static_cast<size_t>(n) * k, 0.25f);
+  std::vector<float> c(static_cast<size_t>(m) * n);
+  const int64_t copies = cold ? (int64_t{96} << 20) / (int64_t{n} * k * 4) + 1 : 1;
+  std::vector<PackedWeights> packed;
+  for (int64_t i = 0; i < copies; ++i) packed.push_back(PackedWeights::Pack(w, n, k));
+  size_t next = 0;
+  auto run = [&] {
+    engine::models::encoder::PackedGemm(a.data(), m, packed[next], nullptr, c.data());
+    next = (next + 1) % packed.size();
   };
   run();  // warm-up
   int runs = 0;
@@ -182,9 +215,14 @@ int Main(int argc, char** argv) {
                           {"n", n},
                           {"k", k},
                           {"nt_gflops", GemmGflops(tokens, n, k, true, seconds)},
-                          {"nn_gflops", GemmGflops(tokens, n, k, false, seconds)}});
+                          {"nn_gflops", GemmGflops(tokens, n, k, false, seconds)},
+                          {"packed_gflops", PackedGemmGflops(tokens, n, k, seconds, false)},
+                          {"packed_cold_gflops", PackedGemmGflops(tokens, n, k, seconds, true)}});
       }
-      std::cout << nlohmann::json{{"core", openblas_get_corename()}, {"shapes", shapes}}.dump()
+      std::cout << nlohmann::json{{"core", openblas_get_corename()},
+                                  {"packed", engine::models::encoder::gemm::Get().name},
+                                  {"shapes", shapes}}
+                       .dump()
                 << std::endl;
       continue;
     }

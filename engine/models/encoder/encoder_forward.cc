@@ -6,12 +6,15 @@
 #include <cmath>
 #include <limits>
 
+#include "engine/models/encoder/encoder_gemm.h"
 #include "engine/models/encoder/encoder_kernels.h"
 
 namespace sluice::engine::models::encoder {
 namespace {
 
-// y[rows, out] = x[rows, in] x w[out, in]^T (nn.Linear's layout, read transposed by the GEMM).
+// y[rows, out] = x[rows, in] x w[out, in]^T (nn.Linear's layout, read transposed by the GEMM):
+// the heads' small layers (pooler, classifier), which stay row-major on OpenBLAS; the encoder
+// layers' four GEMMs run on PackedGemm.
 void Linear(const float* x, int64_t rows, int in, const std::vector<float>& w, int out, float* y) {
   if (rows == 0) return;
   cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(rows), out, in, 1.0f, x, in,
@@ -105,33 +108,25 @@ void Forward(const EncoderNetwork& net, const PackedBatch& batch, EncoderWorkspa
     ws.mask_add_[t] = batch.attend[t] ? 0.0f : -std::numeric_limits<float>::infinity();
   }
 
-  const int three_h = 3 * h;
   for (const EncoderLayer& layer : net.encoder_layers) {
-    // One GEMM for query, key and value, accumulated (beta = 1) onto rows that hold the bias: the
-    // bias costs a row copy where a separate pass would reread the whole [T, 3H] result.
+    // One GEMM for query, key and value, the bias its accumulators' starting value.
     float* qkv = ws.qkv_.data();
-    for (int64_t t = 0; t < tokens; ++t) {
-      std::copy_n(layer.qkv_bias.data(), three_h, qkv + t * three_h);
-    }
-    if (tokens > 0) {
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(tokens), three_h, h,
-                  1.0f, x, h, layer.qkv_weight.data(), h, 1.0f, qkv, three_h);
-    }
+    PackedGemm(x, tokens, layer.qkv_weight, layer.qkv_bias.data(), qkv);
     for (int s = 0; s < batch.sequences(); ++s) {
       const int64_t begin = batch.offsets[s];
       const int n = static_cast<int>(batch.offsets[s + 1] - begin);
       SequenceAttention(net, k, qkv, ws.mask_add_.data(), begin, n, ws.scores_.data(),
                         ws.context_.data());
     }
-    Linear(ws.context_.data(), tokens, h, layer.attention_out_weight, h, ws.projected_.data());
+    PackedGemm(ws.context_.data(), tokens, layer.attention_out_weight, nullptr,
+               ws.projected_.data());
     k.bias_residual_layer_norm(ws.projected_.data(), layer.attention_out_bias.data(),
                                layer.attention_norm_gamma.data(), layer.attention_norm_beta.data(),
                                tokens, h, net.layer_norm_eps, x);
-    Linear(x, tokens, h, layer.intermediate_weight, net.intermediate, ws.intermediate_.data());
+    PackedGemm(x, tokens, layer.intermediate_weight, nullptr, ws.intermediate_.data());
     k.bias_activate(ws.intermediate_.data(), layer.intermediate_bias.data(), tokens,
                     net.intermediate, net.activation);
-    Linear(ws.intermediate_.data(), tokens, net.intermediate, layer.output_weight, h,
-           ws.projected_.data());
+    PackedGemm(ws.intermediate_.data(), tokens, layer.output_weight, nullptr, ws.projected_.data());
     k.bias_residual_layer_norm(ws.projected_.data(), layer.output_bias.data(),
                                layer.output_norm_gamma.data(), layer.output_norm_beta.data(),
                                tokens, h, net.layer_norm_eps, x);

@@ -4,12 +4,12 @@
 // masked softmax, bias + residual + LayerNorm. Written as plain loops that the compiler
 // vectorizes, with branch-free polynomial erf and exp in place of libm's scalar erff/expf (which
 // took ~25% of a MiniLM forward pass before). The same source is compiled twice: once for the
-// build's baseline x86-64 (SSE2, 4 lanes) and, on x86-64, once with AVX2 + FMA (8 lanes); Get()
-// picks the AVX2 table at run time only where the CPU reports both, so the binary runs on any
-// x86-64 machine. AVX-512 is never required.
+// build's baseline x86-64 (SSE2, 4 lanes) and, on x86-64, once with AVX2 + FMA (8 lanes) and once
+// with AVX-512F (16 lanes); Get() picks a wider table at run time only where the CPU reports its
+// instructions, so the binary runs on any x86-64 machine.
 //
 // Accuracy (measured over a dense grid against double-precision erf/exp in
-// encoder_kernels_test.cc; both tables):
+// encoder_kernels_test.cc; every table):
 //   Erf: max |error| <= 1.5e-7 over all floats (float erf near 1 cannot do better than 6e-8);
 //   GELU (erf form): computed as x/2 (1 + erf(x/sqrt 2)) with 1 + erf taken as erfc(-z) for z <
 //     -1, so its relative error stays <= 1e-6 also where 1 + erf is tiny (torch's float GELU
@@ -17,8 +17,8 @@
 //     under the float rounding of x^2;
 //   Exp: max relative error <= 3e-7 for inputs in [-87.3, 88], 0 below -87.3 (the softmax's masked
 //     keys, -inf, get exactly 0).
-// The two tables differ only in rounding (FMA contraction), never in the order of any reduction,
-// so a sequence's result does not depend on its batch-mates on either.
+// The tables differ only in rounding (FMA contraction), never in the order of any reduction,
+// so a sequence's result does not depend on its batch-mates on any.
 
 #include <cstdint>
 
@@ -47,12 +47,15 @@ struct KernelTable {
   void (*exp)(const float* in, float* out, int64_t n);
 };
 
-// The table this CPU runs best: AVX2 + FMA where built and supported, else generic; the
-// environment variable SLUICE_ENCODER_KERNELS=generic forces the generic one. Chosen once.
+// The table this CPU runs best: AVX-512F, else AVX2 + FMA where built and supported, else
+// generic; the environment variable SLUICE_ENCODER_KERNELS=generic|avx2-fma|avx512f forces one
+// (where the CPU has it). Chosen once.
 const KernelTable& Get();
 // The baseline table (always available).
 const KernelTable& Generic();
 // The AVX2 + FMA table, or nullptr where it is not built (non-x86-64) or the CPU lacks AVX2/FMA.
 const KernelTable* Avx2Fma();
+// The AVX-512F table (16 lanes), or nullptr where it is not built or the CPU lacks AVX-512F/FMA.
+const KernelTable* Avx512();
 
 }  // namespace sluice::engine::models::encoder::kernels

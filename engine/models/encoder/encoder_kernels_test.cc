@@ -20,6 +20,7 @@ namespace {
 std::vector<const KernelTable*> Tables() {
   std::vector<const KernelTable*> tables = {&Generic()};
   if (Avx2Fma() != nullptr) tables.push_back(Avx2Fma());
+  if (Avx512() != nullptr) tables.push_back(Avx512());
   return tables;
 }
 
@@ -33,12 +34,16 @@ std::vector<float> Grid(double lo, double hi, double step) {
 
 double GeluErf(double x) { return 0.5 * x * std::erfc(-x / std::sqrt(2.0)); }
 
-TEST(EncoderKernelsTest, GetPicksAvx2WhereTheCpuHasIt) {
-  const KernelTable* avx2 = Avx2Fma();
-  const char* forced = std::getenv("SLUICE_ENCODER_KERNELS");
-  const bool generic = avx2 == nullptr || (forced != nullptr && std::string(forced) == "generic");
-  EXPECT_STREQ(Get().name, generic ? "generic" : "avx2-fma");
+// Without SLUICE_ENCODER_KERNELS the widest table; with it, the one it names where the CPU has it.
+TEST(EncoderKernelsTest, GetPicksTheWidestTableOrTheForcedOne) {
   EXPECT_STREQ(Generic().name, "generic");
+  std::string expected = Avx512() ? "avx512f" : Avx2Fma() ? "avx2-fma" : "generic";
+  if (const char* forced = std::getenv("SLUICE_ENCODER_KERNELS"); forced != nullptr) {
+    for (const KernelTable* table : Tables()) {
+      if (std::string(forced) == table->name) expected = table->name;
+    }
+  }
+  EXPECT_EQ(Get().name, expected);
 }
 
 TEST(EncoderKernelsTest, ErfWithinDocumentedBound) {

@@ -1,5 +1,9 @@
 #include "engine/models/encoder/encoder_network.h"
 
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
+
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -419,25 +423,44 @@ absl::Status ReadWeights(const SafetensorsFile& file, EncoderNetwork& net) {
   for (int l = 0; l < net.layers; ++l) {
     EncoderLayer& layer = net.encoder_layers[l];
     const std::string p = absl::StrCat("encoder.layer.", l, ".");
-    layer.qkv_weight.reserve(static_cast<size_t>(3 * h * h));
+    // The row-major matrices live only until they are packed (one at a time), so that the loaded
+    // network holds each weight once.
+    std::vector<float> qkv_weight;
+    qkv_weight.reserve(static_cast<size_t>(3 * h * h));
     layer.qkv_bias.reserve(static_cast<size_t>(3 * h));
     for (const char* part : {"query", "key", "value"}) {
       ASSIGN_OR_RETURN(std::vector<float> weight,
                        w.Get(absl::StrCat(p, "attention.self.", part, ".weight"), {h, h}));
       ASSIGN_OR_RETURN(std::vector<float> bias,
                        w.Get(absl::StrCat(p, "attention.self.", part, ".bias"), {h}));
-      layer.qkv_weight.insert(layer.qkv_weight.end(), weight.begin(), weight.end());
+      qkv_weight.insert(qkv_weight.end(), weight.begin(), weight.end());
       layer.qkv_bias.insert(layer.qkv_bias.end(), bias.begin(), bias.end());
     }
-    ASSIGN_OR_RETURN(layer.attention_out_weight,
-                     w.Get(p + "attention.output.dense.weight", {h, h}));
+    layer.qkv_weight =
+        PackedWeights::Pack(qkv_weight, static_cast<int>(3 * h), static_cast<int>(h));
+    qkv_weight = {};
+    {
+      ASSIGN_OR_RETURN(std::vector<float> weight,
+                       w.Get(p + "attention.output.dense.weight", {h, h}));
+      layer.attention_out_weight =
+          PackedWeights::Pack(weight, static_cast<int>(h), static_cast<int>(h));
+    }
     ASSIGN_OR_RETURN(layer.attention_out_bias, w.Get(p + "attention.output.dense.bias", {h}));
     ASSIGN_OR_RETURN(layer.attention_norm_gamma,
                      w.Get(p + "attention.output.LayerNorm.weight", {h}));
     ASSIGN_OR_RETURN(layer.attention_norm_beta, w.Get(p + "attention.output.LayerNorm.bias", {h}));
-    ASSIGN_OR_RETURN(layer.intermediate_weight, w.Get(p + "intermediate.dense.weight", {inter, h}));
+    {
+      ASSIGN_OR_RETURN(std::vector<float> weight,
+                       w.Get(p + "intermediate.dense.weight", {inter, h}));
+      layer.intermediate_weight =
+          PackedWeights::Pack(weight, static_cast<int>(inter), static_cast<int>(h));
+    }
     ASSIGN_OR_RETURN(layer.intermediate_bias, w.Get(p + "intermediate.dense.bias", {inter}));
-    ASSIGN_OR_RETURN(layer.output_weight, w.Get(p + "output.dense.weight", {h, inter}));
+    {
+      ASSIGN_OR_RETURN(std::vector<float> weight, w.Get(p + "output.dense.weight", {h, inter}));
+      layer.output_weight =
+          PackedWeights::Pack(weight, static_cast<int>(h), static_cast<int>(inter));
+    }
     ASSIGN_OR_RETURN(layer.output_bias, w.Get(p + "output.dense.bias", {h}));
     ASSIGN_OR_RETURN(layer.output_norm_gamma, w.Get(p + "output.LayerNorm.weight", {h}));
     ASSIGN_OR_RETURN(layer.output_norm_beta, w.Get(p + "output.LayerNorm.bias", {h}));
@@ -484,6 +507,13 @@ absl::StatusOr<std::shared_ptr<const EncoderNetwork>> LoadEncoderNetwork(
   ASSIGN_OR_RETURN(SafetensorsFile file, OpenWeights(folder));
   ASSIGN_OR_RETURN(std::shared_ptr<EncoderNetwork> net, Describe(folder, file, options));
   RETURN_IF_ERROR(ReadWeights(file, *net));
+#if defined(__GLIBC__)
+  // The row-major matrices freed after packing leave holes between the packed ones in glibc's heap
+  // (its mmap threshold rises after the first large free, so later large blocks come from the
+  // heap); hand those pages back, or the BERT-base shape keeps ~40 MiB (10% of its weights) more
+  // resident than it holds.
+  malloc_trim(0);
+#endif
   return std::shared_ptr<const EncoderNetwork>(std::move(net));
 }
 

@@ -10,11 +10,13 @@
 //                               folder, whether a Normalize module follows
 //   1_Pooling/config.json       (optional) the pooling modes; CLS when there is none
 //
-// Everything here is device-neutral: FP32 weights in PyTorch's own layouts (nn.Linear's
-// [out_features, in_features], row-major), with the query, key and value projections of each layer
-// concatenated into one [3 x hidden, hidden] matrix at load so that one GEMM computes all three.
-// The CPU forward pass (encoder_forward.h) computes with it directly; a GPU backend uploads the
-// same arrays. Immutable once loaded; shared read-only by every instance.
+// FP32 weights in PyTorch's own layouts (nn.Linear's [out_features, in_features], row-major), with
+// the query, key and value projections of each layer concatenated into one [3 x hidden, hidden]
+// matrix at load so that one GEMM computes all three; except the four linear layers of every
+// encoder layer, which are packed at load into the CPU GEMM's panel layout (encoder_gemm.h:
+// PackedWeights, held instead of the row-major copy, not beside it; PackedWeights::Unpack gives
+// the row-major form back to a backend that needs it). The CPU forward pass (encoder_forward.h)
+// computes with them directly. Immutable once loaded; shared read-only by every instance.
 
 #include <cstdint>
 #include <memory>
@@ -24,6 +26,7 @@
 
 #include "absl/status/statusor.h"
 #include "engine/data_type.h"
+#include "engine/models/encoder/encoder_gemm.h"
 
 namespace sluice::engine::models::encoder {
 
@@ -55,15 +58,15 @@ enum class ClassifierKind {
 };
 
 struct EncoderLayer {
-  std::vector<float> qkv_weight;            // [3H, H]: query rows, then key rows, then value rows
+  PackedWeights qkv_weight;                 // [3H, H]: query rows, then key rows, then value rows
   std::vector<float> qkv_bias;              // [3H]
-  std::vector<float> attention_out_weight;  // [H, H]
+  PackedWeights attention_out_weight;       // [H, H]
   std::vector<float> attention_out_bias;    // [H]
   std::vector<float> attention_norm_gamma;  // [H]
   std::vector<float> attention_norm_beta;   // [H]
-  std::vector<float> intermediate_weight;   // [I, H]
+  PackedWeights intermediate_weight;        // [I, H]
   std::vector<float> intermediate_bias;     // [I]
-  std::vector<float> output_weight;         // [H, I]
+  PackedWeights output_weight;              // [H, I]
   std::vector<float> output_bias;           // [H]
   std::vector<float> output_norm_gamma;     // [H]
   std::vector<float> output_norm_beta;      // [H]

@@ -1,0 +1,176 @@
+#include "engine/models/encoder/encoder_gemm.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+
+#include "common/check.h"
+
+namespace sluice::engine::models::encoder {
+namespace gemm {
+namespace generic {
+extern const GemmKernel kKernel;
+}  // namespace generic
+#if SLUICE_ENCODER_AVX2
+namespace avx2_fma {
+extern const GemmKernel kKernel;
+}  // namespace avx2_fma
+namespace avx512 {
+extern const GemmKernel kKernel;
+}  // namespace avx512
+#endif
+
+const GemmKernel& Generic() { return generic::kKernel; }
+
+const GemmKernel* Avx2Fma() {
+#if SLUICE_ENCODER_AVX2
+  static const bool supported = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  return supported ? &avx2_fma::kKernel : nullptr;
+#else
+  return nullptr;
+#endif
+}
+
+const GemmKernel* Avx512() {
+#if SLUICE_ENCODER_AVX2
+  static const bool supported = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("fma");
+  return supported ? &avx512::kKernel : nullptr;
+#else
+  return nullptr;
+#endif
+}
+
+const GemmKernel& Get() {
+  static const GemmKernel& chosen = []() -> const GemmKernel& {
+    const GemmKernel* best = Avx512() != nullptr ? Avx512() : Avx2Fma();
+    if (best == nullptr) best = &Generic();
+    const char* forced = std::getenv("SLUICE_ENCODER_GEMM");
+    if (forced != nullptr) {
+      for (const GemmKernel* k : {Avx512(), Avx2Fma(), &Generic()}) {
+        if (k != nullptr && std::strcmp(forced, k->name) == 0) return *k;
+      }
+      return *best;
+    }
+    const char* kernels = std::getenv("SLUICE_ENCODER_KERNELS");
+    if (kernels != nullptr && std::strcmp(kernels, "generic") == 0) return Generic();
+    return *best;
+  }();
+  return chosen;
+}
+
+}  // namespace gemm
+
+namespace {
+
+// K per block: a tile's two W panels for one block (kc x 32 floats) stay in L1 / L2 while every
+// MR-row tile of the M block passes over them. K is split into equal blocks of at most kKc
+// (384 -> 2 x 192, 1536 -> 6 x 256) rather than kKc and a short remainder.
+constexpr int kKc = 256;
+// Rows per M block: the X block (kMc x kc floats, 192 KiB) stays in L2 while every W panel of
+// the block passes over it. A multiple of every variant's MR (4, 6, 8).
+constexpr int64_t kMc = 192;
+// Panels per column block (a multiple of every variant's np): all K blocks of one column block run
+// before the next, so that the C block the K blocks accumulate into (kMc x 256 floats, 192 KiB)
+// stays in L2 rather than the whole kMc x N (1.2 MiB for MiniLM's intermediate GEMM, 2.3 MiB for
+// BERT-base's).
+constexpr int kNcPanels = 16;
+
+}  // namespace
+
+PackedWeights PackedWeights::Pack(const std::vector<float>& w, int n, int k) {
+  CHECK(n > 0 && k > 0 && static_cast<int64_t>(w.size()) == int64_t{n} * k);
+  PackedWeights packed;
+  packed.n_ = n;
+  packed.k_ = k;
+  const int64_t floats = packed.bytes() / 4;
+  packed.data_.reset(new (std::align_val_t{64}) float[static_cast<size_t>(floats)]);
+  float* out = packed.data_.get();
+  for (int panel = 0; panel < packed.panels(); ++panel) {
+    for (int p = 0; p < k; ++p) {
+      for (int c = 0; c < kPanelWidth; ++c) {
+        const int row = panel * kPanelWidth + c;
+        *out++ = row < n ? w[static_cast<size_t>(int64_t{row} * k + p)] : 0.0f;
+      }
+    }
+  }
+  return packed;
+}
+
+std::vector<float> PackedWeights::Unpack() const {
+  std::vector<float> w(static_cast<size_t>(int64_t{n_} * k_));
+  for (int row = 0; row < n_; ++row) {
+    const float* panel = data() + (row / kPanelWidth) * panel_stride() + row % kPanelWidth;
+    for (int p = 0; p < k_; ++p)
+      w[static_cast<size_t>(int64_t{row} * k_ + p)] = panel[p * kPanelWidth];
+  }
+  return w;
+}
+
+void PackedGemm(const gemm::GemmKernel& kernel, const float* x, int64_t rows,
+                const PackedWeights& w, const float* bias, float* y) {
+  const int n = w.n();
+  const int k = w.k();
+  const int panels = w.panels();
+  const int64_t stride = w.panel_stride();
+  const int k_blocks = (k + kKc - 1) / kKc;
+  const int kc_even = (k + k_blocks - 1) / k_blocks;
+  // A tile whose columns run past n (the last, partial panel) is computed into `edge` and copied.
+  alignas(64) float edge[gemm::kMaxRows * 2 * kPanelWidth];
+  alignas(64) float edge_bias[2 * kPanelWidth];
+  for (int64_t ic = 0; ic < rows; ic += kMc) {
+    const int64_t mc = std::min(kMc, rows - ic);
+    for (int jc = 0; jc < panels; jc += kNcPanels) {
+      const int jc_end = std::min(panels, jc + kNcPanels);
+      for (int pc = 0; pc < k; pc += kc_even) {
+        const int kc = std::min(kc_even, k - pc);
+        const gemm::TileInit init = pc > 0            ? gemm::TileInit::kLoad
+                                    : bias != nullptr ? gemm::TileInit::kBias
+                                                      : gemm::TileInit::kZero;
+        for (int jp = jc; jp < jc_end; jp += kernel.np) {
+          const int np = std::min(kernel.np, panels - jp);
+          const int col = jp * kPanelWidth;
+          const int width = std::min(np * kPanelWidth, n - col);
+          const float* b = w.data() + jp * stride + int64_t{pc} * kPanelWidth;
+          const float* tile_bias = bias != nullptr ? bias + col : nullptr;
+          if (width < np * kPanelWidth && init == gemm::TileInit::kBias) {
+            std::fill_n(edge_bias, 2 * kPanelWidth, 0.0f);
+            std::copy_n(bias + col, width, edge_bias);
+            tile_bias = edge_bias;
+          }
+          // The first tile of this column prefetches the next column's panels: the next in the
+          // column block, else the block's first at the next K block, else the next block's first.
+          const float* next = nullptr;
+          if (jp + kernel.np < jc_end) {
+            next = b + kernel.np * stride;
+          } else if (pc + kc < k) {
+            next = w.data() + jc * stride + int64_t{pc + kc} * kPanelWidth;
+          } else if (jc_end < panels) {
+            next = w.data() + jc_end * stride;
+          }
+          for (int64_t ir = 0; ir < mc; ir += kernel.mr) {
+            const int mr = static_cast<int>(std::min<int64_t>(kernel.mr, mc - ir));
+            const gemm::TileFn tile = kernel.tile[mr - 1][np - 1];
+            const float* xt = x + (ic + ir) * k + pc;
+            float* yt = y + (ic + ir) * n + col;
+            if (width == np * kPanelWidth) {
+              tile(kc, xt, k, b, stride, yt, n, tile_bias, init, ir == 0 ? next : nullptr);
+              continue;
+            }
+            const int ld = np * kPanelWidth;
+            if (init == gemm::TileInit::kLoad) {
+              for (int r = 0; r < mr; ++r) std::copy_n(yt + r * int64_t{n}, width, edge + r * ld);
+            }
+            tile(kc, xt, k, b, stride, edge, ld, tile_bias, init, nullptr);
+            for (int r = 0; r < mr; ++r) std::copy_n(edge + r * ld, width, yt + r * int64_t{n});
+          }
+        }
+      }
+    }
+  }
+}
+
+void PackedGemm(const float* x, int64_t rows, const PackedWeights& w, const float* bias, float* y) {
+  PackedGemm(gemm::Get(), x, rows, w, bias, y);
+}
+
+}  // namespace sluice::engine::models::encoder

@@ -1,0 +1,113 @@
+#pragma once
+
+// The CPU encoder's GEMM for its linear layers: Y[M, N] = X[M, K] W^T (+ bias), W in nn.Linear's
+// [N, K] layout, packed once at load into the micro-kernel's panel layout (PackedWeights).
+//
+// Why our own: OpenBLAS (0.3.21, no pre-packed API) packs the weight matrix again in every call.
+// At 128 rows (one sequence of 128 tokens) that repacking was 17% of a MiniLM forward pass and
+// ONNX Runtime's MLAS, which packs its weights once per session, was 12-22% faster on the
+// encoder's shapes; at 16 rows 1.5-1.7x (docs/performance.md, "Encoder backend (issue 19)").
+//
+// The layout: W's N rows in panels of kPanelWidth (16) columns of the product, each panel K x 16
+// floats contiguous (row p of a panel holds W[j*16 .. j*16+15][p]), the last panel padded with
+// zeros; 64-byte aligned, so one k step of a panel is one cache line. The layout does not depend
+// on the micro-kernel: every variant reads the same PackedWeights (the AVX-512 one two panels at a
+// time), so the variant can be chosen at run time and the weights are held once, with no
+// row-major copy beside them.
+//
+// The product: M in blocks of 192 rows, N in blocks of 256 columns, K in blocks of <= 256; within
+// a block each W panel (or pair) is reused by every MR-row tile of X (X is read in place,
+// row-major, not packed: packing it measured no faster), and all K blocks of a column block run
+// before the next, so the C block being accumulated stays in L2. The first tile of a column
+// prefetches the next column's panels: W comes from memory in the encoder (a layer's weights were
+// last read a whole forward pass ago), and without it the first tile waits (16 rows: 53 -> ~80
+// GFLOP/s with cold weights). The micro-kernels are written once (encoder_gemm_impl.h) with
+// GCC/Clang vector extensions and compiled per instruction set: AVX-512F (8 rows x 32 columns),
+// AVX2 + FMA (6 x 16) and the build's baseline (4 x 16; SSE2 on x86-64, whatever the target has
+// elsewhere: correct everywhere, but at ~25 GFLOP/s on this project's Zen 4 VM it is a fallback,
+// not a rival to a tuned BLAS). Get() picks the best the CPU reports.
+//
+// Determinism: every element of Y is bias + the sum over p of X[i][p] W[j][p] in increasing p,
+// in the same order of operations whatever M is and wherever row i falls in a tile, so a row's
+// result does not depend on the other rows of the batch (its batch-mates) at all, on one variant.
+// Variants differ in rounding (FMA vs mul + add).
+
+#include <cstdint>
+#include <memory>
+#include <new>
+#include <vector>
+
+namespace sluice::engine::models::encoder {
+
+inline constexpr int kPanelWidth = 16;
+
+// W [N, K] in panels (see the file comment). Move-only; immutable after Pack.
+class PackedWeights {
+ public:
+  PackedWeights() = default;
+  // Packs row-major `w` ([n, k], nn.Linear's layout). REQUIRES w.size() == n * k, n, k > 0.
+  static PackedWeights Pack(const std::vector<float>& w, int n, int k);
+
+  int n() const { return n_; }
+  int k() const { return k_; }
+  int panels() const { return (n_ + kPanelWidth - 1) / kPanelWidth; }
+  // Floats from one panel to the next.
+  int64_t panel_stride() const { return int64_t{k_} * kPanelWidth; }
+  const float* data() const { return data_.get(); }
+  bool empty() const { return n_ == 0; }
+  // Bytes held (the padding of a last partial panel included).
+  int64_t bytes() const { return int64_t{panels()} * panel_stride() * 4; }
+  // Back to row-major [n, k] (tests; a backend that needs the plain layout).
+  std::vector<float> Unpack() const;
+
+ private:
+  struct AlignedDelete {
+    void operator()(float* p) const { ::operator delete[](p, std::align_val_t{64}); }
+  };
+  int n_ = 0;
+  int k_ = 0;
+  std::unique_ptr<float[], AlignedDelete> data_;
+};
+
+namespace gemm {
+
+// How a tile's accumulators start.
+enum class TileInit : int { kZero, kBias, kLoad };
+
+// One micro-kernel variant. tile[mr - 1][np - 1] computes C[mr, 16 * np] (row stride ldc)
+// = init + X[mr, kc] (row stride ldx) x the kc x 16 panel rows at b (the second panel, np = 2, at
+// b + panel_stride); init is 0, bias[0 .. 16 np) or C's own values. Where `prefetch` is not null
+// the tile also prefetches kc rows of the np panels there (the next tile column's: W comes from
+// memory, a whole forward pass after its last use, and the first tile of a column would otherwise
+// wait for it: 10% of the rate at 128 rows).
+using TileFn = void (*)(int kc, const float* x, int64_t ldx, const float* b, int64_t panel_stride,
+                        float* c, int64_t ldc, const float* bias, TileInit init,
+                        const float* prefetch);
+
+struct GemmKernel {
+  const char* name;  // "avx512f", "avx2-fma", "generic"
+  int mr;            // rows per tile (<= kMaxRows)
+  int np;            // panels per tile: 1 or 2
+  TileFn tile[8][2];
+};
+inline constexpr int kMaxRows = 8;
+
+// The variant this CPU runs best: AVX-512F, else AVX2 + FMA, else generic. Chosen once;
+// SLUICE_ENCODER_GEMM=avx512f|avx2-fma|generic forces one (where the CPU has it; otherwise the
+// best), and SLUICE_ENCODER_KERNELS=generic (the element-wise kernels' switch) forces generic too.
+const GemmKernel& Get();
+const GemmKernel& Generic();
+// nullptr where not built (non-x86-64) or the CPU lacks the instructions.
+const GemmKernel* Avx2Fma();
+const GemmKernel* Avx512();
+
+}  // namespace gemm
+
+// y[rows, w.n()] (row stride w.n()) = x[rows, w.k()] (row stride w.k()) x W^T (+ bias[w.n()] per
+// row where bias is not null), on the calling thread, with `kernel`.
+void PackedGemm(const gemm::GemmKernel& kernel, const float* x, int64_t rows,
+                const PackedWeights& w, const float* bias, float* y);
+// The same with gemm::Get().
+void PackedGemm(const float* x, int64_t rows, const PackedWeights& w, const float* bias, float* y);
+
+}  // namespace sluice::engine::models::encoder
