@@ -183,6 +183,12 @@ class CudaEncoder final : public CudaRaggedModel {
   absl::Status Allocate();
   // Uploads FP32 `values` as `type` (converted on the device); load time only (it waits).
   absl::StatusOr<DeviceBuffer> UploadAs(const std::vector<float>& values, ElementType type);
+  // The CPU loader keeps a layer's linear weights only in its GEMM's panel layout
+  // (encoder_gemm.h): unpacked here to nn.Linear's row-major [out, in] for the upload, one matrix
+  // at a time (load time only; the temporary is freed before the next).
+  absl::StatusOr<DeviceBuffer> UploadAs(const enc::PackedWeights& weights, ElementType type) {
+    return UploadAs(weights.Unpack(), type);
+  }
   // A GEMM of `in` -> `out` features at each bucket's token (per_token) or sequence count, with
   // `epilogue` (bias from `bias`), falling back to a plain GEMM where cuBLASLt has no algorithm
   // for the epilogue at some bucket.
