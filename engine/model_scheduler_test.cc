@@ -1151,6 +1151,8 @@ TEST_F(BatcherRunsBatchTest, RequestsQueuedWhileABatchRunsFormTheNextOnTheSameTh
   for (const char* id : {"a", "b", "c", "d"}) {
     EXPECT_EQ(answers_.StatusOf(id).code(), absl::StatusCode::kOk) << id;
   }
+  // The answers come from inside Execute(): idle once the batcher is back asleep, not before.
+  ASSERT_TRUE(scheduler_->WaitUntilBatcherSleepsForTest(kAsyncTimeout));
   EXPECT_TRUE(scheduler_->Idle());
 }
 

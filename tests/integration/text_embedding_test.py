@@ -281,12 +281,13 @@ class TextEmbeddingTest(unittest.TestCase):
                              capture_output=True, text=True, timeout=60)
         self.assertNotEqual(bad.returncode, 0)
         self.assertIn("--text-pair", bad.stderr)
-        # sluice-loadtest draws lines of a file.
+        # sluice-loadtest draws lines of a file. The two windows (0.7 s) end the run; the request
+        # cap only bounds it (a cap reached first is exit code 3, "stopped by a limit").
         path = os.path.join(self.root, "texts.txt")
         with open(path, "w") as f:
             f.write("\n".join(SENTENCES[:3] + ["", "one more line"]) + "\n")
         load = subprocess.run([ARGS.loadtest, "--url", url, "-m", "minilm", "--text-file", path,
-                               "--concurrency", "4", "--max-requests", "200", "--warmup-ms", "100",
+                               "--concurrency", "4", "--max-requests", "5000", "--warmup-ms", "100",
                                "--window-ms", "300", "--max-windows", "2"],
                               capture_output=True, text=True, timeout=120)
         self.assertEqual(load.returncode, 0, load.stdout + load.stderr)
