@@ -36,9 +36,13 @@ class EncoderKernelsTest : public ::testing::Test {
     auto buffer = DeviceBuffer::Create(0, std::max<size_t>(values.size(), 1) * sizeof(T));
     EXPECT_TRUE(buffer.ok()) << buffer.status();
     if (!values.empty()) {
-      EXPECT_EQ(cudaMemcpy(buffer->get(), values.data(), values.size() * sizeof(T),
-                           cudaMemcpyHostToDevice),
+      // On the kernels' own stream, then waited for: a plain cudaMemcpy runs on the legacy
+      // default stream, which a non-blocking stream (CudaStream's) does not wait for, and from
+      // pageable memory it may return before the data has reached the device.
+      EXPECT_EQ(cudaMemcpyAsync(buffer->get(), values.data(), values.size() * sizeof(T),
+                                cudaMemcpyHostToDevice, stream()),
                 cudaSuccess);
+      EXPECT_EQ(cudaStreamSynchronize(stream()), cudaSuccess);
     }
     buffers_.push_back(*std::move(buffer));
     return static_cast<T*>(buffers_.back().get());
