@@ -23,6 +23,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/log.h"
 #include "common/wire/float16.h"
 #include "engine/cuda/cuda_executor.h"
 #include "engine/cuda/cuda_model.h"
@@ -697,8 +698,15 @@ TEST_F(GpuEncoderTest, TheBundledEmbedderOnTheGpuMatchesTheCpu) {
   std::vector<std::string> texts = {"hello world", "a longer sentence about inference servers", "x",
                                     "the quick brown fox jumps over the lazy dog"};
   std::map<InstanceKind, std::vector<std::vector<float>>> embeddings;
+  // The engine's log: a KIND_GPU model without a GPU implementation would run on the CPU backend
+  // (executor_factory.cc) and this comparison would pass CPU against CPU; the log says where it
+  // ran.
+  std::FILE* log = std::tmpfile();
+  ASSERT_NE(log, nullptr);
   for (InstanceKind kind : {InstanceKind::kCpu, InstanceKind::kGpu}) {
+    common::Logger logger({.sink = log});
     EngineOptions options;
+    options.logger = &logger;
     options.device.kind = DeviceSelection::Kind::kCuda;
     options.device.cuda_device = 0;
     auto engine = Engine::Create(options);
@@ -711,7 +719,8 @@ TEST_F(GpuEncoderTest, TheBundledEmbedderOnTheGpuMatchesTheCpu) {
     spec.config.parameters = {{"max_batch_tokens", "4096"}};
     spec.version = 1;
     spec.version_path = version.string();
-    ASSERT_TRUE((*engine)->LoadModel(spec).ok());
+    const absl::Status loaded = (*engine)->LoadModel(spec);
+    ASSERT_TRUE(loaded.ok()) << loaded;
     for (const std::string& text : texts) {
       std::vector<std::byte> element(4 + text.size());
       const uint32_t size = static_cast<uint32_t>(text.size());
@@ -731,6 +740,14 @@ TEST_F(GpuEncoderTest, TheBundledEmbedderOnTheGpuMatchesTheCpu) {
       embeddings[kind].push_back(Floats(response->outputs[0]));
     }
   }
+  std::rewind(log);
+  std::string text;
+  char buffer[4096];
+  for (size_t n; (n = std::fread(buffer, 1, sizeof(buffer), log)) > 0;) text.append(buffer, n);
+  std::fclose(log);
+  ASSERT_NE(text.find("model 'embedder' instance 0: encoder on cuda:0"), std::string::npos)
+      << "the KIND_GPU embedder did not run on the GPU; the engine's log:\n"
+      << text;
   for (size_t i = 0; i < texts.size(); ++i) {
     // The embedder's checkpoint is FP32: fp32's tolerance (see the first test).
     EXPECT_LE(RelativeError(embeddings[InstanceKind::kGpu][i], embeddings[InstanceKind::kCpu][i]),
