@@ -1,5 +1,6 @@
 #include "engine/cuda/cublaslt_handles.h"
 
+#include "absl/strings/str_cat.h"
 #include "engine/cuda/cublaslt_api.h"
 #include "engine/cuda/cuda_check.h"
 
@@ -80,6 +81,12 @@ absl::StatusOr<cublasLtMatmulAlgo_t> PickMatmulAlgo(cublasLtHandle_t handle, con
                                                       d.get(), preference, 1, &result, &found));
   if (found == 0) {
     return absl::NotFoundError("cuBLASLt offers no algorithm for this GEMM and epilogue");
+  }
+  // A successful query still reports each result's own status; the algorithm is valid only
+  // when that is CUBLAS_STATUS_SUCCESS (cublasLt.h, cublasLtMatmulAlgoGetHeuristic).
+  if (result.state != CUBLAS_STATUS_SUCCESS) {
+    return absl::NotFoundError(absl::StrCat("cuBLASLt's heuristic result for this GEMM is ",
+                                            Api().GetStatusName(result.state)));
   }
   return result.algo;
 }
