@@ -273,8 +273,10 @@ TEST_F(MlpModelTest, MatchesFloat64ReferenceAtBatchSizes1_3AndMax) {
 // Batching must not change a request's answer beyond FP32 rounding. Not bit for bit: OpenBLAS
 // runs a row through a different micro-kernel path depending on its position in the M blocking
 // (measured: rows 0-5 and 13-15 of a 16-row batch differ from the row alone by 1-3 ULP, rows 6-12
-// are identical), so the bound is a few ULPs of the row's scale, 10x tighter than the reference
-// bound.
+// are identical). How far apart the two paths land depends on the CPU OpenBLAS picks its kernels
+// for: 1-3 ULP of the row's scale on AMD Zen 4, 1.37e-6 (~11 ULP) on row 11 on an Intel
+// Sapphire Rapids VM (OpenBLAS 0.3.21). So the bound is tens of ULPs, half the reference bound;
+// a row mixed with another's, or read from the wrong offset, is off by O(1).
 TEST_F(MlpModelTest, EveryRowOfABatchMatchesTheRowComputedAlone) {
   WriteLayers({784, 512, 512, 10});
   constexpr int kMaxBatch = 16;
@@ -291,7 +293,7 @@ TEST_F(MlpModelTest, EveryRowOfABatchMatchesTheRowComputedAlone) {
       const std::vector<double> alone_as_double(alone.begin(), alone.end());
       const std::vector<float> batched_row(batched.begin() + r * 10,
                                            batched.begin() + (r + 1) * 10);
-      EXPECT_LT(MaxRowRelativeError(batched_row, alone_as_double, 1), 1e-6)
+      EXPECT_LT(MaxRowRelativeError(batched_row, alone_as_double, 1), 5e-6)
           << "row " << r << ", output " << output;
     }
   }

@@ -35,6 +35,9 @@ TEST_F(CudaKernelsTest, AddSubMatchesTheCpuDefinition) {
   auto* base = static_cast<int32_t*>(d->get());
   ASSERT_EQ(cudaMemcpy(base, a.data(), kCount * 4, cudaMemcpyHostToDevice), cudaSuccess);
   ASSERT_EQ(cudaMemcpy(base + kCount, b.data(), kCount * 4, cudaMemcpyHostToDevice), cudaSuccess);
+  // cudaMemcpy from pageable memory may return before the data lands, and runs on the legacy
+  // stream, which the non-blocking stream below does not wait for.
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   ASSERT_TRUE(LaunchAddSubInt32(base, base + kCount, base + 2 * kCount, base + 3 * kCount, kCount,
                                 stream->get())
                   .ok());
@@ -64,6 +67,9 @@ TEST_F(CudaKernelsTest, CountersCountBatchesItemsAndNonFiniteOutputs) {
   host[4000] = 0.f / 0.f;
   ASSERT_EQ(cudaMemcpy(outputs->get(), host.data(), host.size() * 4, cudaMemcpyHostToDevice),
             cudaSuccess);
+  // The memset and the copy ran on the legacy stream: finish them before the non-blocking
+  // stream's kernels read.
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   auto* c = static_cast<DeviceCounters*>(counters->get());
   for (int i = 0; i < 10; ++i) {
     ASSERT_TRUE(LaunchCountBatch(c, 3, i % 2, static_cast<const float*>(outputs->get()), 4096,
