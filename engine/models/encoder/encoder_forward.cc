@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <limits>
 
 #include "engine/models/encoder/encoder_gemm.h"
@@ -61,38 +62,75 @@ void PackedBatch::Clear() {
   offsets.assign(1, 0);
 }
 
-void EncoderWorkspace::Reserve(const EncoderNetwork& net, int64_t tokens, int sequences,
-                               int64_t longest) {
+void EncoderWorkspace::Reserve(const EncoderNetwork& net, int64_t tokens, int64_t chunk_tokens,
+                               int sequences, int64_t longest) {
   auto grow = [](std::vector<float>& v, int64_t size) {
     if (static_cast<int64_t>(v.size()) < size) v.resize(static_cast<size_t>(size));
   };
   const int64_t h = net.hidden;
   grow(hidden_, tokens * h);
-  grow(qkv_, tokens * 3 * h);
-  grow(context_, tokens * h);
-  grow(projected_, tokens * h);
-  grow(intermediate_, tokens * net.intermediate);
+  grow(qkv_, chunk_tokens * 3 * h);
+  grow(context_, chunk_tokens * h);
+  grow(projected_, chunk_tokens * h);
+  grow(intermediate_, chunk_tokens * net.intermediate);
   grow(scores_, longest * longest);
   grow(mask_add_, tokens);
   grow(first_tokens_, int64_t{sequences} * h);
   grow(head_, int64_t{sequences} * h);
 }
 
-void Forward(const EncoderNetwork& net, const PackedBatch& batch, EncoderWorkspace& ws) {
+// Token rows per pass through the layers (kForwardChunkTokens). A chunk's activations stay in the
+// core's caches (MiniLM at 512 tokens: intermediate 3 MiB, QKV 2.3 MiB), where a whole large batch
+// streams them through memory between every GEMM and its element-wise kernel (4096 tokens of
+// MiniLM: a 24 MiB intermediate); the price is that each chunk reads the layer weights again,
+// which 512 tokens amortize (256 did not for the BERT-base shape, whose layers hold 7 MiB each).
+// Measured in docs/performance.md ("Encoder packed GEMM", "Chunked forward pass").
+int64_t ForwardChunkTokens() {
+  static const int64_t chunk = [] {
+    const char* value = std::getenv("SLUICE_ENCODER_CHUNK_TOKENS");
+    if (value == nullptr) return kForwardChunkTokens;
+    const long long parsed = std::atoll(value);
+    return parsed > 0 ? static_cast<int64_t>(parsed) : std::numeric_limits<int64_t>::max();
+  }();
+  return chunk;
+}
+
+namespace {
+
+// The sequences [first, end) of the next chunk: whole sequences while they fit in `budget`
+// tokens, and always at least one (a longer sequence is a chunk of its own).
+int ChunkEnd(const PackedBatch& batch, int first, int64_t budget) {
+  int end = first + 1;
+  while (end < batch.sequences() && batch.offsets[end + 1] - batch.offsets[first] <= budget) {
+    ++end;
+  }
+  return end;
+}
+
+}  // namespace
+
+void Forward(const EncoderNetwork& net, const PackedBatch& batch, EncoderWorkspace& ws,
+             int64_t chunk_tokens) {
   const int64_t tokens = batch.tokens();
+  const int64_t budget = std::max<int64_t>(chunk_tokens, 1);
   int64_t longest = 0;
+  int64_t widest = 0;  // the most tokens of one chunk: the layers' scratch is sized for it
   for (int s = 0; s < batch.sequences(); ++s) {
     longest = std::max(longest, batch.offsets[s + 1] - batch.offsets[s]);
   }
-  ws.Reserve(net, tokens, batch.sequences(), longest);
+  for (int s = 0; s < batch.sequences();) {
+    const int end = ChunkEnd(batch, s, budget);
+    widest = std::max(widest, batch.offsets[end] - batch.offsets[s]);
+    s = end;
+  }
+  ws.Reserve(net, tokens, widest, batch.sequences(), longest);
   const int h = net.hidden;
-  float* x = ws.hidden_.data();
 
   // Embeddings: word + token type + position (HF's order of addition), then LayerNorm.
   for (int64_t t = 0; t < tokens; ++t) {
     const float* word = net.word_embeddings.data() + int64_t{batch.token_ids[t]} * h;
     const float* position = net.position_embeddings.data() + int64_t{batch.positions[t]} * h;
-    float* xt = x + t * h;
+    float* xt = ws.hidden_.data() + t * h;
     if (!net.type_embeddings.empty()) {
       const float* type = net.type_embeddings.data() + int64_t{batch.token_types[t]} * h;
       for (int j = 0; j < h; ++j) xt[j] = word[j] + type[j] + position[j];
@@ -101,35 +139,45 @@ void Forward(const EncoderNetwork& net, const PackedBatch& batch, EncoderWorkspa
     }
   }
   const kernels::KernelTable& k = kernels::Get();
-  k.layer_norm(x, net.embedding_norm_gamma.data(), net.embedding_norm_beta.data(), tokens, h,
-               net.layer_norm_eps);
+  k.layer_norm(ws.hidden_.data(), net.embedding_norm_gamma.data(), net.embedding_norm_beta.data(),
+               tokens, h, net.layer_norm_eps);
   // The attention's additive key mask: 0 for an attended token, -inf for a masked one.
   for (int64_t t = 0; t < tokens; ++t) {
     ws.mask_add_[t] = batch.attend[t] ? 0.0f : -std::numeric_limits<float>::infinity();
   }
 
-  for (const EncoderLayer& layer : net.encoder_layers) {
-    // One GEMM for query, key and value, the bias its accumulators' starting value.
-    float* qkv = ws.qkv_.data();
-    PackedGemm(x, tokens, layer.qkv_weight, layer.qkv_bias.data(), qkv);
-    for (int s = 0; s < batch.sequences(); ++s) {
-      const int64_t begin = batch.offsets[s];
-      const int n = static_cast<int>(batch.offsets[s + 1] - begin);
-      SequenceAttention(net, k, qkv, ws.mask_add_.data(), begin, n, ws.scores_.data(),
-                        ws.context_.data());
+  // Every layer over one chunk of whole sequences, then the next chunk: a sequence's rows meet
+  // only their own sequence's (attention) and every GEMM row is computed alone, so the answers
+  // are the same bits as one pass over the whole batch.
+  for (int first = 0; first < batch.sequences();) {
+    const int end = ChunkEnd(batch, first, budget);
+    const int64_t t0 = batch.offsets[first];
+    const int64_t rows = batch.offsets[end] - t0;
+    float* x = ws.hidden_.data() + t0 * h;
+    const float* mask_add = ws.mask_add_.data() + t0;
+    for (const EncoderLayer& layer : net.encoder_layers) {
+      // One GEMM for query, key and value, the bias its accumulators' starting value.
+      float* qkv = ws.qkv_.data();
+      PackedGemm(x, rows, layer.qkv_weight, layer.qkv_bias.data(), qkv);
+      for (int s = first; s < end; ++s) {
+        const int64_t begin = batch.offsets[s] - t0;
+        const int n = static_cast<int>(batch.offsets[s + 1] - batch.offsets[s]);
+        SequenceAttention(net, k, qkv, mask_add, begin, n, ws.scores_.data(), ws.context_.data());
+      }
+      PackedGemm(ws.context_.data(), rows, layer.attention_out_weight, nullptr,
+                 ws.projected_.data());
+      k.bias_residual_layer_norm(ws.projected_.data(), layer.attention_out_bias.data(),
+                                 layer.attention_norm_gamma.data(),
+                                 layer.attention_norm_beta.data(), rows, h, net.layer_norm_eps, x);
+      PackedGemm(x, rows, layer.intermediate_weight, nullptr, ws.intermediate_.data());
+      k.bias_activate(ws.intermediate_.data(), layer.intermediate_bias.data(), rows,
+                      net.intermediate, net.activation);
+      PackedGemm(ws.intermediate_.data(), rows, layer.output_weight, nullptr, ws.projected_.data());
+      k.bias_residual_layer_norm(ws.projected_.data(), layer.output_bias.data(),
+                                 layer.output_norm_gamma.data(), layer.output_norm_beta.data(),
+                                 rows, h, net.layer_norm_eps, x);
     }
-    PackedGemm(ws.context_.data(), tokens, layer.attention_out_weight, nullptr,
-               ws.projected_.data());
-    k.bias_residual_layer_norm(ws.projected_.data(), layer.attention_out_bias.data(),
-                               layer.attention_norm_gamma.data(), layer.attention_norm_beta.data(),
-                               tokens, h, net.layer_norm_eps, x);
-    PackedGemm(x, tokens, layer.intermediate_weight, nullptr, ws.intermediate_.data());
-    k.bias_activate(ws.intermediate_.data(), layer.intermediate_bias.data(), tokens,
-                    net.intermediate, net.activation);
-    PackedGemm(ws.intermediate_.data(), tokens, layer.output_weight, nullptr, ws.projected_.data());
-    k.bias_residual_layer_norm(ws.projected_.data(), layer.output_bias.data(),
-                               layer.output_norm_gamma.data(), layer.output_norm_beta.data(),
-                               tokens, h, net.layer_norm_eps, x);
+    first = end;
   }
 }
 

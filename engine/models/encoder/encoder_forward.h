@@ -48,16 +48,18 @@ class EncoderWorkspace {
   const float* hidden() const { return hidden_.data(); }
 
  private:
-  friend void Forward(const EncoderNetwork&, const PackedBatch&, EncoderWorkspace&);
+  friend void Forward(const EncoderNetwork&, const PackedBatch&, EncoderWorkspace&, int64_t);
   friend void PoolerOutput(const EncoderNetwork&, const PackedBatch&, EncoderWorkspace&, float*);
   friend void Logits(const EncoderNetwork&, const PackedBatch&, EncoderWorkspace&, float*);
-  void Reserve(const EncoderNetwork& net, int64_t tokens, int sequences, int64_t longest);
+  // T tokens in the batch, C in its widest chunk (Forward's pass through the layers).
+  void Reserve(const EncoderNetwork& net, int64_t tokens, int64_t chunk_tokens, int sequences,
+               int64_t longest);
 
   std::vector<float> hidden_;        // [T, H]
-  std::vector<float> qkv_;           // [T, 3H]
-  std::vector<float> context_;       // [T, H]
-  std::vector<float> projected_;     // [T, H]
-  std::vector<float> intermediate_;  // [T, I]
+  std::vector<float> qkv_;           // [C, 3H]
+  std::vector<float> context_;       // [C, H]
+  std::vector<float> projected_;     // [C, H]
+  std::vector<float> intermediate_;  // [C, I]
   std::vector<float> scores_;        // [longest, longest]
   std::vector<float> mask_add_;      // [T]: 0 attended, -inf masked (the softmax's key mask)
   std::vector<float> first_tokens_;  // [S, H]
@@ -65,7 +67,16 @@ class EncoderWorkspace {
 };
 
 // Runs the encoder over `batch`; the result is workspace.hidden().
-void Forward(const EncoderNetwork& net, const PackedBatch& batch, EncoderWorkspace& workspace);
+// Forward takes whole sequences through the layers in chunks of at most this many tokens (a
+// longer sequence alone; why: encoder_forward.cc). ForwardChunkTokens() is this, or
+// SLUICE_ENCODER_CHUNK_TOKENS where set (benchmarks; 0 or less: the whole batch at once).
+inline constexpr int64_t kForwardChunkTokens = 512;
+int64_t ForwardChunkTokens();
+
+// The last layer's hidden states of `batch` into workspace.hidden(). The chunking does not change
+// a bit of the answer (each GEMM row and each sequence's attention is computed alone).
+void Forward(const EncoderNetwork& net, const PackedBatch& batch, EncoderWorkspace& workspace,
+             int64_t chunk_tokens = ForwardChunkTokens());
 
 // The `embedding` of sequence `s` after Forward: [embedding_size()] floats written to `out`
 // (pooling modes in sentence-transformers' order cls, max, mean, mean_sqrt_len; then L2

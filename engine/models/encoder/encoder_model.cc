@@ -621,10 +621,15 @@ absl::StatusOr<std::unique_ptr<Model>> CreateEncoderModel(const ModelSpec& spec)
   const int64_t tokens = config.ragged_batching.has_value()
                              ? config.ragged_batching->max_batch_tokens
                              : kDefaultEncoderMaxBatchTokens;
-  const int64_t per_token = 6 * int64_t{shape.hidden} + shape.intermediate;
+  // The hidden states of every token, and the layers' activations (QKV, context, projection,
+  // intermediate) of one chunk of the forward pass: at most the chunk or one longest sequence.
+  const int64_t per_chunk_token = 5 * int64_t{shape.hidden} + shape.intermediate;
   const int64_t longest = shape.max_sequence_length;
+  const int64_t chunk = std::min(tokens, std::max(encoder::ForwardChunkTokens(), longest));
   const int64_t scratch = SaturatingMul(
-      SaturatingAdd(SaturatingMul(tokens, per_token), SaturatingMul(longest, longest)),
+      SaturatingAdd(
+          SaturatingAdd(SaturatingMul(tokens, shape.hidden), SaturatingMul(chunk, per_chunk_token)),
+          SaturatingMul(longest, longest)),
       sizeof(float));
   if (absl::Status status =
           CheckLoadBytes(config, spec.limits, scratch, shape.weight_bytes,

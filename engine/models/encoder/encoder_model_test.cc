@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <limits>
 #include <map>
 #include <memory>
 #include <random>
@@ -21,6 +22,8 @@
 #include "absl/strings/str_cat.h"
 #include "engine/backend.h"
 #include "engine/engine.h"
+#include "engine/models/encoder/encoder_forward.h"
+#include "engine/models/encoder/encoder_network.h"
 #include "engine/models/safetensors.h"
 #include "engine/testing/answer.h"
 #include "gmock/gmock.h"
@@ -270,6 +273,42 @@ TEST_F(EncoderModelTest, NormalizeParameter) {
   bad.parameters["normalize"] = "yes";
   EXPECT_THAT(CreateEncoderModel(Spec(folder, bad)).status().message(),
               HasSubstr("'normalize' = 'yes'"));
+}
+
+// The forward pass takes a large batch through the layers in chunks of whole sequences (cache
+// locality, encoder_forward.cc); every chunking must give the bits of one pass over the batch.
+TEST_F(EncoderModelTest, ChunkedForwardPassGivesTheBitsOfOnePass) {
+  absl::StatusOr<std::shared_ptr<const encoder::EncoderNetwork>> net =
+      encoder::LoadEncoderNetwork(Write(TinyBert(3)), encoder::EncoderLoadOptions{});
+  ASSERT_TRUE(net.ok()) << net.status();
+  encoder::PackedBatch batch;
+  std::mt19937 rng(5);
+  for (int n : {3, 9, 1, 16, 7, 2, 12}) {
+    for (int i = 0; i < n; ++i) {
+      batch.token_ids.push_back(static_cast<int32_t>(rng() % kVocab));
+      batch.token_types.push_back(i % 2);
+      batch.positions.push_back(i);
+      batch.attend.push_back(i == 1 && n > 2 ? 0 : 1);  // a masked token inside the sequence
+    }
+    batch.offsets.push_back(batch.offsets.back() + n);
+  }
+  encoder::EncoderWorkspace whole;
+  encoder::Forward(**net, batch, whole, std::numeric_limits<int64_t>::max());
+  const std::vector<float> expected(whole.hidden(), whole.hidden() + batch.tokens() * kHidden);
+  // 1: a chunk per sequence; 8: the 9- and 16-token sequences alone, the others grouped; 31, 50:
+  // chunks of several sequences of every length.
+  for (int64_t chunk : {1, 8, 16, 31, 50}) {
+    encoder::EncoderWorkspace ws;
+    encoder::Forward(**net, batch, ws, chunk);
+    const std::vector<float> got(ws.hidden(), ws.hidden() + batch.tokens() * kHidden);
+    EXPECT_EQ(got, expected) << "chunks of at most " << chunk << " tokens";
+  }
+  // A workspace first sized by a small chunking, then reused for the whole batch at once.
+  encoder::EncoderWorkspace reused;
+  encoder::Forward(**net, batch, reused, 1);
+  encoder::Forward(**net, batch, reused, std::numeric_limits<int64_t>::max());
+  EXPECT_EQ(std::vector<float>(reused.hidden(), reused.hidden() + batch.tokens() * kHidden),
+            expected);
 }
 
 class EncoderEngineTest : public EncoderModelTest {
