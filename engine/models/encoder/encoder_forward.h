@@ -66,15 +66,14 @@ class EncoderWorkspace {
   std::vector<float> head_;          // [S, H]
 };
 
-// Runs the encoder over `batch`; the result is workspace.hidden().
 // Forward takes whole sequences through the layers in chunks of at most this many tokens (a
 // longer sequence alone; why: encoder_forward.cc). ForwardChunkTokens() is this, or
 // SLUICE_ENCODER_CHUNK_TOKENS where set (benchmarks; 0 or less: the whole batch at once).
 inline constexpr int64_t kForwardChunkTokens = 512;
 int64_t ForwardChunkTokens();
 
-// The last layer's hidden states of `batch` into workspace.hidden(). The chunking does not change
-// a bit of the answer (each GEMM row and each sequence's attention is computed alone).
+// Runs the encoder over `batch`; the result is workspace.hidden(). The chunking does not change a
+// bit of the answer (each GEMM row and each sequence's attention is computed alone).
 void Forward(const EncoderNetwork& net, const PackedBatch& batch, EncoderWorkspace& workspace,
              int64_t chunk_tokens = ForwardChunkTokens());
 
