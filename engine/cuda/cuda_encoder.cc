@@ -35,6 +35,7 @@
 #include "engine/cuda/cuda_check.h"
 #include "engine/cuda/cuda_handles.h"
 #include "engine/cuda/cuda_model.h"
+#include "engine/cuda/element_upload.h"
 #include "engine/cuda/kernels/dense_epilogue.cuh"
 #include "engine/cuda/kernels/encoder_kernels.cuh"
 #include "engine/models/encoder/encoder_batch.h"
@@ -51,19 +52,6 @@ constexpr size_t kWorkspaceBytes = 32u << 20;
 constexpr size_t kAlignment = 256;
 
 size_t AlignUp(size_t bytes) { return (bytes + kAlignment - 1) / kAlignment * kAlignment; }
-size_t ElementBytes(ElementType type) { return type == ElementType::kFp32 ? 4 : 2; }
-
-cudaDataType_t CudaType(ElementType type) {
-  switch (type) {
-    case ElementType::kFp16:
-      return CUDA_R_16F;
-    case ElementType::kBf16:
-      return CUDA_R_16BF;
-    case ElementType::kFp32:
-      break;
-  }
-  return CUDA_R_32F;
-}
 
 // cuBLASLt has nothing for this GEMM: the heuristic found no algorithm (NotFound, from
 // PickMatmulAlgo) or refused the combination of types, layouts and epilogue outright
@@ -71,10 +59,6 @@ cudaDataType_t CudaType(ElementType type) {
 bool NoAlgorithm(const absl::Status& status) {
   return absl::IsNotFound(status) ||
          absl::StrContains(status.message(), "CUBLAS_STATUS_NOT_SUPPORTED");
-}
-
-const char* ElementTypeName(ElementType type) {
-  return type == ElementType::kFp16 ? "FP16" : type == ElementType::kBf16 ? "BF16" : "FP32";
 }
 
 // Where a packed batch lies in a slot's input block (all int32, each array 256-byte aligned).
@@ -248,26 +232,9 @@ class CudaEncoder final : public CudaRaggedModel {
 
 absl::StatusOr<DeviceBuffer> CudaEncoder::UploadAs(const std::vector<float>& values,
                                                    ElementType type) {
-  cudaStream_t stream = upload_stream_->get();
-  const size_t count = std::max<size_t>(values.size(), 1);
-  ASSIGN_OR_RETURN(DeviceBuffer result, DeviceBuffer::Create(device_, count * ElementBytes(type)));
-  weight_bytes_ += count * ElementBytes(type);
-  if (values.empty()) return result;
-  if (type == ElementType::kFp32) {
-    CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(result.get(), values.data(), values.size() * 4,
-                                         cudaMemcpyHostToDevice, stream));
-  } else {
-    ASSIGN_OR_RETURN(DeviceBuffer staging, DeviceBuffer::Create(device_, values.size() * 4));
-    CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(staging.get(), values.data(), values.size() * 4,
-                                         cudaMemcpyHostToDevice, stream));
-    RETURN_IF_ERROR(LaunchConvertFromFloat(static_cast<const float*>(staging.get()), result.get(),
-                                           type, static_cast<int64_t>(values.size()), stream));
-    // Load time, off the request path: wait so that `staging` may be freed.
-    CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
-  }
-  // The host vector is pageable: the copy above returned only once it was staged, but wait
-  // anyway so that every upload has landed before the first batch.
-  CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
+  ASSIGN_OR_RETURN(DeviceBuffer result,
+                   cuda::UploadAs(device_, values, type, upload_stream_->get()));
+  weight_bytes_ += std::max<size_t>(values.size(), 1) * ElementBytes(type);
   return result;
 }
 

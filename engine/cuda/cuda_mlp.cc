@@ -24,6 +24,7 @@
 #include "engine/cuda/cuda_check.h"
 #include "engine/cuda/cuda_handles.h"
 #include "engine/cuda/cuda_model.h"
+#include "engine/cuda/element_upload.h"
 #include "engine/cuda/kernels/dense_epilogue.cuh"
 #include "engine/models/mlp_model.h"
 
@@ -34,20 +35,6 @@ using cpu::Activation;
 
 // cuBLASLt's recommended workspace for Hopper; allocated once per instance.
 constexpr size_t kWorkspaceBytes = 32u << 20;
-
-size_t ElementBytes(ElementType type) { return type == ElementType::kFp32 ? 4 : 2; }
-
-cudaDataType_t CudaType(ElementType type) {
-  switch (type) {
-    case ElementType::kFp16:
-      return CUDA_R_16F;
-    case ElementType::kBf16:
-      return CUDA_R_16BF;
-    case ElementType::kFp32:
-      break;
-  }
-  return CUDA_R_32F;
-}
 
 DeviceActivation ToDevice(Activation activation) {
   switch (activation) {
@@ -167,21 +154,6 @@ class CudaMlpInstance final : public CudaModelInstance {
   std::vector<DeviceBuffer> scratch_;
 };
 
-// Uploads FP32 `values` to a new device buffer of `type` (converted on the device).
-absl::StatusOr<DeviceBuffer> Upload(int device, const std::vector<float>& values, ElementType type,
-                                    cudaStream_t stream) {
-  ASSIGN_OR_RETURN(DeviceBuffer staging, DeviceBuffer::Create(device, values.size() * 4));
-  ASSIGN_OR_RETURN(DeviceBuffer result,
-                   DeviceBuffer::Create(device, values.size() * ElementBytes(type)));
-  CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(staging.get(), values.data(), values.size() * 4,
-                                       cudaMemcpyHostToDevice, stream));
-  RETURN_IF_ERROR(LaunchConvertFromFloat(static_cast<const float*>(staging.get()), result.get(),
-                                         type, static_cast<int64_t>(values.size()), stream));
-  // Load time, off the request path: wait so that `staging` may be freed.
-  CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
-  return result;
-}
-
 absl::Status CudaMlpInstance::AddLayer(const cpu::DenseLayer& dense, bool last, bool allow_tf32) {
   const ElementType output_type = last ? ElementType::kFp32 : compute_type_;
   const cublasComputeType_t compute = compute_type_ == ElementType::kFp32 && allow_tf32
@@ -195,7 +167,8 @@ absl::Status CudaMlpInstance::AddLayer(const cpu::DenseLayer& dense, bool last, 
   ASSIGN_OR_RETURN(MatrixLayout a, MatrixLayout::Create(CudaType(compute_type_), dense.in_features,
                                                         dense.out_features, dense.in_features));
   ASSIGN_OR_RETURN(CudaStream stream, CudaStream::Create(device_));
-  ASSIGN_OR_RETURN(DeviceBuffer weight, Upload(device_, dense.weight, compute_type_, stream.get()));
+  ASSIGN_OR_RETURN(DeviceBuffer weight,
+                   UploadAs(device_, dense.weight, compute_type_, stream.get()));
   GpuLayer layer{.in = dense.in_features,
                  .out = dense.out_features,
                  .output_type = output_type,
@@ -205,7 +178,7 @@ absl::Status CudaMlpInstance::AddLayer(const cpu::DenseLayer& dense, bool last, 
                  .a = std::move(a)};
   const bool has_bias = !dense.bias.empty();
   if (has_bias) {
-    ASSIGN_OR_RETURN(DeviceBuffer bias, Upload(device_, dense.bias, output_type, stream.get()));
+    ASSIGN_OR_RETURN(DeviceBuffer bias, UploadAs(device_, dense.bias, output_type, stream.get()));
     layer.bias = std::move(bias);
   }
   // The fused epilogue where cuBLASLt has one; its GELU is the tanh approximation.
