@@ -83,6 +83,22 @@ std::pair<double, double> SgemmGflops() {
   return {flops / seconds / 1e9, flops / cpu / 1e9};
 }
 
+// One-thread GFLOP/s by CPU time of `run` (`flops` a call), after one warm-up call, called until
+// `seconds` of CPU time have passed.
+template <typename Run>
+double GflopsByCpuTime(Run& run, double flops, double seconds) {
+  run();  // warm-up
+  int runs = 0;
+  const double start = CpuSeconds();
+  double elapsed = 0;
+  do {
+    run();
+    ++runs;
+    elapsed = CpuSeconds() - start;
+  } while (elapsed < seconds);
+  return flops * runs / elapsed / 1e9;
+}
+
 extern "C" char* openblas_get_corename(void);
 
 // One-thread GFLOP/s by CPU time of C[m, n] = A[m, k] B for `seconds` of CPU time, B as [n, k]
@@ -94,16 +110,7 @@ double GemmGflops(int m, int n, int k, bool transposed, double seconds) {
     cblas_sgemm(CblasRowMajor, CblasNoTrans, transposed ? CblasTrans : CblasNoTrans, m, n, k, 1.0f,
                 a.data(), k, b.data(), transposed ? k : n, 0.0f, c.data(), n);
   };
-  run();  // warm-up
-  int runs = 0;
-  const double start = CpuSeconds();
-  double elapsed = 0;
-  do {
-    run();
-    ++runs;
-    elapsed = CpuSeconds() - start;
-  } while (elapsed < seconds);
-  return 2.0 * m * n * k * runs / elapsed / 1e9;
+  return GflopsByCpuTime(run, 2.0 * m * n * k, seconds);
 }
 
 // One-thread GFLOP/s by CPU time of the encoder's packed GEMM, C[m, n] = A[m, k] W^T with W [n, k]
@@ -122,16 +129,7 @@ double PackedGemmGflops(int m, int n, int k, double seconds, bool cold) {
     engine::models::encoder::PackedGemm(a.data(), m, packed[next], nullptr, c.data());
     next = (next + 1) % packed.size();
   };
-  run();  // warm-up
-  int runs = 0;
-  const double start = CpuSeconds();
-  double elapsed = 0;
-  do {
-    run();
-    ++runs;
-    elapsed = CpuSeconds() - start;
-  } while (elapsed < seconds);
-  return 2.0 * m * n * k * runs / elapsed / 1e9;
+  return GflopsByCpuTime(run, 2.0 * m * n * k, seconds);
 }
 
 int Main(int argc, char** argv) {
