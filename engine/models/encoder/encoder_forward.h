@@ -61,6 +61,10 @@ class EncoderWorkspace {
   std::vector<float> projected_;     // [C, H]
   std::vector<float> intermediate_;  // [C, I]
   std::vector<float> scores_;        // [longest, longest]
+  // One head's keys and values in the GEMM's panel layout (PackPanels), 64-byte aligned within.
+  std::vector<float> panels_;
+  float* key_panels_ = nullptr;
+  float* value_panels_ = nullptr;
   std::vector<float> mask_add_;      // [T]: 0 attended, -inf masked (the softmax's key mask)
   std::vector<float> first_tokens_;  // [S, H]
   std::vector<float> head_;          // [S, H]

@@ -77,6 +77,36 @@ constexpr int kNcPanels = 16;
 
 }  // namespace
 
+int64_t PanelFloats(int n, int k) {
+  return int64_t{(n + kPanelWidth - 1) / kPanelWidth} * k * kPanelWidth;
+}
+
+void PackPanels(const float* w, int64_t ldw, int n, int k, float* out) {
+  const int panels = (n + kPanelWidth - 1) / kPanelWidth;
+  for (int panel = 0; panel < panels; ++panel) {
+    for (int p = 0; p < k; ++p) {
+      for (int c = 0; c < kPanelWidth; ++c) {
+        const int row = panel * kPanelWidth + c;
+        *out++ = row < n ? w[int64_t{row} * ldw + p] : 0.0f;
+      }
+    }
+  }
+}
+
+void PackTransposedPanels(const float* v, int64_t ldv, int k, int n, float* out) {
+  const int panels = (n + kPanelWidth - 1) / kPanelWidth;
+  for (int panel = 0; panel < panels; ++panel) {
+    const int col = panel * kPanelWidth;
+    const int width = std::min(kPanelWidth, n - col);
+    for (int p = 0; p < k; ++p) {
+      const float* row = v + int64_t{p} * ldv + col;
+      std::copy_n(row, width, out);
+      std::fill(out + width, out + kPanelWidth, 0.0f);
+      out += kPanelWidth;
+    }
+  }
+}
+
 PackedWeights PackedWeights::Pack(const std::vector<float>& w, int n, int k) {
   CHECK(n > 0 && k > 0 && static_cast<int64_t>(w.size()) == int64_t{n} * k);
   PackedWeights packed;
@@ -84,15 +114,7 @@ PackedWeights PackedWeights::Pack(const std::vector<float>& w, int n, int k) {
   packed.k_ = k;
   const int64_t floats = packed.bytes() / 4;
   packed.data_.reset(new (std::align_val_t{64}) float[static_cast<size_t>(floats)]);
-  float* out = packed.data_.get();
-  for (int panel = 0; panel < packed.panels(); ++panel) {
-    for (int p = 0; p < k; ++p) {
-      for (int c = 0; c < kPanelWidth; ++c) {
-        const int row = panel * kPanelWidth + c;
-        *out++ = row < n ? w[static_cast<size_t>(int64_t{row} * k + p)] : 0.0f;
-      }
-    }
-  }
+  PackPanels(w.data(), k, n, k, packed.data_.get());
   return packed;
 }
 
@@ -106,12 +128,10 @@ std::vector<float> PackedWeights::Unpack() const {
   return w;
 }
 
-void PackedGemm(const gemm::GemmKernel& kernel, const float* x, int64_t rows,
-                const PackedWeights& w, const float* bias, float* y) {
-  const int n = w.n();
-  const int k = w.k();
-  const int panels = w.panels();
-  const int64_t stride = w.panel_stride();
+void PanelGemm(const gemm::GemmKernel& kernel, const float* x, int64_t ldx, int64_t rows,
+               const float* packed, int n, int k, const float* bias, float* y, int64_t ldy) {
+  const int panels = (n + kPanelWidth - 1) / kPanelWidth;
+  const int64_t stride = int64_t{k} * kPanelWidth;
   const int k_blocks = (k + kKc - 1) / kKc;
   const int kc_even = (k + k_blocks - 1) / k_blocks;
   // A tile whose columns run past n (the last, partial panel) is computed into `edge` and copied.
@@ -130,7 +150,7 @@ void PackedGemm(const gemm::GemmKernel& kernel, const float* x, int64_t rows,
           const int np = std::min(kernel.np, panels - jp);
           const int col = jp * kPanelWidth;
           const int width = std::min(np * kPanelWidth, n - col);
-          const float* b = w.data() + jp * stride + int64_t{pc} * kPanelWidth;
+          const float* b = packed + jp * stride + int64_t{pc} * kPanelWidth;
           const float* tile_bias = bias != nullptr ? bias + col : nullptr;
           if (width < np * kPanelWidth && init == gemm::TileInit::kBias) {
             std::fill_n(edge_bias, 2 * kPanelWidth, 0.0f);
@@ -143,30 +163,35 @@ void PackedGemm(const gemm::GemmKernel& kernel, const float* x, int64_t rows,
           if (jp + kernel.np < jc_end) {
             next = b + kernel.np * stride;
           } else if (pc + kc < k) {
-            next = w.data() + jc * stride + int64_t{pc + kc} * kPanelWidth;
+            next = packed + jc * stride + int64_t{pc + kc} * kPanelWidth;
           } else if (jc_end < panels) {
-            next = w.data() + jc_end * stride;
+            next = packed + jc_end * stride;
           }
           for (int64_t ir = 0; ir < mc; ir += kernel.mr) {
             const int mr = static_cast<int>(std::min<int64_t>(kernel.mr, mc - ir));
             const gemm::TileFn tile = kernel.tile[mr - 1][np - 1];
-            const float* xt = x + (ic + ir) * k + pc;
-            float* yt = y + (ic + ir) * n + col;
+            const float* xt = x + (ic + ir) * ldx + pc;
+            float* yt = y + (ic + ir) * ldy + col;
             if (width == np * kPanelWidth) {
-              tile(kc, xt, k, b, stride, yt, n, tile_bias, init, ir == 0 ? next : nullptr);
+              tile(kc, xt, ldx, b, stride, yt, ldy, tile_bias, init, ir == 0 ? next : nullptr);
               continue;
             }
             const int ld = np * kPanelWidth;
             if (init == gemm::TileInit::kLoad) {
-              for (int r = 0; r < mr; ++r) std::copy_n(yt + r * int64_t{n}, width, edge + r * ld);
+              for (int r = 0; r < mr; ++r) std::copy_n(yt + r * ldy, width, edge + r * ld);
             }
-            tile(kc, xt, k, b, stride, edge, ld, tile_bias, init, nullptr);
-            for (int r = 0; r < mr; ++r) std::copy_n(edge + r * ld, width, yt + r * int64_t{n});
+            tile(kc, xt, ldx, b, stride, edge, ld, tile_bias, init, nullptr);
+            for (int r = 0; r < mr; ++r) std::copy_n(edge + r * ld, width, yt + r * ldy);
           }
         }
       }
     }
   }
+}
+
+void PackedGemm(const gemm::GemmKernel& kernel, const float* x, int64_t rows,
+                const PackedWeights& w, const float* bias, float* y) {
+  PanelGemm(kernel, x, w.k(), rows, w.data(), w.n(), w.k(), bias, y, w.n());
 }
 
 void PackedGemm(const float* x, int64_t rows, const PackedWeights& w, const float* bias, float* y) {

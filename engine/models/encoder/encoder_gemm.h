@@ -103,6 +103,23 @@ const GemmKernel* Avx512();
 
 }  // namespace gemm
 
+// Writes the [n, k] matrix w (row stride ldw) into `out` in PackedWeights' panel layout:
+// ceil(n / 16) panels of k x 16 floats, the last padded with zeros. `out` holds
+// PanelFloats(n, k) floats. For operands packed per call (attention's keys).
+int64_t PanelFloats(int n, int k);
+void PackPanels(const float* w, int64_t ldw, int n, int k, float* out);
+// The same for W = v^T, where v is [k, n] (row stride ldv): panel row p is v's row p, 16 columns
+// at a time, so this is a copy of contiguous runs (attention's values, whose product with the
+// probabilities needs V as the right-hand side).
+void PackTransposedPanels(const float* v, int64_t ldv, int k, int n, float* out);
+
+// y[rows, n] (row stride ldy) = x[rows, k] (row stride ldx) x W^T (+ bias[n] per row where bias
+// is not null), W [n, k] in panels (PackPanels' layout), on the calling thread, with `kernel`.
+// Each y element is summed in increasing k whatever `rows` is, so a row's result does not depend
+// on the other rows.
+void PanelGemm(const gemm::GemmKernel& kernel, const float* x, int64_t ldx, int64_t rows,
+               const float* panels, int n, int k, const float* bias, float* y, int64_t ldy);
+
 // y[rows, w.n()] (row stride w.n()) = x[rows, w.k()] (row stride w.k()) x W^T (+ bias[w.n()] per
 // row where bias is not null), on the calling thread, with `kernel`.
 void PackedGemm(const gemm::GemmKernel& kernel, const float* x, int64_t rows,

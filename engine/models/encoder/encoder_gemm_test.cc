@@ -136,6 +136,56 @@ TEST(EncoderGemmTest, MatchesDoublePrecisionOnTheEncoderShapes) {
   }
 }
 
+// The attention's use: operands packed per call from strided rows (PackPanels for the keys,
+// PackTransposedPanels for the values), X read with a leading dimension wider than K and Y written
+// into a wider row (the per-head slices of QKV and of the context), columns beside Y's untouched.
+TEST(EncoderGemmTest, StridedPanelGemmMatchesDoublePrecisionAndWritesOnlyItsColumns) {
+  std::mt19937 rng(4);
+  for (const gemm::GemmKernel* kernel : Kernels()) {
+    for (int n : {5, 32, 64, 130}) {
+      for (int k : {7, 32, 128}) {
+        const int64_t m = 37;
+        const int64_t ldx = k + 9;
+        const int64_t ldw = k + 3;
+        const int64_t ldy = n + 11;
+        const std::vector<float> xs = Random(m * ldx, rng);
+        const std::vector<float> ws = Random(int64_t{n} * ldw, rng);
+        // The dense operands the reference reads.
+        std::vector<float> x(static_cast<size_t>(m * k));
+        std::vector<float> w(static_cast<size_t>(int64_t{n} * k));
+        for (int64_t i = 0; i < m; ++i)
+          for (int p = 0; p < k; ++p) x[i * k + p] = xs[i * ldx + p];
+        for (int j = 0; j < n; ++j)
+          for (int p = 0; p < k; ++p) w[int64_t{j} * k + p] = ws[j * ldw + p];
+        // w^T laid out [k, n] with a leading dimension, as the values are.
+        const int64_t ldv = n + 5;
+        std::vector<float> v(static_cast<size_t>(int64_t{k} * ldv), 7.0f);
+        for (int j = 0; j < n; ++j)
+          for (int p = 0; p < k; ++p) v[p * ldv + j] = w[int64_t{j} * k + p];
+
+        std::vector<float> direct(static_cast<size_t>(PanelFloats(n, k)), -1.0f);
+        std::vector<float> transposed(direct.size(), -2.0f);
+        PackPanels(ws.data(), ldw, n, k, direct.data());
+        PackTransposedPanels(v.data(), ldv, k, n, transposed.data());
+        ASSERT_EQ(direct, transposed) << "n=" << n << " k=" << k;
+        const PackedWeights packed = PackedWeights::Pack(w, n, k);
+        ASSERT_EQ(direct, std::vector<float>(packed.data(), packed.data() + direct.size()));
+
+        std::vector<float> ys(static_cast<size_t>(m * ldy), 3.0f);
+        PanelGemm(*kernel, xs.data(), ldx, m, direct.data(), n, k, nullptr, ys.data(), ldy);
+        std::vector<float> y(static_cast<size_t>(m * n));
+        for (int64_t i = 0; i < m; ++i) {
+          for (int j = 0; j < n; ++j) y[i * n + j] = ys[i * ldy + j];
+          for (int64_t j = n; j < ldy; ++j) ASSERT_EQ(ys[i * ldy + j], 3.0f) << "row " << i;
+        }
+        ExpectProduct(x, w, nullptr, m, n, k, y,
+                      std::string(kernel->name) + " strided n=" + std::to_string(n) +
+                          " k=" + std::to_string(k));
+      }
+    }
+  }
+}
+
 // A row's result does not depend on the other rows: the same bits alone as at any place in a
 // batch (the encoder's "a sequence's answer does not depend on its batch-mates").
 TEST(EncoderGemmTest, ARowsResultDoesNotDependOnItsBatchMates) {

@@ -32,9 +32,10 @@ struct KernelTable {
   // values[r] = act(values[r] + bias) for `rows` rows of `width`.
   void (*bias_activate)(float* values, const float* bias, int64_t rows, int width,
                         HiddenActivation activation);
-  // For each of `rows` rows of `n` scores: softmax(row + mask_add), where mask_add[j] is 0 for an
-  // attended key and -inf for a masked one (weight exactly 0). At least one key is attended.
-  void (*masked_softmax)(float* scores, const float* mask_add, int rows, int n);
+  // For each of `rows` rows of `n` scores: softmax(scale * row + mask_add), where mask_add[j] is 0
+  // for an attended key and -inf for a masked one (weight exactly 0). At least one key is
+  // attended. (The attention's 1/sqrt(d) rides here, not on the score GEMM.)
+  void (*masked_softmax)(float* scores, const float* mask_add, int rows, int n, float scale);
   // x[r] = LayerNorm(x[r] + y[r] + bias) (biased variance, as torch), each row read from memory
   // once (the mean and variance passes run over the row while it is in L1).
   void (*bias_residual_layer_norm)(const float* y, const float* bias, const float* gamma,

@@ -134,24 +134,47 @@ void BiasActivate(float* values, const float* bias, int64_t rows, int width,
   }
 }
 
-float RowMax(const float* row, const float* mask_add, int n) {
+float ScaledRowMax(float* row, const float* mask_add, int n, float scale) {
   float lanes[kLanes];
   for (float& lane : lanes) lane = -std::numeric_limits<float>::infinity();
   int j = 0;
   for (; j + kLanes <= n; j += kLanes) {
 #pragma GCC unroll 16
     for (int l = 0; l < kLanes; ++l) {
-      const float v = row[j + l] + mask_add[j + l];
+      const float v = row[j + l] * scale + mask_add[j + l];
+      row[j + l] = v;
       lanes[l] = v > lanes[l] ? v : lanes[l];
     }
   }
   float max = -std::numeric_limits<float>::infinity();
   for (; j < n; ++j) {
-    const float v = row[j] + mask_add[j];
+    const float v = row[j] * scale + mask_add[j];
+    row[j] = v;
     max = v > max ? v : max;
   }
   for (float lane : lanes) max = lane > max ? lane : max;
   return max;
+}
+
+// row[j] = exp(row[j] - max), returning their sum (in kLanes accumulators, as Sum).
+float ExpMinusMax(float* row, float max, int n) {
+  float lanes[kLanes] = {};
+  int j = 0;
+  for (; j + kLanes <= n; j += kLanes) {
+#pragma GCC unroll 16
+    for (int l = 0; l < kLanes; ++l) {
+      const float e = Exp(row[j + l] - max);
+      row[j + l] = e;
+      lanes[l] += e;
+    }
+  }
+  float sum = 0.0f;
+  for (; j < n; ++j) {
+    row[j] = Exp(row[j] - max);
+    sum += row[j];
+  }
+  for (float lane : lanes) sum += lane;
+  return sum;
 }
 
 float Sum(const float* x, int n) {
@@ -183,12 +206,13 @@ float SquaredDeviations(const float* x, float mean, int n) {
   return sum;
 }
 
-void MaskedSoftmax(float* scores, const float* mask_add, int rows, int n) {
+// Three passes over a row that stays in L1: scale + mask and the max, exp and the sum, the
+// division.
+void MaskedSoftmax(float* scores, const float* mask_add, int rows, int n, float scale) {
   for (int i = 0; i < rows; ++i) {
     float* row = scores + static_cast<int64_t>(i) * n;
-    const float max = RowMax(row, mask_add, n);
-    for (int j = 0; j < n; ++j) row[j] = Exp(row[j] + mask_add[j] - max);
-    const float inv = 1.0f / Sum(row, n);
+    const float max = ScaledRowMax(row, mask_add, n, scale);
+    const float inv = 1.0f / ExpMinusMax(row, max, n);
     for (int j = 0; j < n; ++j) row[j] *= inv;
   }
 }

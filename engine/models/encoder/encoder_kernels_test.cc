@@ -152,31 +152,37 @@ TEST(EncoderKernelsTest, GeluTanhAndReluMatchTheirFormulas) {
 TEST(EncoderKernelsTest, MaskedSoftmaxGivesMaskedKeysZeroAndMatchesDouble) {
   std::mt19937 rng(7);
   std::normal_distribution<float> normal(0.0f, 4.0f);
-  for (int n : {1, 2, 7, 16, 17, 33, 128, 130}) {
-    std::vector<float> mask_add(static_cast<size_t>(n), 0.0f);
-    for (int j = 1; j < n; j += 3) mask_add[j] = -std::numeric_limits<float>::infinity();
-    const int rows = 5;
-    std::vector<float> scores(static_cast<size_t>(rows) * n);
-    for (float& s : scores) s = normal(rng);
-    for (const KernelTable* table : Tables()) {
-      std::vector<float> out = scores;
-      table->masked_softmax(out.data(), mask_add.data(), rows, n);
-      for (int i = 0; i < rows; ++i) {
-        const float* in = scores.data() + static_cast<int64_t>(i) * n;
-        double max = -1e300;
-        for (int j = 0; j < n; ++j) {
-          if (mask_add[j] == 0) max = std::max(max, static_cast<double>(in[j]));
-        }
-        double sum = 0;
-        for (int j = 0; j < n; ++j) sum += mask_add[j] == 0 ? std::exp(in[j] - max) : 0.0;
-        for (int j = 0; j < n; ++j) {
-          const float got = out[static_cast<int64_t>(i) * n + j];
-          if (mask_add[j] != 0) {
-            ASSERT_EQ(got, 0.0f) << table->name << " n " << n;
-            continue;
+  // 1/sqrt(32): MiniLM's head size, a scale that is not a power of two.
+  for (float scale : {1.0f, 0.125f, 0.17677669f}) {
+    for (int n : {1, 2, 7, 16, 17, 33, 128, 130}) {
+      std::vector<float> mask_add(static_cast<size_t>(n), 0.0f);
+      for (int j = 1; j < n; j += 3) mask_add[j] = -std::numeric_limits<float>::infinity();
+      const int rows = 5;
+      std::vector<float> scores(static_cast<size_t>(rows) * n);
+      for (float& s : scores) s = normal(rng);
+      for (const KernelTable* table : Tables()) {
+        std::vector<float> out = scores;
+        table->masked_softmax(out.data(), mask_add.data(), rows, n, scale);
+        for (int i = 0; i < rows; ++i) {
+          const float* in = scores.data() + static_cast<int64_t>(i) * n;
+          double max = -1e300;
+          for (int j = 0; j < n; ++j) {
+            if (mask_add[j] == 0) max = std::max(max, double{scale} * in[j]);
           }
-          const double exact = std::exp(in[j] - max) / sum;
-          ASSERT_NEAR(got, exact, 1e-6 * exact + 1e-12) << table->name << " n " << n << " j " << j;
+          double sum = 0;
+          for (int j = 0; j < n; ++j) {
+            sum += mask_add[j] == 0 ? std::exp(double{scale} * in[j] - max) : 0.0;
+          }
+          for (int j = 0; j < n; ++j) {
+            const float got = out[static_cast<int64_t>(i) * n + j];
+            if (mask_add[j] != 0) {
+              ASSERT_EQ(got, 0.0f) << table->name << " n " << n;
+              continue;
+            }
+            const double exact = std::exp(double{scale} * in[j] - max) / sum;
+            ASSERT_NEAR(got, exact, 2e-6 * exact + 1e-12)
+                << table->name << " n " << n << " j " << j << " scale " << scale;
+          }
         }
       }
     }

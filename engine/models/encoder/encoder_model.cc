@@ -13,6 +13,7 @@
 #include "engine/cpu/dense.h"
 #include "engine/models/encoder/encoder_batch.h"
 #include "engine/models/encoder/encoder_forward.h"
+#include "engine/models/encoder/encoder_gemm.h"
 #include "engine/models/encoder/encoder_network.h"
 #include "text/tokenizer.h"
 
@@ -626,10 +627,13 @@ absl::StatusOr<std::unique_ptr<Model>> CreateEncoderModel(const ModelSpec& spec)
   const int64_t per_chunk_token = 5 * int64_t{shape.hidden} + shape.intermediate;
   const int64_t longest = shape.max_sequence_length;
   const int64_t chunk = std::min(tokens, std::max(encoder::ForwardChunkTokens(), longest));
+  // Attention: one head's scores, [longest, longest], and its keys and values in panels.
+  const int64_t head_panels = 2 * (longest + encoder::kPanelWidth) *
+                              (shape.head_size() + encoder::kPanelWidth);
   const int64_t scratch = SaturatingMul(
       SaturatingAdd(
           SaturatingAdd(SaturatingMul(tokens, shape.hidden), SaturatingMul(chunk, per_chunk_token)),
-          SaturatingMul(longest, longest)),
+          SaturatingAdd(SaturatingMul(longest, longest), head_panels)),
       sizeof(float));
   if (absl::Status status =
           CheckLoadBytes(config, spec.limits, scratch, shape.weight_bytes,
