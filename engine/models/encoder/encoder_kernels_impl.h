@@ -26,6 +26,33 @@ namespace {
 // latency. Every table uses the same number, hence the same order of additions.
 constexpr int kLanes = 16;
 
+// kLanes floats as one GCC/Clang vector (one zmm with AVX-512, two ymm with AVX2, four xmm with
+// SSE2), for the loops GCC 12 leaves scalar when written per element: a loop that stores into one
+// array while it takes a running max is not vectorized (the select on a float comparison stays a
+// scalar compare and branch-free integer move), and that was most of the softmax's time.
+typedef float Lanes __attribute__((vector_size(kLanes * sizeof(float))));
+typedef int32_t LaneMask __attribute__((vector_size(kLanes * sizeof(int32_t))));
+
+inline Lanes LoadLanes(const float* p) {
+  Lanes v;
+  __builtin_memcpy(&v, p, sizeof v);
+  return v;
+}
+
+inline void StoreLanes(float* p, Lanes v) { __builtin_memcpy(p, &v, sizeof v); }
+
+inline Lanes Splat(float value) {
+  Lanes v;
+  for (int l = 0; l < kLanes; ++l) v[l] = value;
+  return v;
+}
+
+// a > b ? a : b per lane, the scalar code's rule (b where either is NaN).
+inline Lanes LaneMax(Lanes a, Lanes b) {
+  const LaneMask greater = a > b;
+  return (Lanes)((greater & (LaneMask)a) | (~greater & (LaneMask)b));
+}
+
 // exp(y) for y in [-87.3, 88]; 0 below (exp(-87.3) is the smallest normal float); above 88 it
 // returns exp(88) (no caller needs more: the softmax's inputs are <= 0, the sigmoid's saturate).
 // exp(y) = 2^n exp(r), n = round(y / ln 2), r = y - n ln 2 in [-ln2/2, ln2/2] (ln 2 split in two
@@ -134,17 +161,15 @@ void BiasActivate(float* values, const float* bias, int64_t rows, int width,
   }
 }
 
+// row[j] = row[j] * scale + mask_add[j], returning the row's max.
 float ScaledRowMax(float* row, const float* mask_add, int n, float scale) {
-  float lanes[kLanes];
-  for (float& lane : lanes) lane = -std::numeric_limits<float>::infinity();
+  const Lanes scales = Splat(scale);
+  Lanes lanes = Splat(-std::numeric_limits<float>::infinity());
   int j = 0;
   for (; j + kLanes <= n; j += kLanes) {
-#pragma GCC unroll 16
-    for (int l = 0; l < kLanes; ++l) {
-      const float v = row[j + l] * scale + mask_add[j + l];
-      row[j + l] = v;
-      lanes[l] = v > lanes[l] ? v : lanes[l];
-    }
+    const Lanes v = LoadLanes(row + j) * scales + LoadLanes(mask_add + j);
+    StoreLanes(row + j, v);
+    lanes = LaneMax(v, lanes);
   }
   float max = -std::numeric_limits<float>::infinity();
   for (; j < n; ++j) {
@@ -152,7 +177,7 @@ float ScaledRowMax(float* row, const float* mask_add, int n, float scale) {
     row[j] = v;
     max = v > max ? v : max;
   }
-  for (float lane : lanes) max = lane > max ? lane : max;
+  for (int l = 0; l < kLanes; ++l) max = lanes[l] > max ? lanes[l] : max;
   return max;
 }
 
@@ -213,7 +238,10 @@ void MaskedSoftmax(float* scores, const float* mask_add, int rows, int n, float 
     float* row = scores + static_cast<int64_t>(i) * n;
     const float max = ScaledRowMax(row, mask_add, n, scale);
     const float inv = 1.0f / ExpMinusMax(row, max, n);
-    for (int j = 0; j < n; ++j) row[j] *= inv;
+    const Lanes invs = Splat(inv);
+    int j = 0;
+    for (; j + kLanes <= n; j += kLanes) StoreLanes(row + j, LoadLanes(row + j) * invs);
+    for (; j < n; ++j) row[j] *= inv;
   }
 }
 
@@ -223,7 +251,13 @@ void NormalizeRow(float* x, const float* gamma, const float* beta, int width, fl
   const float mean = Sum(x, width) / static_cast<float>(width);
   const float variance = SquaredDeviations(x, mean, width) / static_cast<float>(width);
   const float inv = 1.0f / std::sqrt(variance + eps);
-  for (int j = 0; j < width; ++j) x[j] = (x[j] - mean) * inv * gamma[j] + beta[j];
+  const Lanes means = Splat(mean);
+  const Lanes invs = Splat(inv);
+  int j = 0;
+  for (; j + kLanes <= width; j += kLanes) {
+    StoreLanes(x + j, (LoadLanes(x + j) - means) * invs * LoadLanes(gamma + j) + LoadLanes(beta + j));
+  }
+  for (; j < width; ++j) x[j] = (x[j] - mean) * inv * gamma[j] + beta[j];
 }
 
 void BiasResidualLayerNorm(const float* y, const float* bias, const float* gamma, const float* beta,
@@ -231,7 +265,11 @@ void BiasResidualLayerNorm(const float* y, const float* bias, const float* gamma
   for (int64_t r = 0; r < rows; ++r) {
     const float* yr = y + r * width;
     float* xr = x + r * width;
-    for (int j = 0; j < width; ++j) xr[j] += yr[j] + bias[j];
+    int j = 0;
+    for (; j + kLanes <= width; j += kLanes) {
+      StoreLanes(xr + j, LoadLanes(xr + j) + (LoadLanes(yr + j) + LoadLanes(bias + j)));
+    }
+    for (; j < width; ++j) xr[j] += yr[j] + bias[j];
     NormalizeRow(xr, gamma, beta, width, eps);
   }
 }
