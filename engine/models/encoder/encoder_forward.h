@@ -3,10 +3,11 @@
 // The CPU forward pass of a BERT-family encoder on packed tokens. A batch is the concatenation of
 // its sequences, back to back, with no padding rows: every linear layer is one GEMM over all the
 // batch's tokens (encoder_gemm.h's PackedGemm on weights packed at load, on the calling thread),
-// attention runs per sequence and head over that sequence's own tokens (OpenBLAS), so a batch of
-// an 8-token and a 500-token sequence costs what the two cost alone, and a sequence's result does
-// not depend on its batch-mates (the linear layers give a row the same bits wherever it sits in
-// the batch; tested to 1e-5 end to end).
+// attention runs per sequence and head over that sequence's own tokens (its two products on the
+// same GEMM, keys and values packed per head), so a batch of an 8-token and a 500-token sequence
+// costs what the two cost alone, and a sequence's result does not depend on its batch-mates (the
+// linear layers give a row the same bits wherever it sits in the batch; tested to 1e-5 end to
+// end).
 //
 // Numerics as Hugging Face's BertModel / RobertaModel in FP32 (eval mode): word + position +
 // token-type embeddings and LayerNorm; per layer one fused QKV GEMM, scaled dot-product attention
