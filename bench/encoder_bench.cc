@@ -8,7 +8,8 @@
 // {"batch", "seq", "sequences_per_s", "gflops"} by wall-clock time and the same by the process's
 // CPU time ("cpu_sequences_per_s", "cpu_gflops"; see CpuSeconds). "sgemm" on stdin prints the
 // machine's one-thread SGEMM rate (a 1024 x 1024 x 1024 product on the same OpenBLAS), the
-// denominator of the "share of one-core SGEMM" figure. "gemm TOKENS SECONDS" prints the one-thread
+// denominator of the "share of one-core SGEMM" figure, and the OpenBLAS core type it ran on
+// (OPENBLAS_CORETYPE in the environment forces one: a forced older core halves the denominator). "gemm TOKENS SECONDS" prints the one-thread
 // rate of the encoder's own GEMM shapes for TOKENS rows (QKV, attention output, intermediate,
 // output: M = TOKENS, N x K from config.json): sluice's own GEMM, which the forward pass uses, on
 // the weights packed once beforehand as the encoder packs them at load ("packed": encoder_gemm.h,
@@ -190,7 +191,10 @@ int Main(int argc, char** argv) {
   while (std::getline(std::cin, line)) {
     if (line == "sgemm") {
       const auto [wall, cpu] = SgemmGflops();
-      std::cout << nlohmann::json{{"sgemm_gflops", wall}, {"sgemm_cpu_gflops", cpu}}.dump()
+      std::cout << nlohmann::json{{"sgemm_gflops", wall},
+                                  {"sgemm_cpu_gflops", cpu},
+                                  {"core", openblas_get_corename()}}
+                       .dump()
                 << std::endl;
       continue;
     }

@@ -216,6 +216,7 @@ def main():
         torch_side = Torch(folder)
         ort = Ort(folder, torch_side)
         sgemm_rounds = []
+        core = "?"
         for batch in [int(b) for b in args.batches.split(",")]:
             wall = {"sluice": [], "torch": [], "onnxruntime": []}
             cpu = {"sluice": [], "torch": [], "onnxruntime": []}
@@ -224,7 +225,9 @@ def main():
             for _ in range(args.rounds):
                 # The denominator of the share is measured in every round, next to the encoder's
                 # own round: on a loaded machine one measurement at the start is not comparable.
-                sgemms.append(sluice.ask("sgemm")["sgemm_cpu_gflops"])
+                sgemm = sluice.ask("sgemm")
+                sgemms.append(sgemm["sgemm_cpu_gflops"])
+                core = sgemm.get("core", "?")
                 reply = sluice.ask(f"{batch} {args.seq} {args.seconds}")
                 wall["sluice"].append(reply["sequences_per_s"])
                 cpu["sluice"].append(reply["cpu_sequences_per_s"])
@@ -243,11 +246,14 @@ def main():
             print(f"{label} batch {batch}: CPU-time rounds {json.dumps(cpu)} wall rounds "
                   f"{json.dumps(wall)} sluice GFLOP/s {gflops} SGEMM GFLOP/s {sgemms}",
                   flush=True)
+        forced = os.environ.get("OPENBLAS_CORETYPE")
         print(f"{label}: load {sluice.load['load_s']:.2f} s, RSS {sluice.load['rss_mib']:.0f} MiB "
               f"for {sluice.load['weights_mib']:.0f} MiB of FP32 weights "
               f"({sluice.load['rss_mib'] / sluice.load['weights_mib']:.2f}x); one-core SGEMM "
-              f"{statistics.median(sgemm_rounds):.1f} GFLOP/s (CPU time, median of the rounds)",
-              flush=True)
+              f"{statistics.median(sgemm_rounds):.1f} GFLOP/s (CPU time, median of the rounds; "
+              f"OpenBLAS {core} kernels"
+              + (f", forced by OPENBLAS_CORETYPE={forced} in the environment" if forced else "")
+              + ")", flush=True)
         sluice.close()
         ort.close()
     print(f"load average at end: {os.getloadavg()}")
