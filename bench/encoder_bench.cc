@@ -9,14 +9,15 @@
 // CPU time ("cpu_sequences_per_s", "cpu_gflops"; see CpuSeconds). "sgemm" on stdin prints the
 // machine's one-thread SGEMM rate (a 1024 x 1024 x 1024 product on the same OpenBLAS), the
 // denominator of the "share of one-core SGEMM" figure, and the OpenBLAS core type it ran on
-// (OPENBLAS_CORETYPE in the environment forces one: a forced older core halves the denominator). "gemm TOKENS SECONDS" prints the one-thread
-// rate of the encoder's own GEMM shapes for TOKENS rows (QKV, attention output, intermediate,
-// output: M = TOKENS, N x K from config.json): sluice's own GEMM, which the forward pass uses, on
-// the weights packed once beforehand as the encoder packs them at load ("packed": encoder_gemm.h,
-// the variant this CPU picks or the one SLUICE_ENCODER_GEMM forces; "packed_cold": cycling through
-// copies larger than the last-level cache, as the forward pass meets its weights), and OpenBLAS
-// with the weights [N, K] read transposed ("nt", as the forward pass called it before) and
-// pre-transposed ([K, N]: "nn"), by CPU time, and the OpenBLAS core type and packed variant in use.
+// (OPENBLAS_CORETYPE in the environment forces one: a forced older core halves the denominator).
+// "gemm TOKENS SECONDS" prints the one-thread rate of the encoder's own GEMM shapes for TOKENS rows
+// (QKV, attention output, intermediate, output: M = TOKENS, N x K from config.json): sluice's own
+// GEMM, which the forward pass uses, on the weights packed once beforehand as the encoder packs
+// them at load ("packed": encoder_gemm.h, the variant this CPU picks or the one SLUICE_ENCODER_GEMM
+// forces; "packed_cold": cycling through copies larger than the last-level cache, as the forward
+// pass meets its weights), and OpenBLAS with the weights [N, K] read transposed ("nt", as the
+// forward pass called it before) and pre-transposed ([K, N]: "nn"), by CPU time, and the OpenBLAS
+// core type and packed variant in use.
 //
 //   echo "32 128 2" | build/bench/sluice-encoder-bench --model-dir /tmp/bert_base/1
 

@@ -255,7 +255,8 @@ void NormalizeRow(float* x, const float* gamma, const float* beta, int width, fl
   const Lanes invs = Splat(inv);
   int j = 0;
   for (; j + kLanes <= width; j += kLanes) {
-    StoreLanes(x + j, (LoadLanes(x + j) - means) * invs * LoadLanes(gamma + j) + LoadLanes(beta + j));
+    StoreLanes(x + j,
+               (LoadLanes(x + j) - means) * invs * LoadLanes(gamma + j) + LoadLanes(beta + j));
   }
   for (; j < width; ++j) x[j] = (x[j] - mean) * inv * gamma[j] + beta[j];
 }

@@ -628,8 +628,8 @@ absl::StatusOr<std::unique_ptr<Model>> CreateEncoderModel(const ModelSpec& spec)
   const int64_t longest = shape.max_sequence_length;
   const int64_t chunk = std::min(tokens, std::max(encoder::ForwardChunkTokens(), longest));
   // Attention: one head's scores, [longest, longest], and its keys and values in panels.
-  const int64_t head_panels = 2 * (longest + encoder::kPanelWidth) *
-                              (shape.head_size() + encoder::kPanelWidth);
+  const int64_t head_panels =
+      2 * (longest + encoder::kPanelWidth) * (shape.head_size() + encoder::kPanelWidth);
   const int64_t scratch = SaturatingMul(
       SaturatingAdd(
           SaturatingAdd(SaturatingMul(tokens, shape.hidden), SaturatingMul(chunk, per_chunk_token)),
