@@ -5,13 +5,17 @@
 # A), each side one bounded load run. Per side, medians of the rounds: requests/s, p50, the
 # server process's CPU time (user + system, /proc/PID/stat) per request and its context switches
 # (voluntary + involuntary, every thread, /proc/PID/task/*/status) per request, and the mean
-# batch size; then the per-round ratios B/A and each side / echo. CPU per request is the steadier
+# batch size; then the per-round ratios B/A and each side / echo. With --syscalls, also the server's
+# system calls per request that carry hand-offs between threads (futex, the eventfd write gRPC
+# uses to kick a poller, sendmsg, recvmsg, epoll_wait), counted by `perf stat` on its
+# syscalls:sys_enter_* tracepoints (needs perf, and perf_event_paranoid <= 1 or root). CPU per
+# request is the steadier
 # figure on a loaded machine: the load tester runs on the same cores, so requests/s moves with
 # whatever else runs, the work per request much less.
 #
 # Usage: scripts/bench-hops.sh [--a-build DIR] [--b-build DIR] [--a-flags "FLAGS"]
 #                              [--b-flags "FLAGS"] [--rounds N] [--window-ms MS]
-#                              [--concurrency N] [--mode sync|async] [--out DIR]
+#                              [--concurrency N] [--mode sync|async] [--syscalls] [--out DIR]
 # Defaults: both builds build/, no extra flags, 7 rounds, 2000 ms windows after a 300 ms warm-up,
 # concurrency 16, sync (perf_analyzer's default). The echo server and the load tester are A's.
 # Example (the batcher running a one-instance CPU model's batches, against the executor threads):
@@ -28,6 +32,8 @@ ROUNDS=7
 WINDOW_MS=2000
 CONCURRENCY=16
 MODE=sync
+SYSCALLS=0
+SYSCALL_NAMES=(futex write sendmsg recvmsg epoll_wait)
 OUT=""
 while [[ $# -gt 0 ]]; do
   case "$1" in
@@ -39,6 +45,7 @@ while [[ $# -gt 0 ]]; do
     --window-ms) WINDOW_MS=$2; shift 2 ;;
     --concurrency) CONCURRENCY=$2; shift 2 ;;
     --mode) MODE=$2; shift 2 ;;
+    --syscalls) SYSCALLS=1; shift ;;
     --out) OUT=$2; shift 2 ;;
     -h|--help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;;
     *) echo "bench-hops.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
@@ -50,6 +57,13 @@ for binary in "$A_BUILD/server/sluice-server" "$B_BUILD/server/sluice-server" "$
               "$ECHO_SERVER"; do
   [[ -x $binary ]] || { echo "bench-hops.sh: $binary not found; build first" >&2; exit 1; }
 done
+if (( SYSCALLS )); then
+  command -v perf >/dev/null ||
+    { echo "bench-hops.sh: --syscalls needs perf (Debian: linux-perf)" >&2; exit 1; }
+  perf stat -e syscalls:sys_enter_futex -- true >/dev/null 2>&1 ||
+    { echo "bench-hops.sh: --syscalls: perf cannot read the syscall tracepoints here" \
+           "(run as root, or lower /proc/sys/kernel/perf_event_paranoid)" >&2; exit 1; }
+fi
 [[ -n $OUT ]] || OUT=$(mktemp -d /tmp/sluice-bench-hops.XXXXXX)
 mkdir -p "$OUT"
 
@@ -99,12 +113,23 @@ measure() {
   local before_cpu before_cs
   before_cpu=$(cpu_ticks "$pid")
   before_cs=$(switches "$pid")
+  local perf_pid=""
+  if (( SYSCALLS )); then
+    local events
+    events=$(printf 'syscalls:sys_enter_%s,' "${SYSCALL_NAMES[@]}")
+    perf stat -x, -e "${events%,}" -p "$pid" -o "$OUT/$side-$round.syscalls" &
+    perf_pid=$!
+  fi
   "$LOADTEST" -u "127.0.0.1:$port" --warmup-ms 300 --window-ms "$WINDOW_MS" --max-windows 1 \
     --stability-percent 1000 --max-duration-s 60 --max-requests 2000000 --no-progress \
     --json "$OUT/$side-$round.json" -m identity --shape INPUT0:1024 \
     --concurrency "$CONCURRENCY" --mode "$MODE" >"$OUT/$side-$round.txt" 2>&1 ||
     { echo "bench-hops.sh: load run failed:" >&2; cat "$OUT/$side-$round.txt" >&2; exit 1; }
   echo "$before_cpu $(cpu_ticks "$pid") $before_cs $(switches "$pid")" >"$OUT/$side-$round.cpu"
+  if [[ -n $perf_pid ]]; then
+    kill -INT "$perf_pid"
+    wait "$perf_pid" || true
+  fi
 }
 
 echo "bench-hops.sh: A $A_BUILD $A_FLAGS | B $B_BUILD $B_FLAGS | echo; identity 4 KiB," \
@@ -121,9 +146,10 @@ for round in $(seq "$ROUNDS"); do
   done
 done
 echo "load average at end: $(cut -d' ' -f1-3 /proc/loadavg)"
-python3 - "$OUT" "$ROUNDS" "$(getconf CLK_TCK)" <<'EOF'
+python3 - "$OUT" "$ROUNDS" "$(getconf CLK_TCK)" "$SYSCALLS" "${SYSCALL_NAMES[@]}" <<'EOF'
 import json, statistics, sys
-out, rounds, hz = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+out, rounds, hz, syscalls = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4] == "1"
+syscall_names = sys.argv[5:]
 med = statistics.median
 def load(side, r):
     d = json.load(open(f"{out}/{side}-{r}.json"))
@@ -131,7 +157,17 @@ def load(side, r):
     c0, c1, s0, s1 = map(int, open(f"{out}/{side}-{r}.cpu").read().split())
     return {"rps": level["throughput_rps"], "p50": level["latency_us"]["p50"],
             "cpu": (c1 - c0) / hz * 1e6 / n, "cs": (s1 - s0) / n, "failed": d["totals"]["failed"],
-            "batch": (level.get("server") or {}).get("avg_batch_size", 0)}
+            "batch": (level.get("server") or {}).get("avg_batch_size", 0),
+            "sys": syscalls_per_request(side, r, n) if syscalls else {}}
+def syscalls_per_request(side, r, n):
+    # perf stat -x, lines: count,unit,event,...; the window starts a little before the load run
+    # and ends a little after it, when the server is idle (and makes no calls).
+    counts = {}
+    for line in open(f"{out}/{side}-{r}.syscalls"):
+        fields = line.strip().split(",")
+        if len(fields) > 2 and fields[2].startswith("syscalls:sys_enter_"):
+            counts[fields[2].removeprefix("syscalls:sys_enter_")] = float(fields[0]) / n
+    return counts
 rows = {s: [load(s, r) for r in range(1, rounds + 1)] for s in "abe"}
 names = {"a": "A", "b": "B", "e": "echo"}
 for s in "abe":
@@ -141,6 +177,9 @@ for s in "abe":
           f"{med(x['cs'] for x in v):4.2f} context switches/request"
           + (f", batch {med(x['batch'] for x in v):.2f}" if s != "e" else "")
           + (f"  ({sum(x['failed'] for x in v)} FAILED)" if any(x['failed'] for x in v) else ""))
+    if syscalls:
+        print("        system calls/request: " + ", ".join(
+            f"{name} {med(x['sys'].get(name, 0) for x in v):.3f}" for name in syscall_names))
 def ratio(x, y, key):
     values = [a[key] / b[key] for a, b in zip(rows[x], rows[y])]
     return f"{med(values):.3f} ({min(values):.2f}-{max(values):.2f})"
