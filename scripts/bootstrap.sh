@@ -28,6 +28,8 @@ BUILD_PACKAGES=(
   libopenblas-dev
   # text/'s Unicode (character classes, NFD, lowercase): ICU
   libicu-dev
+  # the servers' allocator, tcmalloc (CMake SLUICE_MALLOC; docs/operations.md)
+  libgoogle-perftools-dev
 )
 # What the tests need on top.
 TEST_PACKAGES=(

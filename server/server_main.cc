@@ -561,7 +561,8 @@ int Run(const Flags& flags) {
   // main serves no request, so its own lines (ports, "server ready", shutdown) wait for room in
   // the log queue rather than being dropped: LOG_INFO_WAITING. Scripts and tests rely on them.
 
-  LOG_INFO_WAITING(log, "sluice-server ", SLUICE_VERSION, " starting");
+  LOG_INFO_WAITING(log, "sluice-server ", SLUICE_VERSION,
+                   " starting (memory allocator: ", SLUICE_MALLOC_NAME, ")");
   const rlim_t fd_limit = RaiseFdLimit(log);
   absl::StatusOr<engine::DeviceSelection> device = engine::SelectDevice(flags.device);
   if (!device.ok()) {
