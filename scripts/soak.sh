@@ -9,9 +9,12 @@
 # 40% `simple` as unary async calls, 40% `identity` (64 floats) over one ModelStreamInfer stream,
 # 20% `mlp` as unary async calls. Reads the resident memory again, checks that the server counted
 # exactly the successes the clients received and no failure, stops it with SIGTERM (exit 0
-# expected) and prints a table. Exit status 1 if a check fails or RSS grew by 10 MiB or more
-# (SLUICE_SOAK_RSS_BOUND_MIB, default 10; `none` reports the growth without a bound, for sanitizer
-# builds, whose allocator keeps freed memory in quarantine).
+# expected) and prints a table. Exit status 1 if a check fails, if the live heap grew by 10 MiB or
+# more (sluice_heap_allocated_bytes: what the allocator handed out and did not get back; bound
+# SLUICE_SOAK_HEAP_BOUND_MIB), or if RSS grew by the RSS bound or more (SLUICE_SOAK_RSS_BOUND_MIB;
+# default 10 MiB on glibc malloc, 40 on tcmalloc, whose per-thread caches alone may keep 32 MiB of
+# freed memory: there RSS is not the leak figure, the live heap is). `none` reports a growth
+# without a bound (sanitizer builds: their allocator keeps freed memory in quarantine).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -33,6 +36,11 @@ metrics_port=$(grep -o 'metrics_port=[0-9]*' "$work/server.log" | head -1 | cut 
 
 metric() { curl -s "http://127.0.0.1:$metrics_port/metrics" | awk -v s="$1" '$1 == s { print $2 }'; }
 rss_mib() { awk -v b="$(metric process_resident_memory_bytes)" 'BEGIN { printf "%.1f", b / 1048576 }'; }
+# The live heap in MiB, and the allocator's name, from sluice_heap_allocated_bytes{allocator="..."}.
+heap_line() { curl -s "http://127.0.0.1:$metrics_port/metrics" | grep '^sluice_heap_allocated_bytes{'; }
+heap_mib() { heap_line | awk '{ printf "%.1f", $2 / 1048576 }'; }
+allocator=$(heap_line | sed -n 's/.*allocator="\([^"]*\)".*/\1/p')
+[[ -n $allocator ]] || { echo "soak.sh: the server exports no sluice_heap_allocated_bytes" >&2; exit 1; }
 
 # One load tester: MODEL MODE REQUESTS CONCURRENCY NAME [EXTRA...]; writes $work/NAME.json.
 load() {
@@ -61,6 +69,7 @@ load mlp async $((warm / 2)) 16 warm-mlp &
 c=$!
 wait $a $b $c
 rss_before=$(rss_mib)
+heap_before=$(heap_mib)
 
 start=$(date +%s)
 load simple async $((total * 2 / 5)) 32 simple &
@@ -72,6 +81,7 @@ c=$!
 wait $a $b $c
 seconds=$(( $(date +%s) - start ))
 rss_after=$(rss_mib)
+heap_after=$(heap_mib)
 
 status=0
 printf '| model | mode | requests OK (client) | success (server) | failures (server) |\n|---|---|---:|---:|---:|\n'
@@ -85,11 +95,19 @@ for spec in "simple async simple warm-simple" "identity stream identity warm-ide
   [[ "${server_ok%.*}" == "$client_ok" && "$server_fail" == 0 ]] || status=1
 done
 growth=$(awk -v a="$rss_after" -v b="$rss_before" 'BEGIN { printf "%.1f", a - b }')
+heap_growth=$(awk -v a="$heap_after" -v b="$heap_before" 'BEGIN { printf "%.1f", a - b }')
 echo
 echo "$total requests in ${seconds} s; server RSS after warm-up ${rss_before} MiB, after ${rss_after} MiB: growth ${growth} MiB"
-bound=${SLUICE_SOAK_RSS_BOUND_MIB:-10}
+echo "live heap ($allocator) after warm-up ${heap_before} MiB, after ${heap_after} MiB: growth ${heap_growth} MiB"
+if [[ $allocator == tcmalloc ]]; then default_rss_bound=40; else default_rss_bound=10; fi
+bound=${SLUICE_SOAK_RSS_BOUND_MIB:-$default_rss_bound}
 if [[ $bound != none ]]; then
   awk -v g="$growth" -v b="$bound" 'BEGIN { exit !(g < b) }' || { echo "RSS grew by $bound MiB or more"; status=1; }
+fi
+heap_bound=${SLUICE_SOAK_HEAP_BOUND_MIB:-10}
+if [[ $heap_bound != none ]]; then
+  awk -v g="$heap_growth" -v b="$heap_bound" 'BEGIN { exit !(g < b) }' ||
+    { echo "the live heap grew by $heap_bound MiB or more"; status=1; }
 fi
 
 kill -TERM "$pid"

@@ -2,6 +2,8 @@
 
 #include <arpa/inet.h>
 #include <dirent.h>
+#include <dlfcn.h>
+#include <malloc.h>
 #include <netinet/in.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
@@ -103,6 +105,34 @@ Labels With(Labels labels, std::string name, std::string value) {
 
 }  // namespace
 
+std::optional<HeapSample> ReadHeapSample() {
+  // gperftools' C API (gperftools/malloc_extension_c.h): returns 1 when the property exists.
+  using GetNumericProperty = int (*)(const char* property, size_t* value);
+  static const auto tcmalloc_property = reinterpret_cast<GetNumericProperty>(
+      dlsym(RTLD_DEFAULT, "MallocExtension_GetNumericProperty"));
+  if (tcmalloc_property != nullptr) {
+    size_t allocated = 0;
+    size_t heap = 0;
+    if (tcmalloc_property("generic.current_allocated_bytes", &allocated) == 0 ||
+        tcmalloc_property("generic.heap_size", &heap) == 0) {
+      return std::nullopt;
+    }
+    return HeapSample{.allocator = "tcmalloc",
+                      .allocated_bytes = static_cast<double>(allocated),
+                      .heap_bytes = static_cast<double>(heap)};
+  }
+#if defined(__GLIBC__)
+  // uordblks: bytes in use from the arenas; hblkhd: bytes in blocks mmap()ed one by one (large
+  // allocations); arena: bytes the arenas hold from sbrk/mmap.
+  const struct mallinfo2 info = mallinfo2();
+  return HeapSample{.allocator = "glibc",
+                    .allocated_bytes = static_cast<double>(info.uordblks + info.hblkhd),
+                    .heap_bytes = static_cast<double>(info.arena + info.hblkhd)};
+#else
+  return std::nullopt;
+#endif
+}
+
 absl::StatusOr<ProcessSample> ReadProcessSample() {
   // /proc/self/stat: "pid (comm) state ppid ..."; comm may hold spaces and parentheses, so the
   // fields are counted from the last ')'. Field numbers as in proc(5).
@@ -155,6 +185,7 @@ absl::StatusOr<ProcessSample> ReadProcessSample() {
     sample.max_fds = limit.rlim_cur == RLIM_INFINITY ? std::numeric_limits<double>::infinity()
                                                      : static_cast<double>(limit.rlim_cur);
   }
+  sample.heap = ReadHeapSample();
   return sample;
 }
 
@@ -319,6 +350,23 @@ std::vector<MetricFamily> BuildMetricFamilies(const MetricsInput& input) {
     gauge("process_max_fds", "Maximum number of open file descriptors", p.max_fds);
     gauge("process_start_time_seconds", "Start time of the process since unix epoch in seconds",
           p.start_time_seconds);
+    if (p.heap.has_value()) {
+      const Labels allocator = {{"allocator", p.heap->allocator}};
+      MetricFamily allocated = Family(
+          "sluice_heap_allocated_bytes",
+          "Bytes the memory allocator has handed out and not had back (the live heap): the figure "
+          "to watch for leaks, where RSS also counts what the allocator keeps cached for reuse",
+          MetricType::Gauge);
+      AddGauge(allocated, allocator, p.heap->allocated_bytes);
+      families.push_back(std::move(allocated));
+      MetricFamily heap = Family(
+          "sluice_heap_size_bytes",
+          "Bytes the memory allocator holds from the operating system: the live heap plus its "
+          "free lists and caches",
+          MetricType::Gauge);
+      AddGauge(heap, allocator, p.heap->heap_bytes);
+      families.push_back(std::move(heap));
+    }
   }
 
   if (input.gpus.has_value()) {

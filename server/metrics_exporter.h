@@ -35,6 +35,20 @@ class Logger;
 
 namespace sluice::server {
 
+// What the process's memory allocator says of its heap. RSS alone cannot tell a leak from an
+// allocator's cache (tcmalloc keeps freed memory for reuse and returns it slowly): the
+// allocated bytes can.
+struct HeapSample {
+  std::string allocator;       // "tcmalloc" or "glibc"
+  double allocated_bytes = 0;  // handed out to the program and not freed: the live heap
+  double heap_bytes = 0;       // held from the operating system: the live heap plus free memory
+};
+// Asks whichever allocator this process runs on: tcmalloc's MallocExtension when it is loaded
+// (looked up at run time, so that binaries without it link too), else glibc's mallinfo2().
+// Absent on neither. Cost: tcmalloc's is a few reads; mallinfo2() walks every arena's free lists
+// under its lock, which is why it is read at scrape time only.
+std::optional<HeapSample> ReadHeapSample();
+
 // Readings of this process, from /proc/self (Linux). Prometheus' standard process_* metrics;
 // prometheus-cpp has no process collector.
 struct ProcessSample {
@@ -44,6 +58,8 @@ struct ProcessSample {
   double open_fds = 0;
   double max_fds = 0;             // the soft RLIMIT_NOFILE
   double start_time_seconds = 0;  // since the Unix epoch
+  // The memory allocator's own account (ReadHeapSample); absent when it gives none.
+  std::optional<HeapSample> heap;
 };
 // Internal if /proc cannot be read or parsed (not Linux, or /proc not mounted).
 absl::StatusOr<ProcessSample> ReadProcessSample();
