@@ -106,6 +106,10 @@ Labels With(Labels labels, std::string name, std::string value) {
 }  // namespace
 
 std::optional<HeapSample> ReadHeapSample() {
+#if defined(SLUICE_SANITIZER_BUILD)
+  // The sanitizer's allocator replaces malloc, and glibc's account would describe an idle heap.
+  return std::nullopt;
+#endif
   // gperftools' C API (gperftools/malloc_extension_c.h): returns 1 when the property exists.
   using GetNumericProperty = int (*)(const char* property, size_t* value);
   static const auto tcmalloc_property = reinterpret_cast<GetNumericProperty>(

@@ -45,8 +45,9 @@ struct HeapSample {
 };
 // Asks whichever allocator this process runs on: tcmalloc's MallocExtension when it is loaded
 // (looked up at run time, so that binaries without it link too), else glibc's mallinfo2().
-// Absent on neither. Cost: tcmalloc's is a few reads; mallinfo2() walks every arena's free lists
-// under its lock, which is why it is read at scrape time only.
+// Absent on neither, and in sanitizer builds (their allocator replaces malloc). Cost: tcmalloc's
+// is a few reads; mallinfo2() walks every arena's free lists under its lock, which is why it is
+// read at scrape time only.
 std::optional<HeapSample> ReadHeapSample();
 
 // Readings of this process, from /proc/self (Linux). Prometheus' standard process_* metrics;
