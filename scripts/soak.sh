@@ -37,7 +37,7 @@ metrics_port=$(grep -o 'metrics_port=[0-9]*' "$work/server.log" | head -1 | cut 
 metric() { curl -s "http://127.0.0.1:$metrics_port/metrics" | awk -v s="$1" '$1 == s { print $2 }'; }
 rss_mib() { awk -v b="$(metric process_resident_memory_bytes)" 'BEGIN { printf "%.1f", b / 1048576 }'; }
 # The live heap in MiB, and the allocator's name, from sluice_heap_allocated_bytes{allocator="..."}.
-heap_line() { curl -s "http://127.0.0.1:$metrics_port/metrics" | grep '^sluice_heap_allocated_bytes{'; }
+heap_line() { curl -s "http://127.0.0.1:$metrics_port/metrics" | grep '^sluice_heap_allocated_bytes{' || true; }
 heap_mib() { heap_line | awk '{ printf "%.1f", $2 / 1048576 }'; }
 allocator=$(heap_line | sed -n 's/.*allocator="\([^"]*\)".*/\1/p')
 if [[ -z $allocator ]]; then

@@ -109,7 +109,7 @@ std::optional<HeapSample> ReadHeapSample() {
 #if defined(SLUICE_SANITIZER_BUILD)
   // The sanitizer's allocator replaces malloc, and glibc's account would describe an idle heap.
   return std::nullopt;
-#endif
+#else
   // gperftools' C API (gperftools/malloc_extension_c.h): returns 1 when the property exists.
   using GetNumericProperty = int (*)(const char* property, size_t* value);
   static const auto tcmalloc_property = reinterpret_cast<GetNumericProperty>(
@@ -135,6 +135,7 @@ std::optional<HeapSample> ReadHeapSample() {
 #else
   return std::nullopt;
 #endif
+#endif  // SLUICE_SANITIZER_BUILD
 }
 
 absl::StatusOr<ProcessSample> ReadProcessSample() {

@@ -450,6 +450,11 @@ TEST(MetricsIntegrationTest, DashboardQueriesOnlyExportedMetrics) {
           << name << " exported without NVML: made-up values";
       continue;
     }
+#if defined(SLUICE_SANITIZER_BUILD)
+    // A sanitizer build's allocator replaces malloc and has no heap account to export
+    // (ReadHeapSample); the exporter's own test checks the family's text.
+    if (name.rfind("sluice_heap_", 0) == 0) continue;
+#endif
     EXPECT_TRUE(std::regex_search(metrics.body, series))
         << "dashboard queries " << name << ", absent from /metrics:\n"
         << metrics.body;
