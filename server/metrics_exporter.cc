@@ -338,9 +338,9 @@ std::vector<MetricFamily> BuildMetricFamilies(const MetricsInput& input) {
 
   if (input.process.has_value()) {
     const ProcessSample& p = *input.process;
-    auto gauge = [&](std::string name, std::string help, double value) {
+    auto gauge = [&](std::string name, std::string help, double value, Labels labels = {}) {
       MetricFamily family = Family(std::move(name), std::move(help), MetricType::Gauge);
-      AddGauge(family, {}, value);
+      AddGauge(family, std::move(labels), value);
       families.push_back(std::move(family));
     };
     MetricFamily cpu =
@@ -357,20 +357,15 @@ std::vector<MetricFamily> BuildMetricFamilies(const MetricsInput& input) {
           p.start_time_seconds);
     if (p.heap.has_value()) {
       const Labels allocator = {{"allocator", p.heap->allocator}};
-      MetricFamily allocated = Family(
-          "sluice_heap_allocated_bytes",
-          "Bytes the memory allocator has handed out and not had back (the live heap): the figure "
-          "to watch for leaks, where RSS also counts what the allocator keeps cached for reuse",
-          MetricType::Gauge);
-      AddGauge(allocated, allocator, p.heap->allocated_bytes);
-      families.push_back(std::move(allocated));
-      MetricFamily heap = Family(
-          "sluice_heap_size_bytes",
-          "Bytes the memory allocator holds from the operating system: the live heap plus its "
-          "free lists and caches",
-          MetricType::Gauge);
-      AddGauge(heap, allocator, p.heap->heap_bytes);
-      families.push_back(std::move(heap));
+      gauge("sluice_heap_allocated_bytes",
+            "Bytes the memory allocator has handed out and not had back (the live heap): the "
+            "figure to watch for leaks, where RSS also counts what the allocator keeps cached for "
+            "reuse",
+            p.heap->allocated_bytes, allocator);
+      gauge("sluice_heap_size_bytes",
+            "Bytes the memory allocator holds from the operating system: the live heap plus its "
+            "free lists and caches",
+            p.heap->heap_bytes, allocator);
     }
   }
 
