@@ -38,8 +38,9 @@
 
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_format.h"
-#include "engine/backend.h"
-#include "engine/cpu/dense.h"
+#include "engine/backend_registry.h"
+#include "engine/core/backend.h"
+#include "engine/models/dense.h"
 #include "engine/models/encoder/encoder_gemm.h"
 #include "nlohmann/json.hpp"
 

@@ -20,9 +20,18 @@
 // --device=auto|cpu|cuda:N goes through engine::SelectDevice, as the server's flag does.
 // --graphs=on|off sets each model's optimization.cuda.graphs; it only means something on a GPU
 // (the table says "n/a on CPU" otherwise).
+//
+// Every figure names the executor its model ran on ("cuda:0", or "cpu" when the engine put the
+// model on the CPU backend, which it does silently for a model without a GPU implementation):
+// read from the engine's own load log. --require-device=cuda fails the run when a model did not
+// run on the GPU, so a CPU fallback is never reported as a GPU figure. Non-finite FP32 outputs
+// fail the run too.
+
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <condition_variable>
 #include <cstdio>
 #include <cstring>
@@ -44,6 +53,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "bench/bench_support.h"
+#include "common/log.h"
 #include "common/status_macros.h"
 #include "engine/device.h"
 #include "engine/engine.h"
@@ -68,6 +78,7 @@ struct Flags {
   int executor_slots = 0;
   std::string buckets;  // empty: 1, 2, 4, ..., max_batch_size
   std::string json_path;
+  std::string require_device;  // "cuda" or "cpu": fail when a model ran elsewhere; empty: any
 };
 
 // The model's spec from <repository>/<name>/config.pbtxt (version 1), with dynamic batching off
@@ -142,7 +153,21 @@ struct Tracker {
   int64_t answered = 0;
   int64_t failed = 0;
   std::string first_error;
+  int64_t non_finite = 0;  // FP32 output values that were NaN or infinite
 };
+
+int64_t NonFinite(const engine::InferenceResponse& response) {
+  int64_t count = 0;
+  for (const engine::Tensor& tensor : response.outputs) {
+    if (tensor.dtype != engine::DataType::kFp32) continue;
+    for (size_t at = 0; at + sizeof(float) <= tensor.data.size(); at += sizeof(float)) {
+      float value;
+      std::memcpy(&value, tensor.data.data() + at, sizeof(float));
+      count += std::isfinite(value) ? 0 : 1;
+    }
+  }
+  return count;
+}
 
 void Submit(engine::Engine& engine, const std::string& model, const Inputs& inputs,
             Tracker& tracker) {
@@ -153,6 +178,8 @@ void Submit(engine::Engine& engine, const std::string& model, const Inputs& inpu
         ++tracker.answered;
         if (!result.ok()) {
           if (tracker.failed++ == 0) tracker.first_error = result.status().ToString();
+        } else {
+          tracker.non_finite += NonFinite(*result);
         }
         tracker.cv.notify_all();
       });
@@ -220,6 +247,10 @@ absl::StatusOr<Point> Measure(engine::Engine& engine, const std::string& model, 
     return absl::InternalError(absl::StrCat(model, " bucket ", bucket, ": ", tracker.failed,
                                             " requests failed, first: ", tracker.first_error));
   }
+  if (tracker.non_finite > 0) {
+    return absl::InternalError(absl::StrCat(model, " bucket ", bucket, ": ", tracker.non_finite,
+                                            " non-finite output values"));
+  }
   Point point;
   point.model = model;
   point.bucket = bucket;
@@ -238,6 +269,28 @@ absl::StatusOr<Point> Measure(engine::Engine& engine, const std::string& model, 
   return point;
 }
 
+// Where model `name` runs: `selected` ("cuda:N" or "cpu"), unless the engine's load log (read
+// from `log`, the file `logger` writes) says it put the model on the CPU backend. The log lines
+// of the load are copied to stderr.
+absl::StatusOr<std::string> ExecutorOf(const std::string& name, const engine::ModelConfig& config,
+                                       const std::string& selected, common::Logger& logger,
+                                       std::FILE& log) {
+  logger.Flush();
+  std::fflush(&log);
+  std::rewind(&log);
+  std::string text;
+  char buffer[4096];
+  while (std::fgets(buffer, sizeof(buffer), &log) != nullptr) text += buffer;
+  std::fputs(text.c_str(), stderr);
+  // The next model's lines only: the file starts again empty.
+  if (ftruncate(fileno(&log), 0) != 0) return absl::InternalError("cannot truncate the log file");
+  std::rewind(&log);
+  if (selected == "cpu" || config.instance_kind == engine::InstanceKind::kCpu) return "cpu";
+  const std::string fallback = absl::StrCat("model '", name, "' runs on the CPU backend");
+  if (text.find(fallback) != std::string::npos) return "cpu (fallback from " + selected + ")";
+  return selected;
+}
+
 absl::Status Run(Flags flags) {
   ASSIGN_OR_RETURN(engine::DeviceSelection device, engine::SelectDevice(flags.device));
   const bool on_gpu = device.kind == engine::DeviceSelection::Kind::kCuda;
@@ -250,7 +303,15 @@ absl::Status Run(Flags flags) {
     (on_gpu ? options.gpu_executor_slots : options.executor_slots) = flags.executor_slots;
   }
   flags.executor_slots = on_gpu ? options.gpu_executor_slots : options.executor_slots;
+  // The engine's log goes to a file this function reads after each load: the engine says there
+  // (executor_factory.cc) when a model runs on the CPU backend instead of the selected GPU.
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> log_file(std::tmpfile(), &std::fclose);
+  if (log_file == nullptr) return absl::InternalError("cannot create a temporary log file");
+  common::Logger logger(common::LoggerOptions{.sink = log_file.get()});
+  options.logger = &logger;
   ASSIGN_OR_RETURN(std::unique_ptr<engine::Engine> engine, engine::Engine::Create(options));
+  const std::string gpu_name = absl::StrCat("cuda:", device.cuda_device);
+  nlohmann::json executors = nlohmann::json::object();
 
   std::vector<std::string> modes;
   if (flags.mode == "both" || flags.mode == "pipeline") modes.push_back("pipeline");
@@ -271,6 +332,14 @@ absl::Status Run(Flags flags) {
     ASSIGN_OR_RETURN(engine::ModelSpec spec, LoadSpec(flags, name));
     const engine::ModelConfig config = spec.config;
     RETURN_IF_ERROR(engine->LoadModel(std::move(spec)));
+    ASSIGN_OR_RETURN(const std::string executor,
+                     ExecutorOf(name, config, on_gpu ? gpu_name : "cpu", logger, *log_file));
+    executors[name] = executor;
+    if (!flags.require_device.empty() && executor.rfind(flags.require_device, 0) != 0) {
+      return absl::FailedPreconditionError(absl::StrCat("model '", name, "' ran on ", executor,
+                                                        ", not on ", flags.require_device,
+                                                        " (--require-device)"));
+    }
     std::vector<int> buckets;
     if (flags.buckets.empty()) {
       for (int b = 1; b < config.max_batch_size; b *= 2) buckets.push_back(b);
@@ -284,8 +353,8 @@ absl::Status Run(Flags flags) {
         if (b <= config.max_batch_size) buckets.push_back(b);
       }
     }
-    std::printf("model %s (max_batch_size %d, %d instance(s))\n", name.c_str(),
-                config.max_batch_size, config.instance_count);
+    std::printf("model %s on %s (max_batch_size %d, %d instance(s))\n", name.c_str(),
+                executor.c_str(), config.max_batch_size, config.instance_count);
     std::printf(
         "| bucket | pipeline items/s | sync items/s | pipeline/sync | infer us/batch (pipeline) | "
         "infer us/batch (sync) | input+output us/batch (sync) |\n");
@@ -299,6 +368,7 @@ absl::Status Run(Flags flags) {
                          Measure(*engine, name, bucket, inputs, in_flight, flags.seconds));
         (mode == "sync" ? sync : pipeline) = point;
         results.push_back({{"model", point.model},
+                           {"executor", executor},
                            {"bucket", point.bucket},
                            {"mode", point.mode},
                            {"outstanding", in_flight},
@@ -331,6 +401,7 @@ absl::Status Run(Flags flags) {
         {"seconds_per_point", flags.seconds},
         {"outstanding", flags.outstanding},
         {"executor_slots", flags.executor_slots},
+        {"executors", executors},
         {"dynamic_batching", "off (one request = one batch = one bucket)"},
         {"machine", {{"nproc", std::thread::hardware_concurrency()}, {"cpu", CpuModel()}}},
         {"results", results}};
@@ -378,6 +449,9 @@ int main(int argc, char** argv) {
   app.add_option("--buckets", flags.buckets,
                  "Comma-separated batch buckets (default 1, 2, 4, ..., max_batch_size)");
   app.add_option("--json", flags.json_path, "Also write every figure to this JSON file");
+  app.add_option("--require-device", flags.require_device,
+                 "cuda or cpu: fail when a model did not run there (a silent CPU fallback)")
+      ->check(CLI::IsMember({"cuda", "cpu"}));
   CLI11_PARSE(app, argc, argv);
   const absl::Status status = sluice::bench::Run(flags);
   if (!status.ok()) {

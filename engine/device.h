@@ -12,6 +12,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "engine/core/device_memory.h"
 
 namespace sluice::engine {
 
@@ -28,30 +29,6 @@ struct DeviceSelection {
 // (FailedPrecondition when the device is missing or unusable or the build has no CUDA backend,
 // InvalidArgument for anything else).
 absl::StatusOr<DeviceSelection> SelectDevice(absl::string_view flag);
-
-// Device memory another process exported with cudaIpcGetMemHandle, opened in this one (the
-// server's CUDA shared-memory regions). Owns the opened mapping (cudaIpcCloseMemHandle in the
-// destructor). Requests reference it through DeviceBytes (engine/tensor.h), whose keepalive
-// holds it open while any batch may still read it. Thread-safe.
-//
-// The two copies below wait for the device: they run on executor threads (the CPU executor's
-// input copy) and on the engine thread that answers a request (outputs written back into a
-// region), never on an RPC thread (ARCHITECTURE §2 rule 1). The CUDA executor does not use
-// them: it copies device to device on its own stream from device_address().
-class ImportedDeviceMemory {
- public:
-  virtual ~ImportedDeviceMemory() = default;
-  virtual int device() const = 0;
-  virtual uint64_t byte_size() const = 0;
-  // The mapping's first byte: a device address in this process, valid on device() while this
-  // object lives.
-  virtual const void* device_address() const = 0;
-  // Copies [offset, offset + out.size()) to host memory `out` and waits for the copy.
-  // REQUIRES: the range lies within byte_size() (the caller checks). Internal names a CUDA error.
-  virtual absl::Status CopyToHost(uint64_t offset, std::span<std::byte> out) const = 0;
-  // Copies host `data` to [offset, offset + data.size()) and waits for the copy. REQUIRES as above.
-  virtual absl::Status CopyFromHost(uint64_t offset, std::span<const std::byte> data) = 0;
-};
 
 // Opens `handle` (the 64 bytes of a cudaIpcMemHandle_t) on GPU `device`; `byte_size` is what the
 // client says the allocation holds (CUDA cannot check it). FailedPrecondition when this build has

@@ -6,9 +6,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
-#include "engine/device_fault.h"
+#include "engine/backend_registry.h"
+#include "engine/core/device_fault.h"
+#include "engine/core/load_limits.h"
 #include "engine/executor_factory.h"
-#include "engine/load_limits.h"
 #include "engine/model_scheduler.h"
 #include "engine/request_validation.h"
 
@@ -245,14 +246,7 @@ void Engine::Submit(std::unique_ptr<InferenceRequest> request) {
     return;
   }
   LoadedModel& model = **loaded;
-  absl::Status status;
-  if (model.model->validates_requests()) {
-    // Such models read input values here, on the submitting thread: never device memory.
-    status = RefuseDeviceInputs(model.config(), *request);
-    if (status.ok()) status = model.model->ValidateAndBindRequest(*request);
-  } else {
-    status = ValidateAndBindRequest(model.config(), *request);
-  }
+  absl::Status status = ValidateRequest(*model.model, *request);
   if (!status.ok()) {
     model.stats.RecordFailure(*request, status.code());
     request->Complete(std::move(status));

@@ -18,11 +18,11 @@
 #include "absl/strings/string_view.h"
 #include "common/clock.h"
 #include "common/log.h"
-#include "engine/backend.h"
+#include "engine/core/backend.h"
+#include "engine/core/inference_request.h"
+#include "engine/core/model_config.h"
+#include "engine/core/model_stats.h"
 #include "engine/device.h"
-#include "engine/inference_request.h"
-#include "engine/model_config.h"
-#include "engine/model_stats.h"
 #include "engine/model_version_table.h"
 #include "engine/preparation_pool.h"
 #include "engine/stats_collector.h"
@@ -73,7 +73,7 @@ struct EngineOptions {
   // request is validated and queued (a test holds a Submit there to check the drain waits for it).
   std::function<void()> during_submit_for_test{};
   // Called once, on an executor thread, when an executor fault is process-fatal
-  // (engine/device_fault.h: a sticky CUDA error, after which the process's device context is
+  // (engine/core/device_fault.h: a sticky CUDA error, after which the process's device context is
   // unusable). Before the call the engine has logged the fault once, stopped taking requests
   // (Submit answers UNAVAILABLE, IsModelReady is false) and failed every model's queue; batches
   // in flight fail on their own (their waits return the same sticky error). The owner turns

@@ -13,8 +13,8 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "engine/engine.h"
-#include "engine/testing/answer.h"
 #include "gtest/gtest.h"
+#include "tests/support/engine/answer.h"
 
 namespace sluice::engine {
 namespace {

@@ -4,15 +4,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "engine/backend_registry.h"
+#include "engine/core/tensor.h"
 #include "engine/cpu/cpu_executor.h"
-#include "engine/tensor.h"
-
-// With the device probe in device.cc, the only code that knows whether this build has CUDA
-// (STYLE rule 20): the engine facade links the CUDA executor's target only when it is built.
-#if SLUICE_HAVE_CUDA
-#include "engine/cuda/cuda_executor.h"
-#include "engine/cuda/cuda_model.h"
-#endif
 
 namespace sluice::engine {
 namespace {
@@ -61,12 +55,22 @@ absl::StatusOr<std::vector<std::unique_ptr<Executor>>> CreateExecutors(
   std::vector<std::unique_ptr<Executor>> executors;
   bool on_gpu = options.device.kind == DeviceSelection::Kind::kCuda &&
                 config.instance_kind != InstanceKind::kCpu;
+  ASSIGN_OR_RETURN(const BackendRegistration* backend, FindBackend(config.name, config.backend));
+  if (on_gpu && backend->create_gpu_executor == nullptr) {
+    LOG_INFO(options.logger, "model '", config.name, "' runs on the CPU backend: backend '",
+             config.backend, "' has no GPU implementation in this build");
+    on_gpu = false;
+  }
   for (int i = 0; on_gpu && i < config.instance_count; ++i) {
-    const int device =
-        config.instance_gpus.empty() ? options.device.cuda_device : config.instance_gpus[i];
     std::string summary;
-    absl::StatusOr<std::unique_ptr<Executor>> executor = CreateCudaExecutor(
-        spec, model, config, device, options.executor_options(options.gpu_slots, i), &summary);
+    const GpuExecutorArgs args{.spec = spec,
+                               .model = model,
+                               .config = config,
+                               .device = config.instance_gpus.empty() ? options.device.cuda_device
+                                                                      : config.instance_gpus[i],
+                               .options = options.executor_options(options.gpu_slots, i),
+                               .summary = &summary};
+    absl::StatusOr<std::unique_ptr<Executor>> executor = backend->create_gpu_executor(args);
     if (absl::IsUnimplemented(executor.status())) {
       // No GPU implementation for this model: all its instances run on the CPU backend.
       LOG_INFO(options.logger, "model '", config.name,
@@ -93,48 +97,6 @@ absl::StatusOr<std::vector<std::unique_ptr<Executor>>> CreateExecutors(
     executors.push_back(std::move(executor));
   }
   return executors;
-}
-
-absl::StatusOr<std::unique_ptr<Executor>> CreateCudaExecutor(const ModelSpec& spec,
-                                                             const Model& model,
-                                                             const ModelConfig& config, int device,
-                                                             ExecutorOptions options,
-                                                             std::string* summary) {
-#if SLUICE_HAVE_CUDA
-  if (config.ragged_batching.has_value()) {
-    // A sequence model (the encoder): packed tokens, (sequences, tokens) buckets.
-    absl::StatusOr<std::unique_ptr<cuda::CudaRaggedModel>> ragged =
-        cuda::CreateCudaRaggedModel(model, device);
-    if (!ragged.ok()) return ragged.status();
-    cuda::CudaExecutorOptions cuda_options;
-    cuda_options.executor = std::move(options);
-    cuda_options.device = device;
-    cuda_options.use_graphs = config.cuda_graphs;
-    absl::StatusOr<std::unique_ptr<cuda::CudaExecutor>> executor =
-        cuda::CudaExecutor::CreateRagged(config, *std::move(ragged), std::move(cuda_options));
-    if (!executor.ok()) return executor.status();
-    if (summary != nullptr) *summary = (*executor)->ragged_summary();
-    return std::unique_ptr<Executor>(*std::move(executor));
-  }
-  const std::vector<int> buckets = cuda::BatchBuckets(config);
-  std::unique_ptr<cuda::CudaModelInstance> instance;
-  {
-    absl::StatusOr<std::unique_ptr<cuda::CudaModelInstance>> created =
-        cuda::CreateCudaModelInstance(spec, device, buckets);
-    if (!created.ok()) return created.status();
-    instance = *std::move(created);
-  }
-  cuda::CudaExecutorOptions cuda_options;
-  cuda_options.executor = std::move(options);
-  cuda_options.device = device;
-  cuda_options.use_graphs = config.cuda_graphs;
-  absl::StatusOr<std::unique_ptr<cuda::CudaExecutor>> executor =
-      cuda::CudaExecutor::Create(config, std::move(instance), std::move(cuda_options));
-  if (!executor.ok()) return executor.status();
-  return std::unique_ptr<Executor>(*std::move(executor));
-#else
-  return absl::UnimplementedError("this build has no CUDA support (SLUICE_ENABLE_CUDA=OFF)");
-#endif
 }
 
 }  // namespace sluice::engine

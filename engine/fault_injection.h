@@ -13,7 +13,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "engine/device_fault.h"
+#include "engine/core/device_fault.h"
 
 namespace sluice::engine {
 
@@ -26,7 +26,7 @@ struct FaultInjectionSpec {
   // Batches of that model that run normally first; the next one faults. Fires once per process,
   // so a reload of the model recovers for good.
   int64_t after_batches = 0;
-  // The CUDA error the fault stands for (engine/device_fault.h), e.g. cudaErrorIllegalAddress:
+  // The CUDA error the fault stands for (engine/core/device_fault.h), e.g. cudaErrorIllegalAddress:
   // a sticky one makes the fault process-fatal (the server drains and exits non-zero), a
   // recoverable one (or none) faults only the instance. The same on every build.
   std::optional<CudaErrorCode> cuda_error;

@@ -5,7 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/check.h"
-#include "engine/model_stats.h"
+#include "engine/core/model_stats.h"
 
 namespace sluice::engine {
 

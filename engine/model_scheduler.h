@@ -28,9 +28,9 @@
 #include "common/clock.h"
 #include "common/mutex.h"
 #include "engine/batch_policy.h"
-#include "engine/executor.h"
-#include "engine/inference_request.h"
-#include "engine/model_config.h"
+#include "engine/core/executor.h"
+#include "engine/core/inference_request.h"
+#include "engine/core/model_config.h"
 
 namespace sluice::engine {
 

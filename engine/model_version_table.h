@@ -23,10 +23,10 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "common/mutex.h"
-#include "engine/backend.h"
-#include "engine/executor.h"
-#include "engine/model_config.h"
-#include "engine/model_stats.h"
+#include "engine/core/backend.h"
+#include "engine/core/executor.h"
+#include "engine/core/model_config.h"
+#include "engine/core/model_stats.h"
 
 namespace sluice::engine {
 

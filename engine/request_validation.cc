@@ -8,7 +8,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
-#include "engine/tensor.h"
+#include "engine/core/tensor.h"
 
 namespace sluice::engine {
 namespace {
@@ -18,8 +18,12 @@ absl::StatusOr<size_t> InputIndex(const ModelConfig& config, const std::string& 
   for (size_t i = 0; i < config.inputs.size(); ++i) {
     if (config.inputs[i].name == name) return i;
   }
-  return absl::InvalidArgumentError(
-      absl::StrCat("model '", config.name, "' has no input named '", name, "'"));
+  std::string names;
+  for (const TensorSpec& input : config.inputs) {
+    absl::StrAppend(&names, names.empty() ? "" : ", ", input.name);
+  }
+  return absl::InvalidArgumentError(absl::StrCat("model '", config.name, "' has no input named '",
+                                                 name, "' (inputs: ", names, ")"));
 }
 
 absl::Status GivenTwice(const ModelConfig& config, const std::string& name) {
@@ -27,9 +31,8 @@ absl::Status GivenTwice(const ModelConfig& config, const std::string& name) {
       absl::StrCat("model '", config.name, "': input '", name, "' given twice"));
 }
 
-}  // namespace
-
-absl::Status ValidateAndBindRequest(const ModelConfig& config, InferenceRequest& request) {
+// ValidateAndBindRequest after CheckRequestNames passed: inputs are known and unique.
+absl::Status BindRequest(const ModelConfig& config, InferenceRequest& request) {
   const std::string& model = config.name;
   if (request.inputs.size() != config.inputs.size()) {
     // Name the first missing input: that is what the client has to fix.
@@ -42,14 +45,8 @@ absl::Status ValidateAndBindRequest(const ModelConfig& config, InferenceRequest&
                          config.inputs.size(), " inputs, got ", request.inputs.size(), ")"));
       }
     }
-    // None missing, so there are too many: name the first unknown or repeated one.
-    for (size_t i = 0; i < request.inputs.size(); ++i) {
-      const std::string& name = request.inputs[i].name;
-      RETURN_IF_ERROR(InputIndex(config, name).status());
-      for (size_t j = 0; j < i; ++j) {
-        if (request.inputs[j].name == name) return GivenTwice(config, name);
-      }
-    }
+    // Unreachable after CheckRequestNames (known, unique names and none missing), kept as the
+    // answer should the rules above ever change.
     return absl::InvalidArgumentError(absl::StrCat("model '", model, "' expects ",
                                                    config.inputs.size(), " inputs, got ",
                                                    request.inputs.size()));
@@ -126,22 +123,47 @@ absl::Status ValidateAndBindRequest(const ModelConfig& config, InferenceRequest&
     }
     ordered[index] = std::move(input);
   }
+  request.inputs = std::move(ordered);
+  request.batch_size = batch_size > 0 ? batch_size : 1;
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status CheckRequestNames(const ModelConfig& config, const InferenceRequest& request) {
+  for (size_t i = 0; i < request.inputs.size(); ++i) {
+    const std::string& name = request.inputs[i].name;
+    RETURN_IF_ERROR(InputIndex(config, name).status());
+    for (size_t j = 0; j < i; ++j) {
+      if (request.inputs[j].name == name) return GivenTwice(config, name);
+    }
+  }
   for (size_t i = 0; i < request.requested_outputs.size(); ++i) {
     const std::string& name = request.requested_outputs[i];
     if (config.FindOutput(name) == nullptr) {
       return absl::InvalidArgumentError(
-          absl::StrCat("model '", model, "' has no output named '", name, "'"));
+          absl::StrCat("model '", config.name, "' has no output named '", name, "'"));
     }
     for (size_t j = 0; j < i; ++j) {
       if (request.requested_outputs[j] == name) {
         return absl::InvalidArgumentError(
-            absl::StrCat("model '", model, "': output '", name, "' requested twice"));
+            absl::StrCat("model '", config.name, "': output '", name, "' requested twice"));
       }
     }
   }
-  request.inputs = std::move(ordered);
-  request.batch_size = batch_size > 0 ? batch_size : 1;
   return absl::OkStatus();
+}
+
+absl::Status ValidateRequest(const Model& model, InferenceRequest& request) {
+  RETURN_IF_ERROR(CheckRequestNames(model.config(), request));
+  if (!model.validates_requests()) return BindRequest(model.config(), request);
+  RETURN_IF_ERROR(RefuseDeviceInputs(model.config(), request));
+  return model.ValidateAndBindRequest(request);
+}
+
+absl::Status ValidateAndBindRequest(const ModelConfig& config, InferenceRequest& request) {
+  RETURN_IF_ERROR(CheckRequestNames(config, request));
+  return BindRequest(config, request);
 }
 
 absl::Status RefuseDeviceInputs(const ModelConfig& config, const InferenceRequest& request) {

@@ -1,16 +1,37 @@
 #pragma once
 
-// Request validation: the checks a request passes before it is queued for a model version. A new
-// validation rule goes here (and in request_validation_test.cc). Pure: no engine state, safe from
-// any thread.
+// Request validation: the checks a request passes before it is queued for a model version. One
+// entry point, ValidateRequest, which Engine::Submit calls for every model: the generic rules
+// always run, then the model's own hook where it has one. A new generic rule goes in
+// CheckRequestNames or ValidateAndBindRequest (and in request_validation_test.cc), and so reaches
+// every backend. Pure: no engine state, safe from any thread.
 
 #include "absl/status/status.h"
-#include "engine/inference_request.h"
-#include "engine/model_config.h"
+#include "engine/core/backend.h"
+#include "engine/core/inference_request.h"
+#include "engine/core/model_config.h"
 
 namespace sluice::engine {
 
-// Checks `request` against `config` and binds it for the scheduler: on OK its inputs are in
+// The one entry point. Runs CheckRequestNames (every model), then:
+// - for a model that binds its own requests (Model::validates_requests(): optional inputs, a
+//   choice of data types, checks of the values, e.g. the encoder's token ids and texts):
+//   RefuseDeviceInputs (such models read values here, on the submitting thread) and
+//   Model::ValidateAndBindRequest;
+// - for every other model: the generic binding of ValidateAndBindRequest.
+// On OK the request is bound (inputs in config order for the generic path, batch_size set, and
+// token_count for sequence models). Errors: InvalidArgument naming the model, the tensor and what
+// was expected; `request` is then answered, never queued.
+absl::Status ValidateRequest(const Model& model, InferenceRequest& request);
+
+// The rules every model's requests obey, whatever its inputs: each input is one the config
+// declares (InvalidArgument "has no input named", listing the inputs) and appears once ("given
+// twice"); each requested output is one the config declares ("has no output named") and is
+// requested once ("requested twice").
+absl::Status CheckRequestNames(const ModelConfig& config, const InferenceRequest& request);
+
+// The generic path: CheckRequestNames, then checks `request` against `config` and binds it for the
+// scheduler: on OK its inputs are in
 // config order and batch_size is set (the shared first dimension when max_batch_size > 0, else
 // 1). InvalidArgument naming the model, the tensor and what was expected otherwise: a missing,
 // unknown or repeated input; a data type or shape the config does not allow; a batch size over

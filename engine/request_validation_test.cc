@@ -5,9 +5,9 @@
 #include <string>
 #include <vector>
 
-#include "engine/testing/fake_device_memory.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/support/engine/fake_device_memory.h"
 
 namespace sluice::engine {
 namespace {

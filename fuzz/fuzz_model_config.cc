@@ -6,7 +6,8 @@
 #include <cstdint>
 #include <string>
 
-#include "engine/backend.h"
+#include "engine/backend_registry.h"
+#include "engine/core/backend.h"
 #include "server/model_config_parser.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

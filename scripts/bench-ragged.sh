@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # bench-ragged.sh - ragged batching by token budget vs one sequence per batch, on the encoder
-# backend (issue 19; docs/performance.md, "Ragged batching (issue 19)").
+# backend (issue 19; docs/performance.md, "Ragged batching").
 #
 # One sluice-server serving two encoders twice each, from one temporary repository whose version
 # folders link the checkpoint files:

@@ -1,39 +1,86 @@
 #!/usr/bin/env bash
-# gpu-check.sh - the GPU checks of the CUDA engine, split in two because the GPU machine cannot
-# build sluice (it has nvcc, CMake and the CUDA libraries, but no gRPC/Protobuf/Abseil/OpenBLAS
-# packages and no network):
+# gpu-check.sh - one GPU run that answers what matters (issue 35), inside one 10-minute device
+# command. The GPU machine has nvcc, CMake, the CUDA libraries and PyTorch, but no gRPC, Protobuf,
+# Abseil or OpenBLAS and no network, so this machine builds and packs, and the GPU machine runs:
 #
-#   scripts/gpu-check.sh pack [ARCHIVE]   on the build machine: builds the gpu-labelled tests,
-#                                         sluice-server (for the tests that drive one, with the
-#                                         bundled models), sluice-engine-bench and
-#                                         sluice-cuda-encoder-bench (when this tree has them),
-#                                         and packs
-#                                         them with every shared library they load except glibc
-#                                         and the CUDA driver/runtime/cuBLAS into ARCHIVE
-#                                         (default build/gpu-check.tar.gz, must stay < 64 MiB).
-#   scripts/gpu-check.sh probe ARCHIVE    on the GPU machine, first (one short device call):
-#                                         unpacks, prints the driver, GPU, CUDA and cuBLASLt
-#                                         versions, and checks that every packed binary starts.
-#   scripts/gpu-check.sh run ARCHIVE      on the GPU machine: probe, then the GPU tests, the
-#                                         engine benchmark and the encoder benchmark against the
-#                                         machine's own CUDA 13 libraries, and a short table.
-#                                         Within GPU_CHECK_BUDGET_S.
+#   scripts/gpu-check.sh pack [ARCHIVE]   here: builds the gpu-labelled tests, the benchmarks,
+#                                         sluice-server, sluice-loadtest and sluice-make-encoder,
+#                                         packs them with every shared library they load except
+#                                         glibc's and CUDA's, the bundled models and the helper
+#                                         scripts into ARCHIVE (default $BUILD_DIR/gpu-check.tar.gz;
+#                                         with the working tree it travels with, < 64 MiB).
+#   scripts/gpu-check.sh run ARCHIVE      on the GPU machine: the steps below, in order of value,
+#                                         each under its cap, all under one budget.
+#   scripts/gpu-check.sh probe ARCHIVE    on the GPU machine: the first step alone.
+#   scripts/gpu-check.sh plan             the steps, their caps and what each produces.
+#   scripts/gpu-check.sh --dry-run [--skip-build]
+#                                         here, no GPU: the plan, the pack and its size, and a run
+#                                         of the real script over stub binaries into a fake $OUT
+#                                         that proves the file count and that the summary comes
+#                                         last, also when steps fail, time out or the budget ends
+#                                         (scripts/gpu-check-dry-run.sh).
+#
+# What comes back (the device tool returns at most 8 files of $OUT, and the last 12,000
+# characters of the output): exactly three files, rewritten after every step so that a run killed
+# at any point still leaves the figures of the steps that finished:
+#   $OUT/gpu-check-summary.txt   the step table and the key figures (also the output's last lines)
+#   $OUT/gpu-check-figures.json  every figure, small (scripts/gpu_check_report.py)
+#   $OUT/gpu-check-logs.tar.gz   every log, gtest JSON and benchmark JSON of the run
 #
 # It cannot pass falsely: the tests run with SLUICE_GPU_TESTS_REQUIRED=1 (a GPU test without a
-# usable GPU fails instead of skipping), and a test binary that passed nothing is a failure.
+# usable GPU fails instead of skipping), a test binary that passed nothing is a failure, the
+# benchmarks fail on non-finite outputs and on a model that did not run on the GPU.
 #
-# Environment: BUILD_DIR (default build), CUDA_HOME (default /usr/local/cuda),
-# SLUICE_BENCH_ARGS (extra arguments for sluice-engine-bench), GPU_CHECK_BUDGET_S (the whole
-# run, default 480, under one 10-minute device call), GPU_CHECK_TIMEOUT_S (per binary, default
-# 150, cut to what is left of the budget), OUT (logs go to $OUT/gpu-check-logs when set).
-set -euo pipefail
+# Environment: BUILD_DIR (default build), CUDA_HOME (default /usr/local/cuda), GPU_CHECK_BUDGET_S
+# (the whole run, default 560: under the device tool's 600 s command limit), OUT (where the three
+# files go; a temporary folder when unset), GPU_CHECK_ONLY (comma-separated step names: run only
+# those), GPU_CHECK_SCRATCH (large files: checkpoints; default a temporary folder).
+set -uo pipefail
 
 here="$(cd "$(dirname "$0")/.." && pwd)"
+self="$(cd "$(dirname "$0")" && pwd)/$(basename "$0")"
 build_dir="${BUILD_DIR:-$here/build}"
 cuda_home="${CUDA_HOME:-/usr/local/cuda}"
-bench_target=sluice-engine-bench
-# The encoder on the GPU (issue 14): BERT-base shape, generated on the GPU machine at run time.
-encoder_bench_target=sluice-cuda-encoder-bench
+
+# The steps, in order of value: name, cap in seconds, what it answers. The caps add up to less
+# than 9 minutes (`plan` and the dry run check it), so that a whole run fits in one 10-minute
+# device command with room for unpacking and the report.
+readonly -a kSteps=(
+  "probe|20|versions (driver, GPU, CUDA, cuBLASLt); every packed binary starts"
+  "kernel-tests|60|gpu_cuda_kernels_test: every kernel against its CPU definition"
+  "encoder-bench|90|sluice-cuda-encoder-bench FP16 seq 128, graphs on and off: latency, seq/s, TFLOP/s, GEMMs alone, CPU per request"
+  "engine-bench|40|sluice-engine-bench mlp + simple on cuda:0, graphs on and off; mlp against its HBM roofline"
+  "e2e-server|75|sluice-server on cuda:0 over gRPC: embedder and BERT-base, 1/16/64 clients, ragged: seq/s, tokens/s, p50/p99, server CPU/request"
+  "pytorch|75|PyTorch FP16 SDPA on the same checkpoint and batches (torch.compile if quick): sluice/PyTorch ratio"
+  "encoder-variants|60|sluice-cuda-encoder-bench BF16 seq 128, FP16 seq 512, TF32 seq 128 (graphs on)"
+  "long-tests|90|gpu_cuda_encoder_test, gpu_cuda_executor_test, gpu_cuda_shared_memory_test, gpu_cuda_encoder_server_test, in parallel"
+)
+readonly kCapSumLimitS=540
+# Seconds kept back from the budget for the report after the last step.
+readonly kReserveS=10
+readonly kKernelTests="gpu_cuda_kernels_test"
+readonly kLongTests="gpu_cuda_encoder_test gpu_cuda_executor_test gpu_cuda_shared_memory_test gpu_cuda_encoder_server_test"
+readonly kTools="sluice-engine-bench sluice-cuda-encoder-bench sluice-loadtest sluice-make-encoder"
+
+step_field() { cut -d'|' -f"$2" <<<"$1"; }
+
+plan() {
+  local total=0 step name cap what
+  printf '%-17s %5s  %s\n' step cap_s "what it answers"
+  for step in "${kSteps[@]}"; do
+    name=$(step_field "$step" 1)
+    cap=$(step_field "$step" 2)
+    what=$(step_field "$step" 3)
+    total=$((total + cap))
+    printf '%-17s %5d  %s\n' "$name" "$cap" "$what"
+  done
+  printf '%-17s %5d  (limit %d: one device command is 600 s; budget %d s)\n' "sum of caps" \
+    "$total" "$kCapSumLimitS" "${GPU_CHECK_BUDGET_S:-560}"
+  ((total < kCapSumLimitS)) || {
+    echo "gpu-check: the caps add up to $total s, not under $kCapSumLimitS s" >&2
+    return 1
+  }
+}
 
 # Libraries the archive leaves to the target machine: glibc's, and CUDA's (driver, runtime,
 # cuBLAS), which must come from the machine that has the GPU.
@@ -48,6 +95,7 @@ is_left_out() {
 
 pack() {
   local archive="${1:-$build_dir/gpu-check.tar.gz}"
+  set -e
   [[ -f "$build_dir/CMakeCache.txt" ]] || {
     echo "gpu-check: no build in $build_dir (run cmake first)" >&2
     exit 1
@@ -56,286 +104,466 @@ pack() {
     echo "gpu-check: $build_dir is not a CUDA build (SLUICE_ENABLE_CUDA=OFF)" >&2
     exit 1
   }
-  # The gpu-labelled test binaries (written by CMake at configure time).
-  cmake "$build_dir" >/dev/null
-  local -a tests
+  # gpu-tests.txt is written at configure time (not when packing an existing build as it is).
+  [[ ${GPU_CHECK_PACK_NO_BUILD:-0} == 1 ]] || cmake "$build_dir" >/dev/null
+  local -a tests targets=()
   mapfile -t tests <"$build_dir/gpu-tests.txt"
-  local -a targets=()
+  local exe
   for exe in "${tests[@]}"; do targets+=("$(basename "$exe")"); done
-  local have_bench=0
-  # (The target list is read whole first: `grep -q` closing the pipe early would fail it under
-  # pipefail.)
-  local target_list
-  target_list="$(cmake --build "$build_dir" --target help)"
-  if grep -q "\b$bench_target\b" <<<"$target_list"; then
-    have_bench=1
-    targets+=("$bench_target")
-  else
-    echo "gpu-check: this tree has no $bench_target target; packing the tests only" >&2
+  # shellcheck disable=SC2206
+  targets+=($kTools sluice-server)
+  if [[ ${GPU_CHECK_PACK_NO_BUILD:-0} != 1 ]]; then
+    echo "gpu-check: building ${targets[*]}"
+    nice -n 5 cmake --build "$build_dir" -j2 --target "${targets[@]}"
   fi
-  local have_encoder_bench=0
-  if grep -q "\b$encoder_bench_target\b" <<<"$target_list"; then
-    have_encoder_bench=1
-    targets+=("$encoder_bench_target")
-  fi
-  # The GPU tests that drive a server process (tests/gpu/cuda_shared_memory_test.cc) run the
-  # packed sluice-server on the bundled models (SLUICE_TEST_SERVER_BINARY and
-  # SLUICE_TEST_MODEL_REPOSITORY, set by `run`).
-  targets+=(sluice-server)
-  echo "gpu-check: building ${targets[*]}"
-  nice -n 5 cmake --build "$build_dir" -j2 --target "${targets[@]}"
-
   local stage
   stage="$(mktemp -d)"
   trap 'rm -rf "$stage"' RETURN
-  mkdir -p "$stage/gpu-check/bin" "$stage/gpu-check/lib" "$stage/gpu-check/server"
-  for exe in "${tests[@]}"; do cp "$exe" "$stage/gpu-check/bin/"; done
-  cp "$(find "$build_dir" -type f -name sluice-server -perm -u+x | head -1)" \
-    "$stage/gpu-check/server/"
-  cp -r "$here/models" "$stage/gpu-check/models"
-  if [[ $have_bench == 1 ]]; then
-    cp "$(find "$build_dir" -type f -name "$bench_target" -perm -u+x | head -1)" \
-      "$stage/gpu-check/bin/"
-    # The benchmark reads model repositories: the bundled one (packed above) and bench/models.
-    [[ -d "$here/bench/models" ]] && cp -r "$here/bench/models" "$stage/gpu-check/bench-models"
-  fi
-  if [[ $have_encoder_bench == 1 ]]; then
-    cp "$(find "$build_dir" -type f -name "$encoder_bench_target" -perm -u+x | head -1)" \
-      "$stage/gpu-check/bin/"
-  fi
-  printf '%s\n' "${tests[@]}" | xargs -n1 basename >"$stage/gpu-check/tests.txt"
+  local g="$stage/gpu-check"
+  mkdir -p "$g/bin" "$g/lib" "$g/server" "$g/scripts"
+  for exe in "${tests[@]}"; do cp "$exe" "$g/bin/"; done
+  local tool path
+  for tool in $kTools; do
+    path="$(find "$build_dir" -type f -name "$tool" -perm -u+x | head -1)"
+    [[ -n $path ]] || { echo "gpu-check: $tool was not built" >&2; exit 1; }
+    cp "$path" "$g/bin/"
+  done
+  cp "$(find "$build_dir" -type f -name sluice-server -perm -u+x | head -1)" "$g/server/"
+  cp -r "$here/models" "$g/models"
+  [[ -d "$here/bench/models" ]] && cp -r "$here/bench/models" "$g/bench-models"
+  cp "$self" "$here/scripts/gpu-check-e2e.sh" "$here/scripts/gpu_check_report.py" \
+    "$here/bench/gpu_torch_encoder.py" "$g/scripts/"
+  printf '%s\n' "${tests[@]}" | xargs -n1 basename >"$g/tests.txt"
   # Every shared library the binaries load, resolved here, minus those the GPU machine provides.
   local lib
   while read -r lib; do
-    is_left_out "$lib" || cp -L "$lib" "$stage/gpu-check/lib/"
-  done < <(for exe in "$stage"/gpu-check/bin/* "$stage"/gpu-check/server/*; do
+    is_left_out "$lib" || cp -L "$lib" "$g/lib/"
+  done < <(for exe in "$g"/bin/* "$g"/server/*; do
     ldd "$exe" | awk '/=> \// { print $3 }'
   done | sort -u)
-  strip --strip-debug "$stage"/gpu-check/bin/* "$stage"/gpu-check/server/* \
-    "$stage"/gpu-check/lib/* 2>/dev/null || true
-  cp "$0" "$stage/gpu-check/gpu-check.sh"
+  strip --strip-debug "$g"/bin/* "$g"/server/* "$g"/lib/* 2>/dev/null || true
   {
     echo "nvcc: $("$cuda_home/bin/nvcc" --version 2>/dev/null | grep -o 'release [0-9.]*' || echo unknown)"
     echo "git: $(git -C "$here" rev-parse --short HEAD 2>/dev/null || echo unknown)"
-  } >"$stage/gpu-check/BUILD-INFO"
+    echo "packed: $(date -u +%FT%TZ)"
+  } >"$g/BUILD-INFO"
   tar -C "$stage" -czf "$archive" gpu-check
   local bytes
   bytes=$(stat -c %s "$archive")
-  echo "gpu-check: wrote $archive ($((bytes / 1024)) KiB; $(find "$stage/gpu-check/bin" -type f | wc -l)" \
-    "binaries, $(find "$stage/gpu-check/lib" -type f | wc -l) libraries)"
-  if ((bytes >= 64 * 1024 * 1024)); then
-    echo "gpu-check: the archive is over 64 MiB" >&2
+  echo "gpu-check: wrote $archive ($((bytes / 1024)) KiB; $(find "$g/bin" -type f | wc -l)" \
+    "binaries, $(find "$g/lib" -type f | wc -l) libraries)"
+  if ((bytes >= 56 * 1024 * 1024)); then
+    echo "gpu-check: the archive is over 56 MiB: with the working tree it would not fit 64 MiB" >&2
     exit 1
   fi
-}
-
-# Seconds left of the whole run's budget (GPU_CHECK_BUDGET_S, default 480: one device call is
-# at most 10 minutes, and a rerun must still fit in the session's device time).
-budget_left() {
-  echo $((deadline - $(date +%s)))
-}
-
-# Runs one binary with a time limit (GPU_CHECK_TIMEOUT_S, default 150, never past the budget);
-# prints its table row and returns its status. A gtest binary that passed nothing fails: with
-# SLUICE_GPU_TESTS_REQUIRED=1 its GPU tests fail instead of skipping, and a binary whose tests
-# all skipped for another reason must not read as a pass either.
-run_one() {
-  local name="$1" kind="$2"
-  shift 2
-  local log="$logs/$name.log"
-  local start end rc=0 limit
-  limit=$(budget_left)
-  ((limit > ${GPU_CHECK_TIMEOUT_S:-150})) && limit=${GPU_CHECK_TIMEOUT_S:-150}
-  if ((limit < 5)); then
-    printf '%-28s %6s %7s %6s %8s  %s\n' "$name" - - - - "not run: budget spent"
-    return 1
-  fi
-  start=$(date +%s.%N)
-  timeout -k 5 "$limit" "$@" >"$log" 2>&1 || rc=$?
-  end=$(date +%s.%N)
-  local passed skipped failed
-  passed=$(grep -oP '^\[  PASSED  \] \K[0-9]+' "$log" | tail -1 || true)
-  skipped=$(grep -oP '^\[  SKIPPED \] \K[0-9]+(?= test)' "$log" | tail -1 || true)
-  failed=$(grep -oP '^\[  FAILED  \] \K[0-9]+(?= test)' "$log" | tail -1 || true)
-  local result="ok"
-  if ((rc == 124 || rc == 137)); then
-    result="timeout after ${limit} s"
-  elif ((rc != 0)); then
-    result="exit $rc"
-  elif [[ $kind == gtest ]] && ((${passed:-0} == 0)); then
-    result="nothing passed"
-    rc=1
-  fi
-  printf '%-28s %6s %7s %6s %8.1f  %s\n' "$name" "${passed:-0}" "${skipped:-0}" "${failed:-0}" \
-    "$(awk -v a="$start" -v b="$end" 'BEGIN { print b - a }')" "$result"
-  return $rc
+  set +e
 }
 
 # The directory holding libcublasLt.so.13 (it is dlopened, so ldd does not list it): CUDA_HOME's
 # lib64, the loader cache, or a Python wheel's site-packages/nvidia/*/lib (pip's nvidia-cublas).
 find_cublaslt() {
-  local candidate
+  local candidate site
   for candidate in "$cuda_home"/lib64/libcublasLt.so.13*; do
     [[ -e $candidate ]] && { dirname "$candidate"; return 0; }
   done
   candidate=$(ldconfig -p 2>/dev/null | awk '/libcublasLt\.so\.13/ { print $NF; exit }')
   [[ -n $candidate ]] && { dirname "$candidate"; return 0; }
-  local site
   for site in $(python3 -c 'import site; print(" ".join(site.getsitepackages() + [site.getusersitepackages()]))' 2>/dev/null) \
     /usr/local/lib/python3*/dist-packages /usr/lib/python3/dist-packages; do
-    for candidate in "$site"/nvidia/*/lib/libcublasLt.so.13*; do
+    for candidate in "$site"/nvidia/*/lib/libcublasLt.so.13* "$site"/nvidia/cu13/lib/libcublasLt.so.13*; do
       [[ -e $candidate ]] && { dirname "$candidate"; return 0; }
     done
   done
   return 1
 }
 
-# Unpacks the archive, sets up the library path, prints what the machine is (driver, GPU, CUDA
-# and cuBLASLt versions) and checks that every packed binary starts here. Sets root.
-probe() {
-  local archive="${1:?usage: gpu-check.sh probe|run ARCHIVE}"
-  local unpack
-  unpack="$(mktemp -d)"
-  tar -C "$unpack" -xzf "$archive"
-  root="$unpack/gpu-check"
-  export LD_LIBRARY_PATH="$root/lib:$cuda_home/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-  echo "gpu-check: unpacked in $root; logs in $logs"
-  echo "--- versions"
-  [[ -f $root/BUILD-INFO ]] && sed 's/^/built with: /' "$root/BUILD-INFO"
-  if command -v nvidia-smi >/dev/null; then
-    nvidia-smi --query-gpu=index,name,driver_version,memory.total,compute_cap --format=csv,noheader ||
-      true
-    nvidia-smi | grep -m1 'CUDA Version' || true
-  else
-    echo "no nvidia-smi on this machine"
-  fi
+# Unpacks ARCHIVE and sets the environment every step inherits (GC_*; the library path).
+setup() {
+  local archive="${1:?usage: gpu-check.sh run|probe ARCHIVE}"
+  GC_WORK="$(mktemp -d "${TMPDIR:-/tmp}/gpu-check-logs.XXXXXX")"
+  GC_SCRATCH="${GPU_CHECK_SCRATCH:-$(mktemp -d "${TMPDIR:-/tmp}/gpu-check-scratch.XXXXXX")}"
+  mkdir -p "$GC_WORK/status" "$GC_WORK/figures" "$GC_SCRATCH"
+  local unpack="$GC_SCRATCH/unpacked"
+  mkdir -p "$unpack"
+  tar -C "$unpack" -xzf "$archive" || { echo "gpu-check: cannot unpack $archive" >&2; return 1; }
+  GC_ROOT="$unpack/gpu-check"
+  export GC_ROOT GC_WORK GC_SCRATCH
+  export LD_LIBRARY_PATH="$GC_ROOT/lib:$cuda_home/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
   local cublaslt_dir
   if cublaslt_dir=$(find_cublaslt); then
     export LD_LIBRARY_PATH="$cublaslt_dir:$LD_LIBRARY_PATH"
-    echo "cuBLASLt: $(readlink -f "$(ls "$cublaslt_dir"/libcublasLt.so.13* | head -1)")"
-  else
-    echo "gpu-check: no libcublasLt.so.13 in $cuda_home/lib64, the loader cache or a Python" \
-      "wheel (site-packages/nvidia/*/lib); the mlp GPU tests will fail to load it" >&2
+    GC_CUBLASLT="$(readlink -f "$(ls "$cublaslt_dir"/libcublasLt.so.13* | head -1)")"
+    export GC_CUBLASLT
   fi
-  echo "glibc: $(getconf GNU_LIBC_VERSION)"
   # The packed libstdc++ and libgcc_s come from Debian 12 and need glibc 2.36; on an older glibc
   # use the machine's own (the binaries themselves need glibc 2.34 and GCC 12's libstdc++).
   local glibc
   glibc="$(getconf GNU_LIBC_VERSION | awk '{ print $2 }')"
   if [[ "$(printf '%s\n' "$glibc" 2.36 | sort -V | head -1)" != 2.36 ]]; then
-    echo "gpu-check: glibc $glibc < 2.36: using this machine's libstdc++ and libgcc_s"
-    mkdir -p "$root/lib-unused"
-    mv "$root"/lib/libstdc++.so.* "$root"/lib/libgcc_s.so.* "$root/lib-unused/" 2>/dev/null || true
+    mkdir -p "$GC_ROOT/lib-unused"
+    mv "$GC_ROOT"/lib/libstdc++.so.* "$GC_ROOT"/lib/libgcc_s.so.* "$GC_ROOT/lib-unused/" 2>/dev/null
   fi
+  # GPU tests fail instead of skipping when no GPU is usable (tests/gpu/gpu_required.h); the
+  # tests that start a server run the packed one on the packed models.
+  export SLUICE_GPU_TESTS_REQUIRED=1
+  export SLUICE_TEST_SERVER_BINARY="$GC_ROOT/server/sluice-server"
+  export SLUICE_TEST_MODEL_REPOSITORY="$GC_ROOT/models"
+  export PYTHONUNBUFFERED=1
+  OUT_DIR="${OUT:-$GC_WORK/out}"
+  mkdir -p "$OUT_DIR"
+}
+
+# ---- steps: each runs in its own process under `timeout` (its cap), writes its log to stdout,
+# its figures under $GC_WORK/figures, and one line "result|detail" to $GC_WORK/status/<step>.
+
+status_line() { printf '%s|%s\n' "$2" "$3" >"$GC_WORK/status/$1"; }
+
+# Runs gtest binary $1 with limit $2 s; its log goes to $GC_WORK/$1.log. Prints "ok|..." or
+# "fail|..." (a binary that passed nothing fails: with SLUICE_GPU_TESTS_REQUIRED=1 a missing GPU
+# fails every test instead of skipping it).
+run_gtest() {
+  local name="$1" limit="$2" log="$GC_WORK/$1.log" rc=0
+  timeout -k 5 "$limit" "$GC_ROOT/bin/$name" --gtest_output="json:$GC_WORK/figures/$name.json" \
+    >"$log" 2>&1 || rc=$?
+  local passed failed skipped
+  passed=$(grep -oP '^\[  PASSED  \] \K[0-9]+' "$log" | tail -1)
+  failed=$(grep -oP '^\[  FAILED  \] \K[0-9]+(?= test)' "$log" | tail -1)
+  skipped=$(grep -oP '^\[  SKIPPED \] \K[0-9]+(?= test)' "$log" | tail -1)
+  local counts="${passed:-0} passed, ${failed:-0} failed, ${skipped:-0} skipped"
+  if ((rc == 124 || rc == 137)); then
+    echo "fail|$name: timeout after $limit s ($counts)"
+  elif ((rc != 0)); then
+    local first
+    first=$(grep -oP '^\[  FAILED  \] \K[A-Za-z][A-Za-z0-9_./]*' "$log" | head -3 | paste -sd' ')
+    echo "fail|$name: exit $rc ($counts${first:+; first: $first})"
+  elif ((${passed:-0} == 0)); then
+    echo "fail|$name: nothing passed ($counts)"
+  else
+    echo "ok|$name: $counts"
+  fi
+}
+
+step_probe() {
+  echo "--- versions"
+  [[ -f $GC_ROOT/BUILD-INFO ]] && sed 's/^/built with: /' "$GC_ROOT/BUILD-INFO"
+  local gpu="no nvidia-smi"
+  if command -v nvidia-smi >/dev/null; then
+    gpu=$(nvidia-smi --query-gpu=name,driver_version,memory.total,compute_cap,clocks.sm \
+      --format=csv,noheader 2>&1 | head -1)
+    nvidia-smi 2>&1 | grep -m1 'CUDA Version'
+  fi
+  echo "gpu: $gpu"
+  echo "cuBLASLt: ${GC_CUBLASLT:-NOT FOUND (the GEMMs will fail to load it)}"
+  echo "glibc: $(getconf GNU_LIBC_VERSION)"
+  # (torch's version: in the pytorch step's JSON; importing it here would take most of the cap.)
   local missing
-  missing=$(for exe in "$root"/bin/* "$root"/server/*; do
-    ldd "$exe" 2>&1 | grep 'not found' || true
+  missing=$(for exe in "$GC_ROOT"/bin/* "$GC_ROOT"/server/*; do
+    ldd "$exe" 2>&1 | grep 'not found'
   done | sort -u)
-  if [[ -n "$missing" ]]; then
-    echo "gpu-check: libraries or symbol versions not found:" >&2
-    echo "$missing" >&2
-    return 1
+  local exe bad=""
+  for exe in "$GC_ROOT"/bin/* "$GC_ROOT"/server/*; do
+    case "$(basename "$exe")" in
+      gpu_*) timeout 15 "$exe" --gtest_list_tests >/dev/null 2>&1 || bad+=" $(basename "$exe")" ;;
+      *) timeout 15 "$exe" --help >/dev/null 2>&1 || bad+=" $(basename "$exe")" ;;
+    esac
+  done
+  [[ -n $missing ]] && echo "libraries not found: $missing"
+  if [[ -n $missing || -n $bad ]]; then
+    status_line probe fail "does not start:${bad:- (libraries missing)}; gpu: $gpu"
+  elif [[ -z ${GC_CUBLASLT:-} ]]; then
+    status_line probe fail "no libcublasLt.so.13; gpu: $gpu"
+  else
+    status_line probe ok "every binary starts; gpu: $gpu; cuBLASLt $(basename "$GC_CUBLASLT")"
   fi
-  # Every binary must start here (a loader or ABI problem shows now, not as a test failure).
-  local exe status=0
-  for exe in "$root"/bin/*; do
-    local start_log="$logs/start-$(basename "$exe").log"
-    if [[ $(basename "$exe") == "$bench_target" || $(basename "$exe") == "$encoder_bench_target" ]]; then
-      timeout 30 "$exe" --help >"$start_log" 2>&1 || { echo "does not start: $exe" >&2; status=1; }
+}
+
+step_kernel_tests() {
+  local line
+  line=$(run_gtest $kKernelTests "$1")
+  status_line kernel-tests "${line%%|*}" "${line#*|}"
+}
+
+# The BERT-base-shape checkpoint every encoder step shares (FP16, 220 MB; seconds to write):
+# the encoder benchmark, the server's bert_base model and PyTorch read the same weights.
+checkpoint() {
+  local folder="$GC_SCRATCH/repo/bert_base/1"
+  # The marker lies outside the model repository (nothing there but the model's own files).
+  if [[ ! -f $GC_SCRATCH/bert_base.complete ]]; then
+    "$GC_ROOT/bin/sluice-make-encoder" --vocab 30522 --hidden 768 --layers 12 --heads 12 \
+      --intermediate 3072 --positions 512 --dtype F16 --out "$folder" >&2 || return 1
+    touch "$GC_SCRATCH/bert_base.complete"
+  fi
+  echo "$folder"
+}
+
+# One encoder benchmark run: $1 limit, $2 label, then the benchmark's own arguments.
+encoder_bench() {
+  local limit="$1" label="$2"
+  shift 2
+  local folder
+  folder=$(checkpoint) || { echo "fail|$label: no checkpoint"; return; }
+  local rc=0
+  timeout -k 5 "$limit" "$GC_ROOT/bin/sluice-cuda-encoder-bench" --checkpoint "$folder" \
+    --json "$GC_WORK/figures/encoder-$label.json" "$@" >"$GC_WORK/encoder-$label.log" 2>&1 || rc=$?
+  if ((rc == 124 || rc == 137)); then
+    echo "fail|$label: timeout after $limit s"
+  elif ((rc != 0)); then
+    echo "fail|$label: exit $rc: $(grep -v '^|' "$GC_WORK/encoder-$label.log" | tail -1 | cut -c1-160)"
+  else
+    echo "ok|$label"
+  fi
+}
+
+step_encoder_bench() {
+  local line
+  line=$(encoder_bench "$1" fp16-s128 --compute fp16 --seq 128 --graphs both --seconds 0.5)
+  grep '^|\|^loaded\|^device counters\|^checkpoint' "$GC_WORK/encoder-fp16-s128.log"
+  status_line encoder-bench "${line%%|*}" "${line#*|}"
+}
+
+step_engine_bench() {
+  local limit="$1" result=ok detail="" graphs rc
+  for graphs in on off; do
+    rc=0
+    timeout -k 5 $((limit / 2)) "$GC_ROOT/bin/sluice-engine-bench" \
+      --model-repository "$GC_ROOT/models" --models mlp,simple --device cuda:0 \
+      --require-device cuda --graphs "$graphs" --seconds 0.25 \
+      --json "$GC_WORK/figures/engine-graphs-$graphs.json" >"$GC_WORK/engine-graphs-$graphs.log" 2>&1 ||
+      rc=$?
+    grep '^|\|^model\|^sluice-engine-bench' "$GC_WORK/engine-graphs-$graphs.log"
+    if ((rc != 0)); then
+      result=fail
+      detail+="graphs $graphs: exit $rc: $(tail -1 "$GC_WORK/engine-graphs-$graphs.log" | cut -c1-120); "
     else
-      timeout 30 "$exe" --gtest_list_tests >"$start_log" 2>&1 ||
-        { echo "does not start: $exe (see $start_log)" >&2; status=1; }
+      detail+="graphs $graphs ok; "
     fi
   done
-  if [[ -x $root/server/sluice-server ]]; then
-    timeout 30 "$root/server/sluice-server" --help >"$logs/start-sluice-server.log" 2>&1 ||
-      { echo "does not start: $root/server/sluice-server" >&2; status=1; }
+  status_line engine-bench "$result" "${detail%; }"
+}
+
+step_e2e_server() {
+  local folder
+  folder=$(checkpoint) || { status_line e2e-server fail "no checkpoint"; return; }
+  "$GC_ROOT/scripts/gpu-check-e2e.sh" --root "$GC_ROOT" --work "$GC_WORK" \
+    --repository "$GC_SCRATCH/repo" --device cuda:0 --limit "$1"
+}
+
+step_pytorch() {
+  local limit="$1" start=$SECONDS folder rc=0
+  folder=$(checkpoint) || { status_line pytorch fail "no checkpoint"; return; }
+  timeout -k 5 $((limit - 5)) python3 "$GC_ROOT/scripts/gpu_torch_encoder.py" --checkpoint "$folder" \
+    --device cuda --dtype fp16 --seq 128 --json "$GC_WORK/figures/pytorch-fp16-s128.json" || rc=$?
+  if ((rc != 0)); then
+    status_line pytorch fail "eager: exit $rc"
+    return
   fi
-  ((status == 0)) && echo "every packed binary starts here"
-  return $status
+  # torch.compile only if quick: what is left of the cap, in its own process (a compile cannot
+  # be interrupted cleanly inside one).
+  local left=$((limit - (SECONDS - start) - 5))
+  if ((left >= 30)); then
+    rc=0
+    timeout -k 3 "$left" python3 "$GC_ROOT/scripts/gpu_torch_encoder.py" --checkpoint "$folder" \
+      --device cuda --dtype fp16 --seq 128 --compile --workloads b32x128 \
+      --json "$GC_WORK/figures/pytorch-fp16-s128-compile.json" || rc=$?
+    ((rc == 0)) && status_line pytorch ok "eager ok; torch.compile ok" ||
+      status_line pytorch ok "eager ok; torch.compile not quick (exit $rc within $left s)"
+  else
+    status_line pytorch ok "eager ok; torch.compile not tried ($left s left)"
+  fi
+}
+
+step_encoder_variants() {
+  local limit="$1" start=$SECONDS result=ok detail="" spec line left n=3
+  for spec in "bf16-s128|--compute bf16 --seq 128" "fp16-s512|--compute fp16 --seq 512" \
+    "tf32-s128|--compute fp32 --tf32 --seq 128"; do
+    left=$(((limit - (SECONDS - start) - 3) / n))
+    n=$((n - 1))
+    if ((left < 10)); then
+      result=fail
+      detail+="${spec%%|*}: no time; "
+      continue
+    fi
+    # shellcheck disable=SC2086
+    line=$(encoder_bench "$left" "${spec%%|*}" ${spec#*|} --graphs on --seconds 0.3 --sync-batches 10)
+    grep '^|' "$GC_WORK/encoder-${spec%%|*}.log"
+    [[ ${line%%|*} == ok ]] || result=fail
+    detail+="${line#*|}; "
+  done
+  status_line encoder-variants "$result" "${detail%; }"
+}
+
+step_long_tests() {
+  local limit="$1" name
+  local -a pids=()
+  # In parallel: correctness tests, not timings; one H200 and 16 cores hold the four at once.
+  for name in $kLongTests; do
+    run_gtest "$name" $((limit - 5)) >"$GC_WORK/status/long-$name" &
+    pids+=($!)
+  done
+  wait "${pids[@]}"
+  local result=ok detail=""
+  for name in $kLongTests; do
+    local line
+    line=$(cat "$GC_WORK/status/long-$name")
+    [[ ${line%%|*} == ok ]] || result=fail
+    detail+="${line#*|}; "
+    rm -f "$GC_WORK/status/long-$name"
+  done
+  status_line long-tests "$result" "${detail%; }"
+}
+
+# ---- the run: steps in order, the report after each.
+
+declare -a rows=()
+not_run=""
+final_printed=0
+
+# Writes the three files of $OUT: the summary (steps table + key figures), the figures JSON and
+# the logs archive. After every step, so that a kill at any point loses only the step in flight.
+report() {
+  local table="$GC_WORK/steps.tsv"
+  printf '%s\n' "${rows[@]}" >"$table"
+  if ! python3 "$GC_ROOT/scripts/gpu_check_report.py" --work "$GC_WORK" --steps "$table" \
+    --budget "$budget" --not-run "$not_run" --json "$OUT_DIR/gpu-check-figures.json" \
+    --summary "$GC_WORK/summary.txt" 2>"$GC_WORK/report.err"; then
+    # No python (or a bug in the report): the step table alone, still last.
+    {
+      echo "gpu-check summary (no figures: gpu_check_report.py failed, see report.err)"
+      printf '%-17s %5s %7s  %-7s %s\n' step cap_s took_s result detail
+      local row
+      for row in "${rows[@]}"; do
+        IFS=$'\t' read -r n c t r d <<<"$row"
+        printf '%-17s %5s %7s  %-7s %s\n' "$n" "$c" "$t" "$r" "$d"
+      done
+      [[ -n $not_run ]] && echo "not run for lack of time: $not_run"
+    } >"$GC_WORK/summary.txt"
+  fi
+  cp "$GC_WORK/summary.txt" "$OUT_DIR/gpu-check-summary.txt"
+  tar -C "$GC_WORK" -czf "$OUT_DIR/gpu-check-logs.tar.gz.tmp" --exclude=out . 2>/dev/null &&
+    mv "$OUT_DIR/gpu-check-logs.tar.gz.tmp" "$OUT_DIR/gpu-check-logs.tar.gz"
+}
+
+# The failures, bounded (so that they never push the summary out of the output's tail), then the
+# summary as the very last lines.
+final_output() {
+  ((final_printed)) && return
+  final_printed=1
+  report
+  local log shown=0
+  for log in "$GC_WORK"/*.log; do
+    [[ -f $log ]] || continue
+    if grep -q 'Failure$\|^\[  FAILED  \]' "$log" && ((shown < 3)); then
+      echo
+      echo "--- $(basename "$log" .log): first failures"
+      grep -A4 'Failure$' "$log" | head -15 | cut -c1-200
+      shown=$((shown + 1))
+    fi
+  done
+  echo
+  echo "=== gpu-check: $OUT_DIR/gpu-check-{summary.txt,figures.json,logs.tar.gz}"
+  cat "$GC_WORK/summary.txt"
+}
+
+# Ends whatever is left of the session that step $1 (its leader's pid) started.
+end_session() {
+  [[ -n $setsid ]] || return 0
+  pkill -TERM -s "$1" 2>/dev/null || return 0
+  sleep 0.5
+  pkill -KILL -s "$1" 2>/dev/null
+  return 0
+}
+
+on_signal() {
+  echo "gpu-check: $1 received; stopping the step in flight" >&2
+  if [[ -n ${step_pid:-} ]]; then
+    kill -TERM "$step_pid" 2>/dev/null
+    end_session "$step_pid"
+  fi
+  [[ -n ${current:-} ]] && rows+=("$current"$'\t'"${current_cap:-0}"$'\t'"$((SECONDS - ${current_start:-SECONDS}))"$'\t'"killed"$'\t'"$1 received")
+  current=""
+  final_output
+  exit 130
 }
 
 run() {
-  local archive="${1:?usage: gpu-check.sh run ARCHIVE}"
-  probe "$archive" || return 1
-  # GPU tests fail instead of skipping when no GPU is usable (tests/gpu/gpu_required.h).
-  export SLUICE_GPU_TESTS_REQUIRED=1
-  # The tests that start a server run the packed one (tests/integration/server_process.cc).
-  export SLUICE_TEST_SERVER_BINARY="$root/server/sluice-server"
-  export SLUICE_TEST_MODEL_REPOSITORY="$root/models"
-  local status=0
-  printf '\n%-28s %6s %7s %6s %8s  %s\n' binary passed skipped failed seconds result
-  while read -r test; do
-    run_one "$test" gtest "$root/bin/$test" || status=1
-  done <"$root/tests.txt"
-  if [[ -x "$root/bin/$bench_target" ]]; then
-    # The engine benchmark (bench/engine_bench.cc), graphs on and off: pipeline vs sync per batch
-    # bucket in each. Its tables are printed below, its JSON kept next to the logs.
-    # SLUICE_BENCH_ARGS is a list of arguments: split on purpose.
-    local graphs
-    for graphs in on off; do
-      # shellcheck disable=SC2086
-      run_one "$bench_target-graphs-$graphs" bench "$root/bin/$bench_target" \
-        --model-repository="$root/models" --device=cuda:0 --graphs="$graphs" --seconds=1 \
-        --json="$logs/engine-bench-graphs-$graphs.json" ${SLUICE_BENCH_ARGS:-} || status=1
-    done
-    for graphs in on off; do
-      echo
-      echo "--- $bench_target --graphs=$graphs"
-      grep '^|' "$logs/$bench_target-graphs-$graphs.log" ||
-        tail -20 "$logs/$bench_target-graphs-$graphs.log"
-    done
-  else
-    echo "(no $bench_target in this archive)"
-  fi
-  if [[ -x "$root/bin/$encoder_bench_target" ]]; then
-    # The encoder on the GPU (bench/cuda_encoder_bench.cc): BERT-base shape, FP16, graphs on and
-    # off in one run (well under a minute: the checkpoint is written here, 2 s; two loads; 10
-    # points of 20 sync batches and 0.5 s of pipeline each).
-    run_one "$encoder_bench_target" bench "$root/bin/$encoder_bench_target" --seconds=0.5 \
-      --json="$logs/cuda-encoder-bench.json" || status=1
-    echo
-    echo "--- $encoder_bench_target"
-    grep '^|\|^device counters\|^loaded\|^checkpoint' "$logs/$encoder_bench_target.log" ||
-      tail -20 "$logs/$encoder_bench_target.log"
-  else
-    echo "(no $encoder_bench_target in this archive)"
-  fi
-  for log in "$logs"/*.log; do
-    local name
-    name="$(basename "$log" .log)"
-    if grep -q 'Failure$\|^\[  FAILED  \]' "$log"; then
-      echo
-      echo "--- $name: failures"
-      grep -A6 'Failure$' "$log" | head -60 || true
+  setup "${1:-}" || exit 1
+  budget=${GPU_CHECK_BUDGET_S:-560}
+  setsid=""
+  command -v setsid >/dev/null && command -v pkill >/dev/null && setsid=setsid
+  local deadline=$((SECONDS + budget))
+  trap 'on_signal TERM' TERM
+  trap 'on_signal INT' INT
+  trap 'final_output' EXIT
+  echo "gpu-check: logs in $GC_WORK, scratch in $GC_SCRATCH, results in $OUT_DIR; budget $budget s"
+  local step name cap limit left rc took result detail
+  for step in "${kSteps[@]}"; do
+    name=$(step_field "$step" 1)
+    cap=$(step_field "$step" 2)
+    # Test-only (the dry run): GPU_CHECK_TEST_CAPS="step=seconds,..." shortens caps.
+    if [[ ,${GPU_CHECK_TEST_CAPS:-}, =~ ,$name=([0-9]+), ]]; then cap=${BASH_REMATCH[1]}; fi
+    if [[ -n ${GPU_CHECK_ONLY:-} && ",$GPU_CHECK_ONLY," != *",$name,"* ]]; then
+      rows+=("$name"$'\t'"$cap"$'\t'"-"$'\t'"skipped"$'\t'"not in GPU_CHECK_ONLY")
+      continue
     fi
-    if grep -q ': Skipped$' "$log"; then
-      echo
-      echo "--- $name: skipped tests and why"
-      grep '^\[  SKIPPED \] [A-Za-z]' "$log" | sed 's/ ([0-9]* ms)$//' | sort -u || true
-      grep -A1 ': Skipped$' "$log" | grep -v ': Skipped$\|^--$' | sort -u | sed 's/^/    /' || true
+    left=$((deadline - SECONDS - kReserveS))
+    limit=$cap
+    ((left < limit)) && limit=$left
+    # A step that cannot have half its cap would report nothing useful: later, cheaper steps may
+    # still fit.
+    if ((limit < (cap + 1) / 2)); then
+      rows+=("$name"$'\t'"$cap"$'\t'"-"$'\t'"not run"$'\t'"budget: $left s left, cap $cap s")
+      not_run+="${not_run:+ }$name"
+      echo "gpu-check: $name not run: $left s left of the budget, cap $cap s"
+      continue
     fi
+    echo "gpu-check: $name (cap $limit s) ..."
+    current="$name" current_cap="$cap" current_start=$SECONDS
+    rm -f "$GC_WORK/status/$name"
+    # A session of its own: the step's processes (a server, tests under their own `timeout`,
+    # which makes its own process group) are all ended by session id when it returns.
+    $setsid timeout -k 5 "$limit" "$BASH" "$self" __step "$name" "$limit" \
+      >"$GC_WORK/$name.step.log" 2>&1 &
+    step_pid=$!
+    rc=0
+    wait "$step_pid" || rc=$?
+    end_session "$step_pid"
+    step_pid=""
+    current=""
+    took=$((SECONDS - current_start))
+    if [[ -f $GC_WORK/status/$name ]]; then
+      IFS='|' read -r result detail <"$GC_WORK/status/$name"
+      ((rc == 124 || rc == 137)) && result=fail detail="timeout after $limit s; $detail"
+    elif ((rc == 124 || rc == 137)); then
+      result=fail detail="timeout after $limit s"
+    else
+      result=fail detail="exit $rc, no status: $(tail -1 "$GC_WORK/$name.step.log" | cut -c1-120)"
+    fi
+    rows+=("$name"$'\t'"$cap"$'\t'"$took"$'\t'"$result"$'\t'"$detail")
+    echo "gpu-check: $name: $result ($took s): ${detail:0:200}"
+    report
   done
-  echo "gpu-check: logs in $logs; $(budget_left) s of the ${GPU_CHECK_BUDGET_S:-480} s budget left"
-  return $status
+  trap - EXIT
+  final_output
+  local row
+  for row in "${rows[@]}"; do
+    [[ $(cut -f4 <<<"$row") == ok || $(cut -f4 <<<"$row") == skipped ]] || return 1
+  done
+  return 0
 }
-
-# Logs go under $OUT when it is set (the device runner returns what is there, even after a
-# timeout), else next to the unpacked archive.
-root=""
-deadline=$(($(date +%s) + ${GPU_CHECK_BUDGET_S:-480}))
-if [[ ${1:-} == probe || ${1:-} == run ]]; then
-  logs="${OUT:+$OUT/gpu-check-logs}"
-  [[ -n $logs ]] || logs="$(mktemp -d)"
-  mkdir -p "$logs"
-fi
 
 case "${1:-}" in
   pack) pack "${2:-}" ;;
-  probe) probe "${2:-}" ;;
+  plan) plan ;;
   run) run "${2:-}" ;;
+  probe) GPU_CHECK_ONLY=probe run "${2:-}" ;;
+  __step)
+    # Inside run's `timeout`: one step, its arguments after the name.
+    fn="step_${2//-/_}"
+    "$fn" "$3"
+    ;;
+  --dry-run) shift; exec "$here/scripts/gpu-check-dry-run.sh" "$@" ;;
   *)
-    echo "usage: $0 pack [ARCHIVE] | probe ARCHIVE | run ARCHIVE" >&2
+    echo "usage: $0 pack [ARCHIVE] | run ARCHIVE | probe ARCHIVE | plan | --dry-run [--skip-build]" >&2
     exit 2
     ;;
 esac

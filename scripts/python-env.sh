@@ -16,6 +16,11 @@ REQUIREMENTS_NODEPS=tests/python-requirements-nodeps.txt
 hash=$(cat "$REQUIREMENTS" "$REQUIREMENTS_NODEPS" | sha256sum | cut -c1-12)
 VENV=${SLUICE_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/sluice/venv-$hash}
 
+# One creator at a time: a second caller (a parallel build, another checkout on this machine) waits
+# for the first instead of deleting the environment it is filling.
+mkdir -p "$(dirname "$VENV")"
+exec 9>"$VENV.lock"
+flock 9
 if [[ ! -f "$VENV/.complete" ]]; then
   echo "[python-env] creating $VENV from $REQUIREMENTS" >&2
   rm -rf "$VENV"

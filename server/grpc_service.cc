@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/check.h"
 #include "server/infer_conversion.h"
 #include "server/model_config_parser.h"
 #include "server/shared_memory/shared_memory_registry.h"
@@ -65,19 +66,21 @@ InferenceService::InferenceService(engine::Engine* engine, ModelRepository* repo
     : engine_(engine),
       repository_(repository),
       options_(std::move(options)),
-      control_(ModelControlOptions{.max_pending = options_.model_control_queue_size}) {}
+      control_(ModelControlOptions{.max_pending = options_.model_control_queue_size}) {
+  CHECK(options_.serving != nullptr);  // ServiceOptions::serving is required
+}
 
 grpc::ServerUnaryReactor* InferenceService::ServerLive(grpc::CallbackServerContext* context,
                                                        const inference::ServerLiveRequest*,
                                                        inference::ServerLiveResponse* response) {
-  response->set_live(live_.load());
+  response->set_live(options_.serving->live());
   return FinishNow(context, grpc::Status::OK);
 }
 
 grpc::ServerUnaryReactor* InferenceService::ServerReady(grpc::CallbackServerContext* context,
                                                         const inference::ServerReadyRequest*,
                                                         inference::ServerReadyResponse* response) {
-  response->set_ready(ready_.load() && !engine_->draining());
+  response->set_ready(options_.serving->ready() && !engine_->draining());
   return FinishNow(context, grpc::Status::OK);
 }
 
@@ -132,7 +135,7 @@ grpc::ServerUnaryReactor* InferenceService::ModelInfer(grpc::CallbackServerConte
                                                        const inference::ModelInferRequest* request,
                                                        inference::ModelInferResponse* response) {
   const auto received = steady_clock::now();
-  auto* reactor = new UnaryInferReactor(options_.active_infer_calls);
+  auto* reactor = new UnaryInferReactor(&options_.serving->grpc_infer_calls());
   // gRPC keeps `request` and `response` alive until Finish(): the engine may borrow the request's
   // raw bytes without a copy.
   // Outputs placed in shared memory; the completion holds their regions' leases.
@@ -162,7 +165,7 @@ grpc::ServerBidiReactor<inference::ModelInferRequest, inference::ModelStreamInfe
 InferenceService::ModelStreamInfer(grpc::CallbackServerContext* context) {
   StreamInferOptions stream_options;
   stream_options.max_in_flight = options_.max_stream_in_flight;
-  stream_options.active_calls = options_.active_infer_calls;
+  stream_options.active_calls = &options_.serving->grpc_infer_calls();
   stream_options.max_pending_bytes = options_.max_stream_pending_bytes;
   stream_options.max_total_pending_bytes = options_.max_pending_stream_bytes_total;
   stream_options.total_pending_bytes = &stream_pending_bytes_;

@@ -12,6 +12,7 @@
 #include "proto/grpc_service.grpc.pb.h"
 #include "server/model_control.h"
 #include "server/model_repository.h"
+#include "server/serving_state.h"
 
 namespace sluice::server {
 
@@ -33,10 +34,10 @@ struct ServiceOptions {
   int64_t max_stream_pending_bytes = int64_t{64} << 20;
   // The same over all streams together; past it a stream holding anything stops reading.
   int64_t max_pending_stream_bytes_total = int64_t{1} << 30;
-  // Where the service counts its open ModelInfer / ModelStreamInfer calls (from the handler until
-  // gRPC is done with the call); borrowed, nullable, must outlive the service. The metrics
-  // exporter reads it (sluice_grpc_infer_calls_active).
-  std::atomic<int64_t>* active_infer_calls = nullptr;
+  // The process's liveness, readiness and open-call counts (ServerLive and ServerReady answer it;
+  // ModelInfer / ModelStreamInfer calls are counted in its grpc_infer_calls() from the handler
+  // until gRPC is done with the call). Borrowed, required, must outlive the service.
+  ServingState* serving = nullptr;
   // Load/unload calls that may wait behind the running one (--model-control-queue-size); beyond
   // it they are answered RESOURCE_EXHAUSTED at once.
   int model_control_queue_size = 16;
@@ -64,11 +65,6 @@ class InferenceService final : public inference::GRPCInferenceService::CallbackS
   // The one load/unload queue of the process: the HTTP front end submits to it too, so that both
   // protocols share its bound, its order and its exit deadline.
   ModelControl* model_control() { return &control_; }
-
-  // ServerReady answers this (false until start-up loading is done, and again while draining).
-  void SetReady(bool ready) { ready_.store(ready); }
-  // ServerLive answers this (true until the listener watchdog finds the port dead).
-  void SetLive(bool live) { live_.store(live); }
 
   grpc::ServerUnaryReactor* ServerLive(grpc::CallbackServerContext* context,
                                        const inference::ServerLiveRequest* request,
@@ -142,8 +138,6 @@ class InferenceService final : public inference::GRPCInferenceService::CallbackS
   engine::Engine* const engine_;
   ModelRepository* const repository_;
   const ServiceOptions options_;
-  std::atomic<bool> ready_{false};
-  std::atomic<bool> live_{true};
   // Bytes held by all streams together (StreamInferOptions::total_pending_bytes).
   std::atomic<int64_t> stream_pending_bytes_{0};
   // Runs load/unload off the RPC threads; declared last so that it stops first.

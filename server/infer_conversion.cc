@@ -13,7 +13,7 @@
 #include "common/echo.h"
 #include "common/status_macros.h"
 #include "common/wire/typed_contents.h"
-#include "engine/model_config.h"
+#include "engine/core/model_config.h"
 #include "server/shared_memory/shared_memory_registry.h"
 
 namespace sluice::server {
@@ -374,6 +374,10 @@ void AddModelEntry(const engine::Engine::VersionStats& entry,
   FillDuration(s.compute_input, infer->mutable_compute_input());
   FillDuration(s.compute_infer, infer->mutable_compute_infer());
   FillDuration(s.compute_output, infer->mutable_compute_output());
+  // Triton's response cache counts: sluice has no response cache, so they are zero, but present,
+  // since Triton's clients and dashboards read them.
+  FillDuration({}, infer->mutable_cache_hit());
+  FillDuration({}, infer->mutable_cache_miss());
   for (const auto& [batch_size, batch] : s.batch_stats) {
     inference::InferBatchStatistics* b = out->add_batch_stats();
     b->set_batch_size(batch_size);
@@ -402,6 +406,8 @@ void AddTokenizerEntry(const engine::Engine::VersionStats& entry,
   FillDuration({}, infer->mutable_compute_input());
   FillDuration(s.compute, infer->mutable_compute_infer());
   FillDuration({}, infer->mutable_compute_output());
+  FillDuration({}, infer->mutable_cache_hit());
+  FillDuration({}, infer->mutable_cache_miss());
   for (const auto& [items, compute] : s.compute_by_items) {
     inference::InferBatchStatistics* b = out->add_batch_stats();
     b->set_batch_size(items);

@@ -12,8 +12,8 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "engine/core/inference_request.h"
 #include "engine/engine.h"
-#include "engine/inference_request.h"
 #include "proto/grpc_service.pb.h"
 #include "server/shared_memory/tensor_placement.h"
 

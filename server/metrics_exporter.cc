@@ -22,7 +22,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "common/log.h"
-#include "engine/model_stats.h"
+#include "engine/core/model_stats.h"
 #include "prometheus/collectable.h"
 #include "prometheus/exposer.h"
 #include "prometheus/text_serializer.h"
@@ -194,7 +194,15 @@ absl::StatusOr<ProcessSample> ReadProcessSample() {
   return sample;
 }
 
-std::vector<MetricFamily> BuildMetricFamilies(const MetricsInput& input) {
+namespace {
+
+// The labels of one model version's metrics.
+Labels ModelLabels(const engine::Engine::VersionStats& entry) {
+  return {{"model", entry.name}, {"version", absl::StrCat(entry.version)}};
+}
+
+// Per model: requests answered by outcome (and failure reason), and items inferred.
+void AppendRequestFamilies(const MetricsInput& input, std::vector<MetricFamily>& families) {
   MetricFamily requests = Family(
       "sluice_inference_requests_total",
       "Inference requests answered, by outcome (success, failure) and, for failures, reason "
@@ -203,6 +211,24 @@ std::vector<MetricFamily> BuildMetricFamilies(const MetricsInput& input) {
   MetricFamily items =
       Family("sluice_inference_items_total",
              "Items inferred successfully (a request of batch 4 counts 4)", MetricType::Counter);
+  for (const engine::Engine::VersionStats& entry : input.models) {
+    const engine::ModelStatsSnapshot& s = entry.stats;
+    const Labels model = ModelLabels(entry);
+    AddCounter(requests, With(model, "outcome", "success"), static_cast<double>(s.success.count));
+    for (size_t r = 0; r < engine::kFailureReasonCount; ++r) {
+      Labels labels = With(model, "outcome", "failure");
+      labels.push_back({"reason", std::string(engine::FailureReasonName(
+                                      static_cast<engine::FailureReason>(r)))});
+      AddCounter(requests, std::move(labels), static_cast<double>(s.failures_by_reason[r]));
+    }
+    AddCounter(items, model, static_cast<double>(s.inference_count));
+  }
+  families.push_back(std::move(requests));
+  families.push_back(std::move(items));
+}
+
+// Per model: batches executed, their sizes (items and real tokens), and the queue's depth.
+void AppendBatchFamilies(const MetricsInput& input, std::vector<MetricFamily>& families) {
   MetricFamily batches =
       Family("sluice_batches_total", "Batches executed by the model", MetricType::Counter);
   MetricFamily batch_size =
@@ -213,6 +239,24 @@ std::vector<MetricFamily> BuildMetricFamilies(const MetricsInput& input) {
       MetricType::Histogram);
   MetricFamily queue_depth =
       Family("sluice_queue_depth", "Requests waiting in the model's queue", MetricType::Gauge);
+  for (const engine::Engine::VersionStats& entry : input.models) {
+    const engine::ModelStatsSnapshot& s = entry.stats;
+    const Labels model = ModelLabels(entry);
+    AddCounter(batches, model, static_cast<double>(s.execution_count));
+    AddHistogram(batch_size, model, engine::kBatchSizeBucketBounds, s.batch_size);
+    if (s.counts_tokens) {
+      AddHistogram(batch_tokens, model, engine::kBatchTokensBucketBounds, s.batch_tokens);
+    }
+    AddGauge(queue_depth, model, static_cast<double>(s.queue_depth));
+  }
+  for (MetricFamily* family : {&batches, &batch_size, &batch_tokens, &queue_depth}) {
+    families.push_back(std::move(*family));
+  }
+}
+
+// Per model: where successful requests spent their time (end to end, queue, tokenizer) and each
+// batch's compute phases.
+void AppendLatencyFamilies(const MetricsInput& input, std::vector<MetricFamily>& families) {
   MetricFamily request_duration =
       Family("sluice_request_duration_seconds",
              "Successful requests' time from receipt by the engine to their answer",
@@ -231,33 +275,9 @@ std::vector<MetricFamily> BuildMetricFamilies(const MetricsInput& input) {
       "Per executed batch, time of each compute phase: input (gather inputs / copy to device), "
       "infer (run the model), output (scatter outputs / copy from device)",
       MetricType::Histogram);
-  MetricFamily device_items = Family(
-      "sluice_device_items_total",
-      "Items counted by the executors where they compute (device counters on a GPU), read by the "
-      "stats collector every --metrics-interval-ms",
-      MetricType::Counter);
-  MetricFamily throughput =
-      Family("sluice_throughput_items_per_second",
-             "Items per second over the stats collector's last interval (--metrics-interval-ms)",
-             MetricType::Gauge);
-
   for (const engine::Engine::VersionStats& entry : input.models) {
     const engine::ModelStatsSnapshot& s = entry.stats;
-    const Labels model = {{"model", entry.name}, {"version", absl::StrCat(entry.version)}};
-    AddCounter(requests, With(model, "outcome", "success"), static_cast<double>(s.success.count));
-    for (size_t r = 0; r < engine::kFailureReasonCount; ++r) {
-      Labels labels = With(model, "outcome", "failure");
-      labels.push_back({"reason", std::string(engine::FailureReasonName(
-                                      static_cast<engine::FailureReason>(r)))});
-      AddCounter(requests, std::move(labels), static_cast<double>(s.failures_by_reason[r]));
-    }
-    AddCounter(items, model, static_cast<double>(s.inference_count));
-    AddCounter(batches, model, static_cast<double>(s.execution_count));
-    AddHistogram(batch_size, model, engine::kBatchSizeBucketBounds, s.batch_size);
-    if (s.counts_tokens) {
-      AddHistogram(batch_tokens, model, engine::kBatchTokensBucketBounds, s.batch_tokens);
-    }
-    AddGauge(queue_depth, model, static_cast<double>(s.queue_depth));
+    const Labels model = ModelLabels(entry);
     AddHistogram(request_duration, model, engine::kDurationBucketBoundsSeconds, s.request_duration);
     AddHistogram(queue_duration, model, engine::kDurationBucketBoundsSeconds, s.queue_duration);
     if (s.tokenize_duration.count > 0) {
@@ -270,17 +290,36 @@ std::vector<MetricFamily> BuildMetricFamilies(const MetricsInput& input) {
                  engine::kDurationBucketBoundsSeconds, s.compute_infer_duration);
     AddHistogram(compute_duration, With(model, "phase", "output"),
                  engine::kDurationBucketBoundsSeconds, s.compute_output_duration);
+  }
+  for (MetricFamily* family :
+       {&request_duration, &queue_duration, &tokenize_duration, &compute_duration}) {
+    families.push_back(std::move(*family));
+  }
+}
+
+// Per model: what the stats collector reads from the executors (device counters on a GPU).
+void AppendDeviceFamilies(const MetricsInput& input, std::vector<MetricFamily>& families) {
+  MetricFamily device_items = Family(
+      "sluice_device_items_total",
+      "Items counted by the executors where they compute (device counters on a GPU), read by the "
+      "stats collector every --metrics-interval-ms",
+      MetricType::Counter);
+  MetricFamily throughput =
+      Family("sluice_throughput_items_per_second",
+             "Items per second over the stats collector's last interval (--metrics-interval-ms)",
+             MetricType::Gauge);
+  for (const engine::Engine::VersionStats& entry : input.models) {
+    const engine::ModelStatsSnapshot& s = entry.stats;
+    const Labels model = ModelLabels(entry);
     AddCounter(device_items, model, static_cast<double>(s.device_items));
     AddGauge(throughput, model, s.throughput_items_per_second);
   }
+  families.push_back(std::move(device_items));
+  families.push_back(std::move(throughput));
+}
 
-  std::vector<MetricFamily> families;
-  for (MetricFamily* family :
-       {&requests, &items, &batches, &batch_size, &batch_tokens, &queue_depth, &request_duration,
-        &queue_duration, &tokenize_duration, &compute_duration, &device_items, &throughput}) {
-    families.push_back(std::move(*family));
-  }
-
+// The process's own: log records dropped, and the inference calls open on each protocol.
+void AppendServerFamilies(const MetricsInput& input, std::vector<MetricFamily>& families) {
   MetricFamily log_dropped =
       Family("sluice_log_dropped_total",
              "Log records dropped because the logger's queue was full (--log-queue-capacity)",
@@ -308,86 +347,101 @@ std::vector<MetricFamily> BuildMetricFamilies(const MetricsInput& input) {
     AddGauge(requests, {}, static_cast<double>(*input.active_http_infer_requests));
     families.push_back(std::move(requests));
   }
+}
 
-  if (input.shared_memory.has_value()) {
-    const SharedMemorySample& shm = *input.shared_memory;
-    MetricFamily regions = Family(
-        "sluice_shared_memory_regions",
-        "Shared-memory regions clients have registered (Triton's system and CUDA shared-memory "
-        "extensions), by kind; bounded by --shared-memory-max-regions",
-        MetricType::Gauge);
-    AddGauge(regions, {{"kind", "system"}}, static_cast<double>(shm.system_regions));
-    AddGauge(regions, {{"kind", "cuda"}}, static_cast<double>(shm.cuda_regions));
-    families.push_back(std::move(regions));
-    MetricFamily mapped = Family(
-        "sluice_shared_memory_mapped_bytes",
-        "Bytes of client shared memory mapped into the server (registered regions, unregistered "
-        "ones still used by a request, writable mappings of output regions); bounded by "
-        "--shared-memory-max-bytes",
-        MetricType::Gauge);
-    AddGauge(mapped, {}, static_cast<double>(shm.mapped_bytes));
-    families.push_back(std::move(mapped));
-    MetricFamily draining =
-        Family("sluice_shared_memory_draining_regions",
-               "Unregistered shared-memory regions still mapped because a request in flight "
-               "uses them",
-               MetricType::Gauge);
-    AddGauge(draining, {}, static_cast<double>(shm.draining_regions));
-    families.push_back(std::move(draining));
-  }
+// The shared-memory registry: regions by kind, bytes mapped, regions draining.
+void AppendSharedMemoryFamilies(const SharedMemorySample& shm,
+                                std::vector<MetricFamily>& families) {
+  MetricFamily regions = Family(
+      "sluice_shared_memory_regions",
+      "Shared-memory regions clients have registered (Triton's system and CUDA shared-memory "
+      "extensions), by kind; bounded by --shared-memory-max-regions",
+      MetricType::Gauge);
+  AddGauge(regions, {{"kind", "system"}}, static_cast<double>(shm.system_regions));
+  AddGauge(regions, {{"kind", "cuda"}}, static_cast<double>(shm.cuda_regions));
+  families.push_back(std::move(regions));
+  MetricFamily mapped = Family(
+      "sluice_shared_memory_mapped_bytes",
+      "Bytes of client shared memory mapped into the server (registered regions, unregistered "
+      "ones still used by a request, writable mappings of output regions); bounded by "
+      "--shared-memory-max-bytes",
+      MetricType::Gauge);
+  AddGauge(mapped, {}, static_cast<double>(shm.mapped_bytes));
+  families.push_back(std::move(mapped));
+  MetricFamily draining =
+      Family("sluice_shared_memory_draining_regions",
+             "Unregistered shared-memory regions still mapped because a request in flight "
+             "uses them",
+             MetricType::Gauge);
+  AddGauge(draining, {}, static_cast<double>(shm.draining_regions));
+  families.push_back(std::move(draining));
+}
 
-  if (input.process.has_value()) {
-    const ProcessSample& p = *input.process;
-    auto gauge = [&](std::string name, std::string help, double value, Labels labels = {}) {
-      MetricFamily family = Family(std::move(name), std::move(help), MetricType::Gauge);
-      AddGauge(family, std::move(labels), value);
-      families.push_back(std::move(family));
-    };
-    MetricFamily cpu =
-        Family("process_cpu_seconds_total", "Total user and system CPU time spent in seconds",
-               MetricType::Counter);
-    AddCounter(cpu, {}, p.cpu_seconds);
-    families.push_back(std::move(cpu));
-    gauge("process_resident_memory_bytes", "Resident memory size in bytes",
-          p.resident_memory_bytes);
-    gauge("process_virtual_memory_bytes", "Virtual memory size in bytes", p.virtual_memory_bytes);
-    gauge("process_open_fds", "Number of open file descriptors", p.open_fds);
-    gauge("process_max_fds", "Maximum number of open file descriptors", p.max_fds);
-    gauge("process_start_time_seconds", "Start time of the process since unix epoch in seconds",
-          p.start_time_seconds);
-    if (p.heap.has_value()) {
-      const Labels allocator = {{"allocator", p.heap->allocator}};
-      gauge("sluice_heap_allocated_bytes",
-            "Bytes the memory allocator has handed out and not had back (the live heap): the "
-            "figure to watch for leaks, where RSS also counts what the allocator keeps cached for "
-            "reuse",
-            p.heap->allocated_bytes, allocator);
-      gauge("sluice_heap_size_bytes",
-            "Bytes the memory allocator holds from the operating system: the live heap plus its "
-            "free lists and caches",
-            p.heap->heap_bytes, allocator);
-    }
+// Prometheus's standard process_* families, and the allocator's heap where it can be read.
+void AppendProcessFamilies(const ProcessSample& p, std::vector<MetricFamily>& families) {
+  auto gauge = [&](std::string name, std::string help, double value, Labels labels = {}) {
+    MetricFamily family = Family(std::move(name), std::move(help), MetricType::Gauge);
+    AddGauge(family, std::move(labels), value);
+    families.push_back(std::move(family));
+  };
+  MetricFamily cpu = Family("process_cpu_seconds_total",
+                            "Total user and system CPU time spent in seconds", MetricType::Counter);
+  AddCounter(cpu, {}, p.cpu_seconds);
+  families.push_back(std::move(cpu));
+  gauge("process_resident_memory_bytes", "Resident memory size in bytes", p.resident_memory_bytes);
+  gauge("process_virtual_memory_bytes", "Virtual memory size in bytes", p.virtual_memory_bytes);
+  gauge("process_open_fds", "Number of open file descriptors", p.open_fds);
+  gauge("process_max_fds", "Maximum number of open file descriptors", p.max_fds);
+  gauge("process_start_time_seconds", "Start time of the process since unix epoch in seconds",
+        p.start_time_seconds);
+  if (p.heap.has_value()) {
+    const Labels allocator = {{"allocator", p.heap->allocator}};
+    gauge("sluice_heap_allocated_bytes",
+          "Bytes the memory allocator has handed out and not had back (the live heap): the "
+          "figure to watch for leaks, where RSS also counts what the allocator keeps cached for "
+          "reuse",
+          p.heap->allocated_bytes, allocator);
+    gauge("sluice_heap_size_bytes",
+          "Bytes the memory allocator holds from the operating system: the live heap plus its "
+          "free lists and caches",
+          p.heap->heap_bytes, allocator);
   }
+}
 
-  if (input.gpus.has_value()) {
-    MetricFamily used =
-        Family("sluice_gpu_memory_used_bytes", "GPU memory in use, from NVML", MetricType::Gauge);
-    MetricFamily total = Family("sluice_gpu_memory_total_bytes", "GPU memory in total, from NVML",
-                                MetricType::Gauge);
-    MetricFamily utilization =
-        Family("sluice_gpu_utilization_ratio",
-               "Fraction of the last sample period (NVML) in which a kernel ran on the GPU",
-               MetricType::Gauge);
-    for (const GpuSample& gpu : *input.gpus) {
-      const Labels labels = {{"gpu", absl::StrCat(gpu.index)}, {"gpu_uuid", gpu.uuid}};
-      AddGauge(used, labels, static_cast<double>(gpu.memory_used_bytes));
-      AddGauge(total, labels, static_cast<double>(gpu.memory_total_bytes));
-      AddGauge(utilization, labels, gpu.utilization_ratio);
-    }
-    families.push_back(std::move(used));
-    families.push_back(std::move(total));
-    families.push_back(std::move(utilization));
+// GPU memory and utilization, per GPU, from NVML.
+void AppendGpuFamilies(const std::vector<GpuSample>& gpus, std::vector<MetricFamily>& families) {
+  MetricFamily used =
+      Family("sluice_gpu_memory_used_bytes", "GPU memory in use, from NVML", MetricType::Gauge);
+  MetricFamily total =
+      Family("sluice_gpu_memory_total_bytes", "GPU memory in total, from NVML", MetricType::Gauge);
+  MetricFamily utilization =
+      Family("sluice_gpu_utilization_ratio",
+             "Fraction of the last sample period (NVML) in which a kernel ran on the GPU",
+             MetricType::Gauge);
+  for (const GpuSample& gpu : gpus) {
+    const Labels labels = {{"gpu", absl::StrCat(gpu.index)}, {"gpu_uuid", gpu.uuid}};
+    AddGauge(used, labels, static_cast<double>(gpu.memory_used_bytes));
+    AddGauge(total, labels, static_cast<double>(gpu.memory_total_bytes));
+    AddGauge(utilization, labels, gpu.utilization_ratio);
   }
+  families.push_back(std::move(used));
+  families.push_back(std::move(total));
+  families.push_back(std::move(utilization));
+}
+
+}  // namespace
+
+// One group of families after another; the order of the exposition, kept as it was.
+std::vector<MetricFamily> BuildMetricFamilies(const MetricsInput& input) {
+  std::vector<MetricFamily> families;
+  AppendRequestFamilies(input, families);
+  AppendBatchFamilies(input, families);
+  AppendLatencyFamilies(input, families);
+  AppendDeviceFamilies(input, families);
+  AppendServerFamilies(input, families);
+  if (input.shared_memory.has_value()) AppendSharedMemoryFamilies(*input.shared_memory, families);
+  if (input.process.has_value()) AppendProcessFamilies(*input.process, families);
+  if (input.gpus.has_value()) AppendGpuFamilies(*input.gpus, families);
   return families;
 }
 

@@ -10,7 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/log.h"
-#include "engine/model_stats.h"
+#include "engine/core/model_stats.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/nvml_gpu_source.h"

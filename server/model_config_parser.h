@@ -7,8 +7,8 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "engine/load_limits.h"
-#include "engine/model_config.h"
+#include "engine/core/load_limits.h"
+#include "engine/core/model_config.h"
 #include "proto/model_config.pb.h"
 
 namespace sluice::server {

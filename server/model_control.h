@@ -11,7 +11,8 @@
 // returns false without joining the thread, which is then stuck in a system call. Joining would
 // hang the exit and detaching would break "every thread has one owner" (and let exit()'s
 // destructors free what it uses), so after a false Stop() the owner ends the process with
-// _exit() once it has flushed (server_main.cc): the thread stays owned until the process goes.
+// _exit() once it has flushed (server/main/server_main.cc): the thread stays owned until the
+// process goes.
 
 #include <atomic>
 #include <chrono>

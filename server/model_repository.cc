@@ -28,7 +28,7 @@ namespace {
 // 2 GB). O_NONBLOCK makes open() of a FIFO return at once, fstat() refuses anything but a
 // regular file, and at most `max_bytes` + 1 bytes are read even if the file grows meanwhile.
 // (A hung network mount can still block open() or read() in the kernel; the exit timeout holds
-// regardless: see server_main.cc.)
+// regardless: see server/main/server_main.cc.)
 absl::StatusOr<std::string> ReadConfigFile(const fs::path& path, int64_t max_bytes) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0) {

@@ -2,6 +2,7 @@
 
 #include <string>
 
+#include "absl/strings/cord.h"
 #include "common/echo.h"
 
 namespace sluice::server {
@@ -15,8 +16,25 @@ grpc::Status ToGrpcStatus(const absl::Status& status) {
                       common::EchoInput(status.message(), common::kMaxMessageBytes));
 }
 
-int ToHttpStatusCode(absl::StatusCode code) {
-  switch (code) {
+namespace {
+// The payload that marks a PayloadTooLargeError (the type URL is the payload's key).
+constexpr char kPayloadTooLargeUrl[] = "type.sluice.dev/payload-too-large";
+}  // namespace
+
+absl::Status PayloadTooLargeError(absl::string_view message) {
+  absl::Status status = absl::ResourceExhaustedError(message);
+  status.SetPayload(kPayloadTooLargeUrl, absl::Cord("1"));
+  return status;
+}
+
+bool IsPayloadTooLarge(const absl::Status& status) {
+  return status.code() == absl::StatusCode::kResourceExhausted &&
+         status.GetPayload(kPayloadTooLargeUrl).has_value();
+}
+
+int ToHttpStatusCode(const absl::Status& status) {
+  if (IsPayloadTooLarge(status)) return 413;
+  switch (status.code()) {
     case absl::StatusCode::kOk:
       return 200;
     case absl::StatusCode::kInvalidArgument:

@@ -115,6 +115,44 @@ HAND_PICKED = [
 ]
 
 
+# --extra (the general pipeline's test): more scripts as sentences, whitespace and line-break
+# runs, control characters, very long texts, and the added tokens of the byte-level BPE,
+# SentencePiece and chat tokenizers at text edges, inside words and next to spaces.
+EXTRA_ADDED = ["<s>", "</s>", "<pad>", "<unk>", "<mask>", "<|endoftext|>", "<|im_start|>",
+               "<|im_end|>", "[CLS]", "[SEP]", "[MASK]", "hello world", "Hello World", "<0x41>",
+               "\u2581", "\u2581\u2581"]
+EXTRA_HAND_PICKED = [
+    "ภาษาไทยเป็นภาษาที่ไม่มีการเว้นวรรคระหว่างคำ", "العربية لغة جميلة، أليس كذلك؟ ١٢٣",
+    "हिन्दी भाषा में लिखा गया वाक्य। क्षत्रिय", "👩‍👩‍👧‍👦👩🏽‍🚀🧑‍🧑‍🧒 🇺🇸🇫🇷🇩🇪🇯🇵🇧🇷",
+    "a\xa0b\u3000c\u2009d\u202fe", "line one\r\nline two\r\n\r\nline four\n\n\n",
+    "  two  spaces   three    four     ", "\t\ttabs\t\tand\x0bvt\x0cff\x85nel",
+    "\x01\x02\x03ctrl\x7f\x80\x9f", "x" * 10000, "word " * 2000, "\u00e9" * 3000,
+    "ab" * 5000, "1234567890" * 50, "The year 2026, the 3rd of May: 12:30 pm.",
+    "def f(x):\n    return x**2  # comment\n", "SELECT * FROM t WHERE a='b';",
+    "don't I'M he's we'LL THEY'RE it'S", "\u2581already\u2581metaspaced \u2581 \u2581\u2581",
+    "<0x41><0xFF> <0x00>", "ﬁ ﬃ ① ㈱ ㍿ ﾊﾝｶｸ ＡＢＣ", "Å Å Å", "ǅ ǈ ǋ",
+]
+EXTRA_ADDED_TEXTS = [
+    "{t}", "{t}{t}", " {t} ", "x{t}y", "x {t} y", "x  {t}  y", "{t}hello", "hello{t}",
+    "\u3000{t}\n", "{t}\u00a0x", "hello {t}world {t}", "HELLO {t}", "a{t}b{t}c",
+]
+
+
+def extra_texts(rng):
+    out = list(EXTRA_HAND_PICKED)
+    for token in EXTRA_ADDED:
+        for pattern in EXTRA_ADDED_TEXTS:
+            out.append(pattern.format(t=token))
+    # Long mixed texts (about 10,000 characters).
+    for _ in range(6):
+        parts = []
+        while sum(len(p) for p in parts) < 10000:
+            parts.append(word(rng))
+            parts.append(separator(rng))
+        out.append("".join(parts))
+    return out
+
+
 def rand_range(rng, ranges):
     lo, hi = rng.choice(ranges)
     return chr(rng.randint(lo, hi))
@@ -224,6 +262,8 @@ def main():
     parser.add_argument("--pairs", type=int, default=1500)
     parser.add_argument("--codepoints", action="store_true")
     parser.add_argument("--no-hand-picked", action="store_true")
+    parser.add_argument("--extra", action="store_true",
+                        help="add the general pipeline's hard cases (see EXTRA_HAND_PICKED)")
     parser.add_argument("--prose", action="store_true",
                         help="English-like prose only (the benchmark's second corpus)")
     args = parser.parse_args()
@@ -231,6 +271,8 @@ def main():
     out = sys.stdout
     singles = [] if args.no_hand_picked or args.prose else list(HAND_PICKED)
     singles += [text(rng, args.prose) for _ in range(args.texts)]
+    if args.extra:
+        singles += extra_texts(random.Random(args.seed + 1))
     for t in singles:
         out.write(json.dumps({"text": t}) + "\n")
     pool = singles + ([] if args.prose else HAND_PICKED)

@@ -13,42 +13,14 @@
 #include "absl/strings/str_split.h"
 #include "common/status_macros.h"
 #include "nlohmann/json.hpp"
+#include "text/json_load.h"
+#include "text/pipeline.h"
+#include "text/tokenizer_impl.h"
 #include "text/unicode.h"
 
 namespace sluice::text {
-namespace {
 
-using Json = nlohmann::json;
-
-enum class Strategy { kLongestFirst, kOnlyFirst, kOnlySecond };
-enum class Direction { kRight, kLeft };
-
-struct NormalizerConfig {
-  bool clean_text = false;
-  bool handle_chinese_chars = false;
-  bool strip_accents = false;
-  bool lowercase = false;
-};
-
-// One item of a post-processing template: a special token's ids, or sequence A (0) / B (1).
-struct TemplateItem {
-  int sequence = -1;  // -1: special token
-  std::vector<int32_t> ids;
-  int32_t type_id = 0;
-};
-
-struct TruncationConfig {
-  int max_length = 0;
-  Strategy strategy = Strategy::kLongestFirst;
-  Direction direction = Direction::kRight;
-};
-
-// An added token matched in the raw text (normalized: false, no stripping).
-struct AddedToken {
-  std::string content;
-  int32_t id = 0;
-};
-
+// Shared with post_processing.cc (tokenizer_impl.h).
 absl::Status Invalid(absl::string_view source, absl::string_view what) {
   return absl::InvalidArgumentError(absl::StrCat(source, ": ", what));
 }
@@ -128,66 +100,6 @@ absl::StatusOr<std::string> ComponentType(const Json& component, absl::string_vi
   }
   return it->get<std::string>();
 }
-
-}  // namespace
-
-struct Tokenizer::Impl {
-  // The vocabulary: keys are views into vocab_storage, which is never modified after loading.
-  std::string vocab_storage;
-  absl::flat_hash_map<absl::string_view, int32_t> vocab;
-  int vocab_size = 0;
-  // The longest vocabulary entry in bytes: WordPiece never looks up anything longer (same result
-  // as trying and failing, without the hashing).
-  size_t max_token_bytes = 0;
-
-  // unicode::CharFlagTable(), looked up once per character.
-  const uint8_t* char_flags = unicode::CharFlagTable();
-  NormalizerConfig normalizer;
-  bool bert_pre_tokenizer = false;  // false: no pre-tokenizer (the whole text is one word)
-  int32_t unk_id = 0;
-  std::string continuing_prefix = "##";
-  size_t max_input_chars_per_word = 100;
-
-  // Longest first, so the first match at a position is the longest (leftmost-longest).
-  std::vector<AddedToken> added_tokens;
-  bool added_first_byte[256] = {};
-
-  std::vector<TemplateItem> single_template;
-  std::vector<TemplateItem> pair_template;
-  int added_single = 0;  // special tokens the templates add
-  int added_pair = 0;
-
-  std::optional<TruncationConfig> json_truncation;
-  int max_length = 0;  // 0: no limit
-  bool truncate = false;
-  Strategy strategy = Strategy::kLongestFirst;
-  Direction direction = Direction::kRight;
-
-  // Per-call working memory (a local of Encode, never shared between threads).
-  struct Scratch {
-    std::string word;               // the current word's UTF-8 bytes
-    std::vector<uint32_t> ends;     // byte offset just past each of its characters
-    std::string piece;              // continuing prefix + the rest of the word
-    std::vector<char32_t> pending;  // combining marks waiting for canonical reordering
-  };
-
-  absl::Status AddVocab(std::vector<std::pair<std::string, int32_t>> entries,
-                        absl::string_view source);
-  absl::Status SetAddedTokens(const Json& list, absl::string_view source);
-  void ApplyOptions(const TokenizerOptions& options);
-  int32_t Lookup(absl::string_view token) const;
-
-  absl::Status EncodeSequence(absl::string_view text, absl::string_view name,
-                              std::vector<int32_t>* ids) const;
-  void EncodeSegment(absl::string_view segment, Scratch& scratch, std::vector<int32_t>* ids) const;
-  void EmitNormalized(char32_t c, Scratch& scratch, std::vector<int32_t>* ids) const;
-  void EmitCased(char32_t c, Scratch& scratch, std::vector<int32_t>* ids) const;
-  void FlushPending(Scratch& scratch, std::vector<int32_t>* ids) const;
-  void PreTokenize(char32_t c, Scratch& scratch, std::vector<int32_t>* ids) const;
-  void EndWord(Scratch& scratch, std::vector<int32_t>* ids) const;
-  void WordPiece(Scratch& scratch, std::vector<int32_t>* ids) const;
-  absl::StatusOr<Encoding> Finish(std::vector<int32_t> a, std::vector<int32_t>* b) const;
-};
 
 absl::Status Tokenizer::Impl::AddVocab(std::vector<std::pair<std::string, int32_t>> entries,
                                        absl::string_view source) {
@@ -287,6 +199,13 @@ absl::Status Tokenizer::Impl::EncodeSequence(absl::string_view text, absl::strin
         "%sinvalid UTF-8 at byte offset %d (byte 0x%02x starts no well-formed sequence)", name, bad,
         static_cast<unsigned char>(text[bad])));
   }
+  if (pipeline != nullptr) {
+    absl::Status status = pipeline->EncodeSequence(text, ids);
+    if (!status.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(name, status.message()));
+    }
+    return absl::OkStatus();
+  }
   Scratch scratch;
   // Added tokens split the raw text first; the pieces between them are tokenized on their own.
   size_t segment_start = 0;
@@ -310,281 +229,13 @@ absl::Status Tokenizer::Impl::EncodeSequence(absl::string_view text, absl::strin
   return absl::OkStatus();
 }
 
-// The pipeline, one character at a time: normalize (clean, isolate Chinese characters, NFD and
-// drop nonspacing marks, lowercase), pre-tokenize (whitespace ends a word, punctuation is a word
-// of its own), and WordPiece each finished word. `tokenizers` runs these as passes over the whole
-// string; all of them map one character at a time except NFD's canonical reordering, which the
-// pending buffer does for each run of combining marks, so the result is the same.
-void Tokenizer::Impl::EncodeSegment(absl::string_view segment, Scratch& scratch,
-                                    std::vector<int32_t>* ids) const {
-  const auto* s = reinterpret_cast<const unsigned char*>(segment.data());
-  const size_t n = segment.size();
-  for (size_t i = 0; i < n;) {
-    char32_t c;
-    if (s[i] < 0x80) {
-      c = s[i];
-      ++i;
-    } else {
-      i += unicode::DecodeUtf8(s + i, n - i, &c);  // validated by EncodeSequence
-    }
-    const uint8_t flags = char_flags[c];
-    if (normalizer.clean_text) {
-      if (flags & unicode::kRemovedByCleanText) {
-        continue;
-      }
-      if (flags & unicode::kWhitespace) {
-        c = ' ';
-      }
-    }
-    if (normalizer.handle_chinese_chars && (flags & unicode::kChinese)) {
-      EmitNormalized(' ', scratch, ids);
-      EmitNormalized(c, scratch, ids);
-      EmitNormalized(' ', scratch, ids);
-      continue;
-    }
-    EmitNormalized(c, scratch, ids);
-  }
-  FlushPending(scratch, ids);
-  EndWord(scratch, ids);
-}
-
-// After cleaning: accent stripping (NFD, then no Mn) and lowercasing.
-void Tokenizer::Impl::EmitNormalized(char32_t c, Scratch& scratch,
-                                     std::vector<int32_t>* ids) const {
-  if (!normalizer.strip_accents) {
-    EmitCased(c, scratch, ids);
-    return;
-  }
-  char32_t decomposed[unicode::kMaxDecomposition];
-  int count = 1;
-  decomposed[0] = c;
-  if (c >= 0x80 && (char_flags[c] & unicode::kDecomposes)) {
-    count = unicode::Decompose(c, decomposed);
-  }
-  for (int k = 0; k < count; ++k) {
-    const char32_t d = decomposed[k];
-    if (d >= 0x80 && (char_flags[d] & unicode::kCombining)) {
-      scratch.pending.push_back(d);  // reordered by class when the run ends
-      continue;
-    }
-    FlushPending(scratch, ids);
-    if (d >= 0x80 && (char_flags[d] & unicode::kNonspacingMark)) {
-      continue;
-    }
-    EmitCased(d, scratch, ids);
-  }
-}
-
-// The end of a run of combining marks: NFD's canonical ordering (a stable sort by combining
-// class), then the marks that are not Mn go on.
-void Tokenizer::Impl::FlushPending(Scratch& scratch, std::vector<int32_t>* ids) const {
-  if (scratch.pending.empty()) {
-    return;
-  }
-  auto& pending = scratch.pending;
-  if (pending.size() > 1) {
-    std::stable_sort(pending.begin(), pending.end(), [](char32_t a, char32_t b) {
-      return unicode::CombiningClass(a) < unicode::CombiningClass(b);
-    });
-  }
-  for (char32_t mark : pending) {
-    if (!(char_flags[mark] & unicode::kNonspacingMark)) {
-      EmitCased(mark, scratch, ids);
-    }
-  }
-  pending.clear();
-}
-
-void Tokenizer::Impl::EmitCased(char32_t c, Scratch& scratch, std::vector<int32_t>* ids) const {
-  if (!normalizer.lowercase) {
-    PreTokenize(c, scratch, ids);
-    return;
-  }
-  if (c < 0x80) {
-    PreTokenize((c >= 'A' && c <= 'Z') ? c + ('a' - 'A') : c, scratch, ids);
-    return;
-  }
-  if (!(char_flags[c] & unicode::kChangesWhenLowercased)) {
-    PreTokenize(c, scratch, ids);
-    return;
-  }
-  char32_t lower[unicode::kMaxLowercase];
-  const int count = unicode::ToLower(c, lower);
-  for (int k = 0; k < count; ++k) {
-    PreTokenize(lower[k], scratch, ids);
-  }
-}
-
-void Tokenizer::Impl::PreTokenize(char32_t c, Scratch& scratch, std::vector<int32_t>* ids) const {
-  if (bert_pre_tokenizer) {
-    const uint8_t flags = char_flags[c];
-    if (flags & unicode::kWhitespace) {
-      EndWord(scratch, ids);
-      return;
-    }
-    if (flags & unicode::kPunctuation) {
-      EndWord(scratch, ids);
-      unicode::AppendUtf8(c, &scratch.word);
-      scratch.ends.push_back(static_cast<uint32_t>(scratch.word.size()));
-      EndWord(scratch, ids);
-      return;
-    }
-  }
-  unicode::AppendUtf8(c, &scratch.word);
-  scratch.ends.push_back(static_cast<uint32_t>(scratch.word.size()));
-}
-
-void Tokenizer::Impl::EndWord(Scratch& scratch, std::vector<int32_t>* ids) const {
-  if (scratch.word.empty()) {
-    return;
-  }
-  WordPiece(scratch, ids);
-  scratch.word.clear();
-  scratch.ends.clear();
-}
-
-// Greedy longest-match-first, as `tokenizers`' WordPiece: the longest vocabulary entry that
-// starts the rest of the word (with the continuing prefix after the first piece); a word that
-// cannot be covered, or is longer than max_input_chars_per_word characters, is one unknown token.
-void Tokenizer::Impl::WordPiece(Scratch& scratch, std::vector<int32_t>* ids) const {
-  const absl::string_view word = scratch.word;
-  const std::vector<uint32_t>& ends = scratch.ends;
-  if (ends.size() > max_input_chars_per_word) {
-    ids->push_back(unk_id);
-    return;
-  }
-  const size_t mark = ids->size();
-  const size_t prefix = continuing_prefix.size();
-  size_t start = 0;
-  size_t first_char = 0;  // index in `ends` of the first character after `start`
-  while (start < word.size()) {
-    absl::string_view candidate_base;
-    size_t extra = 0;
-    if (start == 0) {
-      candidate_base = word;
-    } else {
-      scratch.piece.assign(continuing_prefix);
-      scratch.piece.append(word.data() + start, word.size() - start);
-      candidate_base = scratch.piece;
-      extra = prefix;
-    }
-    int32_t found = -1;
-    size_t k = ends.size();
-    while (k > first_char) {
-      --k;
-      const size_t length = extra + (ends[k] - start);
-      if (length > max_token_bytes) {
-        continue;
-      }
-      found = Lookup(candidate_base.substr(0, length));
-      if (found >= 0) {
-        break;
-      }
-    }
-    if (found < 0) {
-      ids->resize(mark);
-      ids->push_back(unk_id);
-      return;
-    }
-    ids->push_back(found);
-    start = ends[k];
-    first_char = k + 1;
-  }
-}
-
-// Truncation (`tokenizers`' truncate_encodings, with the template's special tokens taken off
-// the limit first) and the post-processing template.
-absl::StatusOr<Encoding> Tokenizer::Impl::Finish(std::vector<int32_t> a,
-                                                 std::vector<int32_t>* b) const {
-  const bool is_pair = b != nullptr;
-  const int added = is_pair ? added_pair : added_single;
-  const size_t total = a.size() + (is_pair ? b->size() : 0) + added;
-  if (max_length > 0 && total > static_cast<size_t>(max_length)) {
-    if (!truncate) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "the text is %d tokens long, more than the limit of %d (truncation is off)", total,
-          max_length));
-    }
-  }
-  // `tokenizers` truncates to max_length minus the template's special tokens; when that is
-  // negative its unsigned subtraction wraps around and nothing is truncated. Same here.
-  if (truncate && max_length >= added && total > static_cast<size_t>(max_length)) {
-    const size_t limit = static_cast<size_t>(max_length - added);
-    auto cut = [&](std::vector<int32_t>& ids, size_t keep) {
-      if (ids.size() <= keep) {
-        return;
-      }
-      if (direction == Direction::kRight) {
-        ids.resize(keep);
-      } else {
-        ids.erase(ids.begin(), ids.end() - keep);
-      }
-    };
-    if (limit == 0) {
-      cut(a, 0);
-      if (is_pair) {
-        cut(*b, 0);
-      }
-    } else if (!is_pair) {
-      if (strategy == Strategy::kOnlySecond) {
-        return absl::InvalidArgumentError("Truncation error: Second sequence not provided");
-      }
-      cut(a, limit);
-    } else if (strategy == Strategy::kLongestFirst) {
-      size_t n1 = a.size();
-      size_t n2 = b->size();
-      const bool swap = n1 > n2;  // make n1 the shorter
-      if (swap) {
-        std::swap(n1, n2);
-      }
-      n2 = n1 > limit ? n1 : std::max(n1, limit - n1);
-      if (n1 + n2 > limit) {
-        n1 = limit / 2;
-        n2 = n1 + limit % 2;
-      }
-      if (swap) {
-        std::swap(n1, n2);
-      }
-      cut(a, n1);
-      cut(*b, n2);
-    } else {
-      std::vector<int32_t>& target = strategy == Strategy::kOnlyFirst ? a : *b;
-      const size_t to_remove = a.size() + b->size() - limit;
-      if (target.size() <= to_remove) {
-        return absl::InvalidArgumentError(
-            "Truncation error: Sequence to truncate too short to respect the provided max_length");
-      }
-      cut(target, target.size() - to_remove);
-    }
-  }
-  Encoding encoding;
-  const std::vector<TemplateItem>& items = is_pair ? pair_template : single_template;
-  const size_t length = a.size() + (is_pair ? b->size() : 0) + added;
-  encoding.ids.reserve(length);
-  encoding.type_ids.reserve(length);
-  if (items.empty()) {  // no post-processor: the sequences as they are
-    encoding.ids = std::move(a);
-    encoding.type_ids.assign(encoding.ids.size(), 0);
-    if (is_pair) {
-      encoding.ids.insert(encoding.ids.end(), b->begin(), b->end());
-      encoding.type_ids.resize(encoding.ids.size(), 1);
-    }
-  }
-  for (const TemplateItem& item : items) {
-    const std::vector<int32_t>& source = item.sequence < 0 ? item.ids : item.sequence == 0 ? a : *b;
-    encoding.ids.insert(encoding.ids.end(), source.begin(), source.end());
-    encoding.type_ids.resize(encoding.ids.size(), item.type_id);
-  }
-  encoding.attention_mask.assign(encoding.ids.size(), 1);
-  return encoding;
-}
-
 // --- Loading
 // --------------------------------------------------------------------------------------
 
 namespace {
 
-absl::Status ParseNormalizer(const Json& json, NormalizerConfig* out, absl::string_view source) {
+absl::Status ParseBertNormalizer(const Json& json, NormalizerConfig* out,
+                                 absl::string_view source) {
   if (json.is_null()) {
     return absl::OkStatus();
   }
@@ -602,137 +253,44 @@ absl::Status ParseNormalizer(const Json& json, NormalizerConfig* out, absl::stri
   return absl::OkStatus();
 }
 
-// The ids of a special token named in a post-processor.
-absl::StatusOr<std::vector<int32_t>> SpecialIds(const Json& special_tokens, const std::string& name,
-                                                absl::string_view source) {
-  auto it = special_tokens.find(name);
-  if (it == special_tokens.end() || !it->is_object() || !it->contains("ids") ||
-      !(*it)["ids"].is_array()) {
-    return Invalid(source, absl::StrCat("post_processor: special token '", name,
-                                        "' is not in its special_tokens"));
-  }
-  std::vector<int32_t> ids;
-  for (const Json& id : (*it)["ids"]) {
-    if (!id.is_number_integer()) {
-      return Invalid(
-          source, absl::StrCat("post_processor: special token '", name, "' has a non-integer id"));
+// Whether tokenizer.json is the BERT pipeline the fused single pass runs: WordPiece,
+// BertNormalizer or none, BertPreTokenizer or none, added tokens without options.
+bool IsFusedBertPipeline(const Json& json) {
+  auto type_is = [&](const char* key, const char* type, bool null_ok) {
+    auto it = json.find(key);
+    if (it == json.end() || it->is_null()) {
+      return null_ok;
     }
-    ids.push_back(id.get<int32_t>());
+    return it->is_object() && it->value("type", Json()) == type;
+  };
+  if (!type_is("model", "WordPiece", false) || !type_is("normalizer", "BertNormalizer", true) ||
+      !type_is("pre_tokenizer", "BertPreTokenizer", true)) {
+    return false;
   }
-  return ids;
-}
-
-absl::StatusOr<std::vector<TemplateItem>> ParseTemplate(const Json& list,
-                                                        const Json& special_tokens,
-                                                        absl::string_view which,
-                                                        absl::string_view source) {
-  if (!list.is_array()) {
-    return Invalid(source, absl::StrCat("post_processor: '", which, "' is not a list"));
-  }
-  std::vector<TemplateItem> items;
-  for (const Json& piece : list) {
-    TemplateItem item;
-    if (piece.is_object() && piece.contains("SpecialToken")) {
-      const Json& special = piece["SpecialToken"];
-      if (!special.is_object() || !special.contains("id") || !special["id"].is_string()) {
-        return Invalid(source,
-                       absl::StrCat("post_processor: malformed SpecialToken in '", which, "'"));
+  auto added = json.find("added_tokens");
+  if (added != json.end() && added->is_array()) {
+    for (const Json& token : *added) {
+      if (!token.is_object()) {
+        return false;
       }
-      ASSIGN_OR_RETURN(item.ids,
-                       SpecialIds(special_tokens, special["id"].get<std::string>(), source));
-      ASSIGN_OR_RETURN(int64_t type_id, OptionalInt(special, "type_id", 0, source));
-      item.type_id = static_cast<int32_t>(type_id);
-    } else if (piece.is_object() && piece.contains("Sequence")) {
-      const Json& sequence = piece["Sequence"];
-      ASSIGN_OR_RETURN(std::string id, OptionalString(sequence, "id", "A", source));
-      if (id != "A" && id != "B") {
-        return Invalid(source, absl::StrCat("post_processor: sequence '", id, "' (A or B)"));
+      for (const char* flag : {"single_word", "lstrip", "rstrip", "normalized"}) {
+        if (token.value(flag, Json()) == true) {
+          return false;
+        }
       }
-      item.sequence = id == "A" ? 0 : 1;
-      ASSIGN_OR_RETURN(int64_t type_id, OptionalInt(sequence, "type_id", 0, source));
-      item.type_id = static_cast<int32_t>(type_id);
-    } else {
-      return Invalid(source, absl::StrCat("post_processor: unknown piece in '", which, "'"));
-    }
-    items.push_back(std::move(item));
-  }
-  return items;
-}
-
-int CountSpecial(const std::vector<TemplateItem>& items) {
-  int count = 0;
-  for (const TemplateItem& item : items) {
-    if (item.sequence < 0) {
-      count += static_cast<int>(item.ids.size());
     }
   }
-  return count;
-}
-
-// BertProcessing's ["[CLS]", 101].
-absl::StatusOr<std::vector<int32_t>> BertSpecial(const Json& json, const char* key,
-                                                 absl::string_view source) {
-  auto it = json.find(key);
-  if (it == json.end() || !it->is_array() || it->size() != 2 || !(*it)[1].is_number_integer()) {
-    return Invalid(source,
-                   absl::StrCat("post_processor: BertProcessing '", key, "' is not [token, id]"));
-  }
-  return std::vector<int32_t>{(*it)[1].get<int32_t>()};
-}
-
-void SetBertTemplates(std::vector<int32_t> cls, std::vector<int32_t> sep,
-                      std::vector<TemplateItem>* single, std::vector<TemplateItem>* pair) {
-  *single = {{-1, cls, 0}, {0, {}, 0}, {-1, sep, 0}};
-  *pair = {{-1, cls, 0}, {0, {}, 0}, {-1, sep, 0}, {1, {}, 1}, {-1, sep, 1}};
-}
-
-absl::Status ParseTruncation(const Json& json, std::optional<TruncationConfig>* out,
-                             absl::string_view source) {
-  if (json.is_null()) {
-    return absl::OkStatus();
-  }
-  if (!json.is_object()) {
-    return Invalid(source, "'truncation' is not an object");
-  }
-  TruncationConfig config;
-  ASSIGN_OR_RETURN(int64_t max_length, OptionalInt(json, "max_length", 512, source));
-  if (max_length < 0 || max_length > (1 << 30)) {
-    return Invalid(source, absl::StrCat("truncation max_length ", max_length, " is out of range"));
-  }
-  config.max_length = static_cast<int>(max_length);
-  ASSIGN_OR_RETURN(std::string strategy, OptionalString(json, "strategy", "LongestFirst", source));
-  if (strategy == "LongestFirst") {
-    config.strategy = Strategy::kLongestFirst;
-  } else if (strategy == "OnlyFirst") {
-    config.strategy = Strategy::kOnlyFirst;
-  } else if (strategy == "OnlySecond") {
-    config.strategy = Strategy::kOnlySecond;
-  } else {
-    return Invalid(source, absl::StrCat("truncation strategy '", strategy, "' is not known"));
-  }
-  ASSIGN_OR_RETURN(std::string direction, OptionalString(json, "direction", "Right", source));
-  if (direction == "Right") {
-    config.direction = Direction::kRight;
-  } else if (direction == "Left") {
-    config.direction = Direction::kLeft;
-  } else {
-    return Invalid(source, absl::StrCat("truncation direction '", direction, "' is not known"));
-  }
-  *out = config;
-  return absl::OkStatus();
+  return true;
 }
 
 }  // namespace
 
-Tokenizer::Tokenizer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
-Tokenizer::~Tokenizer() = default;
-
-absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromJson(absl::string_view text,
-                                                               const TokenizerOptions& options,
-                                                               absl::string_view source) {
-  ASSIGN_OR_RETURN(Json json, ParseJson(text, source));
-  auto impl = std::make_unique<Impl>();
-
+// The BERT pipeline (WordPiece; BertNormalizer and BertPreTokenizer or none; added tokens
+// without options), run fused in one pass.
+absl::Status Tokenizer::Impl::LoadFusedBert(const Json& json, ModelTables& tables,
+                                            absl::string_view source) {
+  Impl* impl = this;
+  char_flags = unicode::CharFlagTable();
   // The model first: the rest refers to its vocabulary.
   if (!json.contains("model")) {
     return Invalid(source, "no \"model\"");
@@ -743,16 +301,17 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromJson(absl::string_view
     return Invalid(source,
                    absl::StrCat("model type '", model_type, "' is not supported (only WordPiece)"));
   }
-  if (!model.contains("vocab") || !model["vocab"].is_object()) {
+  if (tables.vocab != ModelTables::Vocab::kObject) {
     return Invalid(source, "WordPiece model has no \"vocab\" object");
   }
   std::vector<std::pair<std::string, int32_t>> entries;
-  entries.reserve(model["vocab"].size());
-  for (const auto& [token, id] : model["vocab"].items()) {
-    if (!id.is_number_integer()) {
-      return Invalid(source, absl::StrCat("vocabulary entry '", token, "' has no integer id"));
+  entries.reserve(tables.vocab_object.size());
+  for (ModelTables::Entry& entry : tables.vocab_object) {
+    if (!entry.valid || entry.id < INT32_MIN || entry.id > INT32_MAX) {
+      return Invalid(source,
+                     absl::StrCat("vocabulary entry '", entry.token, "' has no integer id"));
     }
-    entries.emplace_back(token, id.get<int32_t>());
+    entries.emplace_back(std::move(entry.token), static_cast<int32_t>(entry.id));
   }
   if (entries.empty()) {
     return Invalid(source, "WordPiece vocabulary is empty");
@@ -772,7 +331,7 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromJson(absl::string_view
   }
   impl->max_input_chars_per_word = static_cast<size_t>(max_chars);
 
-  RETURN_IF_ERROR(ParseNormalizer(json.value("normalizer", Json()), &impl->normalizer, source));
+  RETURN_IF_ERROR(ParseBertNormalizer(json.value("normalizer", Json()), &impl->normalizer, source));
 
   const Json pre_tokenizer = json.value("pre_tokenizer", Json());
   if (!pre_tokenizer.is_null()) {
@@ -784,31 +343,31 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromJson(absl::string_view
     impl->bert_pre_tokenizer = true;
   }
 
-  const Json post = json.value("post_processor", Json());
-  if (!post.is_null()) {
-    ASSIGN_OR_RETURN(std::string type, ComponentType(post, "the post_processor", source));
-    if (type == "TemplateProcessing") {
-      const Json special = post.value("special_tokens", Json::object());
-      ASSIGN_OR_RETURN(impl->single_template,
-                       ParseTemplate(post.value("single", Json()), special, "single", source));
-      ASSIGN_OR_RETURN(impl->pair_template,
-                       ParseTemplate(post.value("pair", Json()), special, "pair", source));
-    } else if (type == "BertProcessing") {
-      ASSIGN_OR_RETURN(std::vector<int32_t> cls, BertSpecial(post, "cls", source));
-      ASSIGN_OR_RETURN(std::vector<int32_t> sep, BertSpecial(post, "sep", source));
-      SetBertTemplates(std::move(cls), std::move(sep), &impl->single_template,
-                       &impl->pair_template);
-    } else {
-      return Invalid(source, absl::StrCat("post_processor type '", type,
-                                          "' is not supported (TemplateProcessing or "
-                                          "BertProcessing)"));
-    }
-    impl->added_single = CountSpecial(impl->single_template);
-    impl->added_pair = CountSpecial(impl->pair_template);
-  }
+  return SetAddedTokens(json.value("added_tokens", Json()), source);
+}
 
+Tokenizer::Tokenizer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Tokenizer::~Tokenizer() = default;
+
+absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromJson(absl::string_view text,
+                                                               const TokenizerOptions& options,
+                                                               absl::string_view source) {
+  ModelTables tables;
+  ASSIGN_OR_RETURN(Json json, ParseTokenizerJson(text, source, &tables));
+  auto impl = std::make_unique<Impl>();
+
+  if (IsFusedBertPipeline(json)) {
+    RETURN_IF_ERROR(impl->LoadFusedBert(json, tables, source));
+  } else {
+    ASSIGN_OR_RETURN(impl->pipeline, Pipeline::Parse(json, source, tables));
+    impl->vocab_size = impl->pipeline->vocab_size();
+  }
+  RETURN_IF_ERROR(ParsePostProcessor(json.value("post_processor", Json()),
+                                     JsonPath{source, "post_processor"}, &impl->single_template,
+                                     &impl->pair_template));
+  impl->added_single = CountSpecial(impl->single_template);
+  impl->added_pair = CountSpecial(impl->pair_template);
   // "decoder" and "padding" are not ours: decoding is never needed, and sequences are packed.
-  RETURN_IF_ERROR(impl->SetAddedTokens(json.value("added_tokens", Json()), source));
   RETURN_IF_ERROR(
       ParseTruncation(json.value("truncation", Json()), &impl->json_truncation, source));
   impl->ApplyOptions(options);
@@ -830,6 +389,7 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromVocab(absl::string_vie
     ASSIGN_OR_RETURN(config, ParseJson(config_json, "tokenizer_config.json"));
   }
   auto impl = std::make_unique<Impl>();
+  impl->char_flags = unicode::CharFlagTable();
   std::vector<std::pair<std::string, int32_t>> entries;
   int32_t next_id = 0;
   // One token a line, as transformers' load_vocab reads it: the line without its line break.
@@ -942,6 +502,9 @@ absl::StatusOr<Encoding> Tokenizer::EncodePair(absl::string_view first,
 
 int Tokenizer::vocab_size() const { return impl_->vocab_size; }
 int32_t Tokenizer::TokenToId(absl::string_view token) const {
+  if (impl_->pipeline != nullptr) {
+    return impl_->pipeline->TokenToId(token);
+  }
   const int32_t id = impl_->Lookup(token);
   if (id >= 0) {
     return id;

@@ -1,23 +1,17 @@
 #pragma once
 
-// WordPiece tokenization that gives the ids Hugging Face's `tokenizers` gives, for BERT-family
-// encoders: a `tokenizer.json` (the `tokenizers` serialization) with
+// Tokenization that gives the ids Hugging Face's `tokenizers` gives, from a `tokenizer.json`
+// (the `tokenizers` serialization) as every Hugging Face model folder ships it: WordPiece (BERT,
+// MiniLM, bge, e5), byte-level BPE (RoBERTa, ModernBERT, Qwen2/3, GPT-2), SentencePiece Unigram
+// (XLM-R, multilingual-e5, bge-m3, T5) and SentencePiece BPE with byte fallback (Llama,
+// Mistral): the normalizer, pre-tokenizer, model, post-processor, added tokens and truncation
+// blocks, each component as `tokenizers` 0.22 defines it (text/README.md lists them). Any other
+// component fails the load with InvalidArgument naming it and its path in the file, e.g.
+// "tokenizer.json: pre_tokenizer.pretokenizers[1]: type 'Foo' is not supported".
 //
-//   normalizer      BertNormalizer (clean_text, handle_chinese_chars, strip_accents, lowercase;
-//                   strip_accents null follows lowercase), or none
-//   pre_tokenizer   BertPreTokenizer (split on whitespace, each punctuation character a word)
-//   model           WordPiece (unk_token, continuing_subword_prefix, max_input_chars_per_word)
-//   post_processor  TemplateProcessing or BertProcessing (single texts and pairs), or none
-//   truncation      its `truncation` block (max_length, LongestFirst / OnlyFirst / OnlySecond,
-//                   Right / Left), or none
-//   added_tokens    matched in the raw text before normalization (normalized: false), as
-//                   `tokenizers` does, so "[SEP]" in a text is the [SEP] token
-//
-// or a BERT `vocab.txt` (+ `tokenizer_config.json`: do_lower_case, tokenize_chinese_chars,
+// Or a BERT `vocab.txt` (+ `tokenizer_config.json`: do_lower_case, tokenize_chinese_chars,
 // strip_accents, the special tokens), which gives the pipeline `BertTokenizerFast` builds from
-// it. Anything else (BPE, Unigram, other normalizers, pre-tokenizers or post-processors, added
-// tokens with lstrip/rstrip/single_word/normalized) fails the load, naming what is unsupported.
-// Padding is not applied: the engine packs sequences without it.
+// it. Padding is not applied: the engine packs sequences without it.
 
 #include <cstdint>
 #include <memory>
@@ -63,8 +57,9 @@ struct Encoding {
 class Tokenizer {
  public:
   // Parses `json` (the contents of a tokenizer.json). InvalidArgument for malformed JSON, a
-  // missing field, or an unsupported component, naming it: e.g. "tokenizer.json: model type
-  // 'BPE' is not supported (only WordPiece)". `source` names the file in messages.
+  // missing field, a malformed merge, a regex that does not compile, an id out of range or an
+  // unsupported component, naming it: e.g. "tokenizer.json: model: type 'WordLevel' is not
+  // supported". `source` names the file in messages.
   static absl::StatusOr<std::unique_ptr<Tokenizer>> FromJson(
       absl::string_view json, const TokenizerOptions& options = {},
       absl::string_view source = "tokenizer.json");

@@ -138,31 +138,35 @@ TEST(TokenizerTest, PairsGetTypeIds) {
   EXPECT_THAT(empty->ids, ElementsAre(2, 3, 3));
 }
 
-TEST(TokenizerLoadTest, RefusesOtherModelsByName) {
-  for (const char* type : {"BPE", "Unigram", "WordLevel"}) {
-    auto tokenizer = Tokenizer::FromJson(TokenizerJson("null", type));
-    ASSERT_FALSE(tokenizer.ok());
-    EXPECT_EQ(tokenizer.status().code(), absl::StatusCode::kInvalidArgument);
-    EXPECT_THAT(tokenizer.status().message(),
-                HasSubstr(absl::StrCat("model type '", type, "' is not supported")));
-  }
+TEST(TokenizerLoadTest, RefusesUnknownComponentsByNameAndPath) {
+  auto model = Tokenizer::FromJson(TokenizerJson("null", "WordLevel"));
+  ASSERT_FALSE(model.ok());
+  EXPECT_EQ(model.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(model.status().message(),
+              HasSubstr("tokenizer.json: model: type 'WordLevel' is not supported"));
+  auto normalizer = Tokenizer::FromJson(TokenizerJson("null", "WordPiece", "\"Foo\""));
+  EXPECT_THAT(normalizer.status().message(), HasSubstr("normalizer: type 'Foo' is not supported"));
+  std::string json = TokenizerJson();
+  json.replace(json.find("BertPreTokenizer"), 16, "UnicodeScripts");
+  EXPECT_THAT(Tokenizer::FromJson(json).status().message(),
+              HasSubstr("pre_tokenizer: type 'UnicodeScripts' is not supported"));
+  json = TokenizerJson();
+  json.replace(json.find("BertProcessing"), 14, "Bogus");
+  EXPECT_THAT(Tokenizer::FromJson(json).status().message(),
+              HasSubstr("post_processor: type 'Bogus' is not supported"));
 }
 
-TEST(TokenizerLoadTest, RefusesOtherComponentsByName) {
-  auto normalizer = Tokenizer::FromJson(TokenizerJson("null", "WordPiece", "\"NFKC\""));
-  EXPECT_THAT(normalizer.status().message(), HasSubstr("normalizer type 'NFKC'"));
-  std::string json = TokenizerJson();
-  json.replace(json.find("BertPreTokenizer"), 16, "Whitespace");
-  EXPECT_THAT(Tokenizer::FromJson(json).status().message(),
-              HasSubstr("pre_tokenizer type 'Whitespace'"));
-  json = TokenizerJson();
-  json.replace(json.find("BertProcessing"), 14, "RobertaProcessing");
-  EXPECT_THAT(Tokenizer::FromJson(json).status().message(),
-              HasSubstr("post_processor type 'RobertaProcessing'"));
+TEST(TokenizerLoadTest, OtherComponentsTakeTheGeneralPipeline) {
+  // NFKC, Whitespace, RobertaProcessing and added-token options are supported now.
+  auto nfkc = Tokenizer::FromJson(TokenizerJson("null", "WordPiece", "\"NFKC\""));
+  ASSERT_TRUE(nfkc.ok()) << nfkc.status();
+  EXPECT_THAT((*nfkc)->Encode("hello")->ids, ElementsAre(2, Id("hello"), 3));
   auto lstrip = Tokenizer::FromJson(
       TokenizerJson("null", "WordPiece", "\"BertNormalizer\"",
-                    R"(, {"id": 9, "content": "<x>", "lstrip": true, "normalized": false})"));
-  EXPECT_THAT(lstrip.status().message(), HasSubstr("added token '<x>' with lstrip"));
+                    R"(, {"id": 24, "content": "<x>", "lstrip": true, "normalized": false})"));
+  ASSERT_TRUE(lstrip.ok()) << lstrip.status();
+  EXPECT_THAT((*lstrip)->Encode("hello  <x>world")->ids,
+              ElementsAre(2, Id("hello"), 24, Id("world"), 3));
 }
 
 TEST(TokenizerLoadTest, MalformedJsonAndMissingParts) {

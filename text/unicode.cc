@@ -245,4 +245,17 @@ void AppendUtf8(char32_t c, std::string* out) {
   }
 }
 
+char32_t ByteToChar(unsigned char b) {
+  static const auto* table = [] {
+    auto* t = new char32_t[256];
+    char32_t next = 0x100;
+    for (int i = 0; i < 256; ++i) {
+      const bool printable = (i >= '!' && i <= '~') || (i >= 0xA1 && i <= 0xAC) || i >= 0xAE;
+      t[i] = printable ? static_cast<char32_t>(i) : next++;
+    }
+    return t;
+  }();
+  return table[b];
+}
+
 }  // namespace sluice::text::unicode

@@ -68,4 +68,9 @@ size_t FindInvalidUtf8(absl::string_view text);
 // Appends the UTF-8 encoding of `c` to `out`.
 void AppendUtf8(char32_t c, std::string* out);
 
+// GPT-2's byte-to-character map (`tokenizers`' ByteLevel): the printable bytes ! to ~, U+00A1 to
+// U+00AC and U+00AE to U+00FF stand for themselves; the other 68 bytes map to U+0100 upwards in
+// byte order.
+char32_t ByteToChar(unsigned char b);
+
 }  // namespace sluice::text::unicode

@@ -9,8 +9,8 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "common/wire/float16.h"
+#include "engine/core/tensor.h"
 #include "engine/models/safetensors.h"
-#include "engine/tensor.h"
 
 namespace sluice::tools {
 namespace {

@@ -15,7 +15,7 @@
 #include <string>
 
 #include "absl/status/status.h"
-#include "engine/data_type.h"
+#include "engine/core/data_type.h"
 
 namespace sluice::tools {
 

@@ -10,8 +10,8 @@
 #include "absl/strings/str_split.h"
 #include "common/status_macros.h"
 #include "common/wire/float16.h"
+#include "engine/core/tensor.h"
 #include "engine/models/safetensors.h"
-#include "engine/tensor.h"
 
 namespace sluice::tools {
 namespace {

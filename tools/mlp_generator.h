@@ -12,7 +12,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "engine/data_type.h"
+#include "engine/core/data_type.h"
 
 namespace sluice::tools {
 

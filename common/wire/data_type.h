@@ -2,7 +2,7 @@
 
 // The tensor element types of the KServe v2 protocol, by their protocol names ("BOOL", "UINT8",
 // ..., "FP16", "BF16", "FP32", "FP64", "BYTES"), and their sizes. The one table of them: the
-// engine (engine/data_type.h re-exports these names), the server and the client all use it.
+// engine (engine/core/data_type.h re-exports these names), the server and the client all use it.
 // Pure functions, safe from any thread.
 
 #include <cstddef>

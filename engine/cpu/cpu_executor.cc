@@ -7,10 +7,10 @@
 #include "common/check.h"
 #include "common/status_macros.h"
 #include "common/wire/bytes_elements.h"
-#include "engine/batch_answers.h"
-#include "engine/device.h"
-#include "engine/device_fault.h"
-#include "engine/model_stats.h"
+#include "engine/core/batch_answers.h"
+#include "engine/core/device_fault.h"
+#include "engine/core/device_memory.h"
+#include "engine/core/model_stats.h"
 
 namespace sluice::engine::cpu {
 namespace {

@@ -1,11 +1,11 @@
 #pragma once
 
 // CpuExecutor: the CPU backend's executor for one model instance, a SlotBackend on the shared
-// SlotPipeline (engine/slot_pipeline.h). The pipeline's issue thread gathers a batch's inputs into
-// the slot's staging buffers and runs the model (Issue); its completion thread checks and slices
-// the outputs into the responses (Scatter), answers them and frees the slot, so batch k's answers
-// go out while batch k+1 computes (the same pipeline the CUDA executor runs with a stream and
-// events). When nothing overlaps (no other batch taken), the issue thread answers the batch
+// SlotPipeline (engine/core/slot_pipeline.h). The pipeline's issue thread gathers a batch's inputs
+// into the slot's staging buffers and runs the model (Issue); its completion thread checks and
+// slices the outputs into the responses (Scatter), answers them and frees the slot, so batch k's
+// answers go out while batch k+1 computes (the same pipeline the CUDA executor runs with a stream
+// and events). When nothing overlaps (no other batch taken), the issue thread answers the batch
 // itself (SlotPipelineOptions::answer_on_issue_thread_when_idle): one hand-off fewer at low load.
 // With CpuExecutorOptions::run_on_caller (the engine's choice for a model with one CPU instance)
 // there are no threads at all: Execute() gathers, runs, scatters and answers the batch on its
@@ -28,9 +28,9 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "engine/backend.h"
-#include "engine/executor.h"
-#include "engine/slot_pipeline.h"
+#include "engine/core/backend.h"
+#include "engine/core/executor.h"
+#include "engine/core/slot_pipeline.h"
 
 namespace sluice::engine::cpu {
 

@@ -1,6 +1,6 @@
 #include "engine/cuda/cublaslt_handles.h"
 
-#include "absl/strings/str_cat.h"
+#include "engine/cuda/cublaslt_algo.h"
 #include "engine/cuda/cublaslt_api.h"
 #include "engine/cuda/cuda_check.h"
 
@@ -77,18 +77,11 @@ absl::StatusOr<cublasLtMatmulAlgo_t> PickMatmulAlgo(cublasLtHandle_t handle, con
                                          &workspace_bytes, sizeof(workspace_bytes)));
   cublasLtMatmulHeuristicResult_t result{};
   int found = 0;
-  CUBLAS_RETURN_IF_ERROR(Api().MatmulAlgoGetHeuristic(handle, desc.get(), a.get(), b.get(), d.get(),
-                                                      d.get(), preference, 1, &result, &found));
-  if (found == 0) {
-    return absl::NotFoundError("cuBLASLt offers no algorithm for this GEMM and epilogue");
-  }
-  // A successful query still reports each result's own status; the algorithm is valid only
-  // when that is CUBLAS_STATUS_SUCCESS (cublasLt.h, cublasLtMatmulAlgoGetHeuristic).
-  if (result.state != CUBLAS_STATUS_SUCCESS) {
-    return absl::NotFoundError(absl::StrCat("cuBLASLt's heuristic result for this GEMM is ",
-                                            Api().GetStatusName(result.state)));
-  }
-  return result.algo;
+  // What the answer means (an algorithm, "nothing for this GEMM", or a failure) is decided in
+  // one place, unit-tested with fake answers (cublaslt_algo.h).
+  const cublasStatus_t call = Api().MatmulAlgoGetHeuristic(
+      handle, desc.get(), a.get(), b.get(), d.get(), d.get(), preference, 1, &result, &found);
+  return HeuristicAnswer(call, found, result);
 }
 
 }  // namespace sluice::engine::cuda

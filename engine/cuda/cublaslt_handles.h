@@ -73,7 +73,9 @@ class MatrixLayout {
 };
 
 // The best algorithm cuBLASLt's heuristic offers for `desc` over these layouts within
-// `workspace_bytes` (A = weights, B = activations, C = D = output). NotFound if it offers none.
+// `workspace_bytes` (A = weights, B = activations, C = D = output). NotFound if it has none,
+// including a heuristic that refuses the combination (CUBLAS_STATUS_NOT_SUPPORTED):
+// cublaslt_algo.h HeuristicAnswer.
 absl::StatusOr<cublasLtMatmulAlgo_t> PickMatmulAlgo(cublasLtHandle_t handle, const MatmulDesc& desc,
                                                     const MatrixLayout& a, const MatrixLayout& b,
                                                     const MatrixLayout& d, size_t workspace_bytes);

@@ -16,12 +16,21 @@ namespace sluice::engine::cuda {
 
 // INTERNAL status naming the call, e.g. "cudaMalloc(&p, n) failed at engine/cuda/x.cc:12:
 // out of memory (cudaErrorMemoryAllocation)". Out-of-memory maps to RESOURCE_EXHAUSTED (STYLE 8).
-// A sticky error (engine/device_fault.h: the context is unusable) is marked process-fatal
+// A sticky error (engine/core/device_fault.h: the context is unusable) is marked process-fatal
 // (MarkProcessFatal); a recoverable one is cleared from the thread's last-error state, so that
 // it is not reported again by the next launch's cudaGetLastError().
 absl::Status CudaError(cudaError_t error, const char* expr, const char* file, int line);
-// The same for a cuBLAS / cuBLASLt status; CUBLAS_STATUS_ALLOC_FAILED maps to RESOURCE_EXHAUSTED.
+// The same for a cuBLAS / cuBLASLt status; CUBLAS_STATUS_ALLOC_FAILED maps to RESOURCE_EXHAUSTED,
+// the code is recorded in the status (cublaslt_algo.h CublasStatusOf). A cuBLAS call can be the
+// first to meet a device fault an earlier kernel left (cublasLtMatmul after an illegal address):
+// its status then only says EXECUTION_FAILED or INTERNAL_ERROR, so the context itself is asked
+// (CublasErrorInContext), and a sticky state is marked process-fatal as CudaError marks it.
 absl::Status CublasError(cublasStatus_t status, const char* expr, const char* file, int line);
+// CublasError with the context's state given: `context_state` is what a CUDA call on the failing
+// thread's context answered just after (cudaSuccess: healthy). Separate so that tests can feed
+// fake codes without a device.
+absl::Status CublasErrorInContext(cublasStatus_t status, cudaError_t context_state,
+                                  const char* expr, const char* file, int line);
 
 }  // namespace sluice::engine::cuda
 

@@ -22,30 +22,22 @@
 // Layout as cuda_mlp.cc: row-major x [rows, in] and W [out, in] are x^T and W^T to column-major
 // cuBLASLt, so y^T (out x rows) = op(A) B with A = W^T transposed; bias runs along D's rows.
 
+#include "engine/cuda/cuda_encoder.h"
+
 #include <algorithm>
-#include <cstring>
 #include <optional>
 #include <utility>
 
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
-#include "engine/batch_answers.h"
-#include "engine/cuda/cublaslt_handles.h"
+#include "engine/cuda/cublaslt_algo.h"
 #include "engine/cuda/cuda_check.h"
-#include "engine/cuda/cuda_handles.h"
-#include "engine/cuda/cuda_model.h"
-#include "engine/cuda/element_upload.h"
 #include "engine/cuda/kernels/dense_epilogue.cuh"
-#include "engine/cuda/kernels/encoder_kernels.cuh"
-#include "engine/models/encoder/encoder_batch.h"
 #include "engine/models/encoder/encoder_model.h"
-#include "engine/models/encoder/encoder_network.h"
 
 namespace sluice::engine::cuda {
+namespace gpu_encoder {
 namespace {
-
-namespace enc = models::encoder;
 
 // cuBLASLt's recommended workspace for Hopper; one per instance, shared by its GEMMs (one stream).
 constexpr size_t kWorkspaceBytes = 32u << 20;
@@ -53,182 +45,7 @@ constexpr size_t kAlignment = 256;
 
 size_t AlignUp(size_t bytes) { return (bytes + kAlignment - 1) / kAlignment * kAlignment; }
 
-// cuBLASLt has nothing for this GEMM: the heuristic found no algorithm (NotFound, from
-// PickMatmulAlgo) or refused the combination of types, layouts and epilogue outright
-// (CUBLAS_STATUS_NOT_SUPPORTED). Anything else is a real failure.
-bool NoAlgorithm(const absl::Status& status) {
-  return absl::IsNotFound(status) ||
-         absl::StrContains(status.message(), "CUBLAS_STATUS_NOT_SUPPORTED");
-}
-
-// Where a packed batch lies in a slot's input block (all int32, each array 256-byte aligned).
-struct InputLayout {
-  size_t counts = 0;  // [2] sequences, tokens: first, as CudaRaggedModel requires
-  size_t cu_seqlens = 0;
-  size_t token_ids = 0;
-  size_t token_types = 0;
-  size_t positions = 0;
-  size_t attend = 0;
-  size_t bytes = 0;
-};
-
-// Where the outputs lie in a slot's output block (FP32); kAbsent where the network has none.
-constexpr size_t kAbsent = ~size_t{0};
-struct OutputLayout {
-  size_t hidden = 0;     // [tokens, H]
-  size_t embedding = 0;  // [sequences, E]
-  size_t pooler = kAbsent;
-  size_t logits = kAbsent;
-  size_t bytes = 0;
-};
-
-class EncoderBatchState final : public RaggedBatchState {
- public:
-  enc::PackedBatch packed;
-  std::vector<enc::RequestTokens> request_tokens;
-  std::vector<enc::RequestShape> shapes;
-  std::vector<std::vector<bool>> wanted;
-  bool want_hidden = false;
-  bool want_embedding = false;
-  bool want_pooler = false;
-  bool want_logits = false;
-};
-
-// One linear layer's GEMM (y = x W^T) with an algorithm per bucket.
-struct Gemm {
-  MatmulDesc desc;
-  MatrixLayout a;  // W^T as stored: in x out, ld in
-  std::vector<MatrixLayout> b = {};
-  std::vector<MatrixLayout> d = {};
-  std::vector<cublasLtMatmulAlgo_t> algo = {};
-  // The epilogue adds the bias (and activates); false: a plain GEMM, the caller's kernel does.
-  bool fused = false;
-  // Head GEMMs only: cuBLASLt offered no algorithm even without an epilogue, so our own small
-  // linear kernel runs it (in, out as below).
-  bool own_kernel = false;
-  int in = 0;
-  int out = 0;
-};
-
-struct Layer {
-  DeviceBuffer qkv_weight;   // [3H, H], compute type
-  DeviceBuffer qkv_bias;     // [3H], compute type (epilogue / LaunchBiasActivation)
-  DeviceBuffer out_weight;   // [H, H]
-  DeviceBuffer out_bias;     // [H] FP32 (residual LayerNorm kernel)
-  DeviceBuffer norm1_gamma;  // FP32
-  DeviceBuffer norm1_beta;   // FP32
-  DeviceBuffer up_weight;    // [I, H]
-  DeviceBuffer up_bias;      // [I], compute type
-  DeviceBuffer down_weight;  // [H, I]
-  DeviceBuffer down_bias;    // [H] FP32
-  DeviceBuffer norm2_gamma;  // FP32
-  DeviceBuffer norm2_beta;   // FP32
-  std::optional<Gemm> qkv = std::nullopt;
-  std::optional<Gemm> out = std::nullopt;
-  std::optional<Gemm> up = std::nullopt;
-  std::optional<Gemm> down = std::nullopt;
-};
-
-class CudaEncoder final : public CudaRaggedModel {
- public:
-  static absl::StatusOr<std::unique_ptr<CudaEncoder>> Create(
-      const ModelConfig& config, std::shared_ptr<const enc::EncoderNetwork> net,
-      const enc::GpuOptions& options, int device);
-
-  const std::vector<RaggedBucket>& buckets() const override { return buckets_; }
-  size_t input_bytes(int bucket) const override { return inputs_[bucket].bytes; }
-  size_t output_bytes(int bucket) const override { return outputs_[bucket].bytes; }
-  std::unique_ptr<RaggedBatchState> NewBatchState() const override {
-    return std::make_unique<EncoderBatchState>();
-  }
-  absl::Status Pack(const Batch& batch, RaggedBatchState& state, void* staging) override;
-  void PackEmpty(int bucket, RaggedBatchState& state, void* staging) override;
-  void OutputRanges(const RaggedBatchState& state, std::vector<BlockRange>& ranges) const override;
-  absl::Status Enqueue(cudaStream_t stream, const void* inputs, void* outputs, int bucket) override;
-  absl::Status Scatter(const Batch& batch, const RaggedBatchState& state, const void* outputs,
-                       std::vector<InferenceResponse>& responses) const override;
-  BlockRange NonFiniteRange(const RaggedBatchState& state) const override;
-  std::string Summary() const override;
-
- private:
-  CudaEncoder(const ModelConfig& config, std::shared_ptr<const enc::EncoderNetwork> net, int device,
-              CublasLtHandle handle, DeviceBuffer workspace, ElementType type,
-              cublasComputeType_t compute, std::vector<RaggedBucket> buckets)
-      : config_(config),
-        net_(std::move(net)),
-        device_(device),
-        handle_(std::move(handle)),
-        workspace_(std::move(workspace)),
-        type_(type),
-        compute_(compute),
-        buckets_(std::move(buckets)) {}
-
-  absl::Status Upload();
-  absl::Status Allocate();
-  // Uploads FP32 `values` as `type` (converted on the device); load time only (it waits).
-  absl::StatusOr<DeviceBuffer> UploadAs(const std::vector<float>& values, ElementType type);
-  // The CPU loader keeps a layer's linear weights only in its GEMM's panel layout
-  // (encoder_gemm.h): unpacked here to nn.Linear's row-major [out, in] for the upload, one matrix
-  // at a time (load time only; the temporary is freed before the next).
-  absl::StatusOr<DeviceBuffer> UploadAs(const enc::PackedWeights& weights, ElementType type) {
-    return UploadAs(weights.Unpack(), type);
-  }
-  // A GEMM of `in` -> `out` features at each bucket's token (per_token) or sequence count, with
-  // `epilogue` (bias from `bias`), falling back to a plain GEMM where cuBLASLt has no algorithm
-  // for the epilogue at some bucket.
-  absl::StatusOr<Gemm> MakeGemm(const std::string& name, int in, int out, bool per_token,
-                                cublasLtEpilogue_t epilogue, const void* bias);
-  absl::Status RunGemm(const Gemm& gemm, const DeviceBuffer& weight, const void* x, void* y,
-                       int bucket, cudaStream_t stream);
-  EncoderBatchView View(const void* inputs, int bucket) const;
-
-  const ModelConfig& config_;
-  const std::shared_ptr<const enc::EncoderNetwork> net_;
-  const int device_;
-  CublasLtHandle handle_;
-  DeviceBuffer workspace_;
-  const ElementType type_;
-  const cublasComputeType_t compute_;
-  const std::vector<RaggedBucket> buckets_;
-  std::vector<InputLayout> inputs_;
-  std::vector<OutputLayout> outputs_;
-  std::optional<CudaStream> upload_stream_;
-  // For Summary(): GEMMs asked for a fused epilogue, and those that fell back to a plain GEMM
-  // and our kernel; device bytes of the weights and of the scratch.
-  int fused_epilogues_ = 0;
-  int epilogue_fallbacks_ = 0;
-  int own_kernel_gemms_ = 0;
-  size_t weight_bytes_ = 0;
-  size_t scratch_bytes_ = 0;
-
-  // Weights.
-  std::optional<DeviceBuffer> word_;
-  std::optional<DeviceBuffer> position_;
-  std::optional<DeviceBuffer> type_embeddings_;
-  std::optional<DeviceBuffer> embedding_gamma_;
-  std::optional<DeviceBuffer> embedding_beta_;
-  std::vector<Layer> layers_;
-  std::optional<DeviceBuffer> pooler_weight_;
-  std::optional<DeviceBuffer> pooler_bias_;  // FP32
-  std::optional<DeviceBuffer> classifier_dense_weight_;
-  std::optional<DeviceBuffer> classifier_dense_bias_;  // FP32
-  std::optional<DeviceBuffer> classifier_weight_;
-  std::optional<DeviceBuffer> classifier_bias_;  // FP32
-  std::optional<Gemm> pooler_gemm_;
-  std::optional<Gemm> classifier_dense_gemm_;
-  std::optional<Gemm> classifier_gemm_;
-
-  // Scratch for the largest bucket, compute type (shared by the slots: one compute stream).
-  std::optional<DeviceBuffer> x_;             // [T, H]
-  std::optional<DeviceBuffer> qkv_buffer_;    // [T, 3H]
-  std::optional<DeviceBuffer> context_;       // [T, H]
-  std::optional<DeviceBuffer> projected_;     // [T, H]
-  std::optional<DeviceBuffer> intermediate_;  // [T, I]
-  std::optional<DeviceBuffer> first_;         // [S, H]
-  std::optional<DeviceBuffer> head_a_;        // [S, H]
-  std::optional<DeviceBuffer> head_b_;        // [S, H]
-  std::optional<DeviceBuffer> logits_typed_;  // [S, labels]
-};
+}  // namespace
 
 absl::StatusOr<DeviceBuffer> CudaEncoder::UploadAs(const std::vector<float>& values,
                                                    ElementType type) {
@@ -274,7 +91,7 @@ absl::StatusOr<Gemm> CudaEncoder::MakeGemm(const std::string& name, int in, int 
   };
   if (epilogue != CUBLASLT_EPILOGUE_DEFAULT) ++fused_epilogues_;
   absl::StatusOr<Gemm> gemm = build(epilogue);
-  if (NoAlgorithm(gemm.status()) && epilogue == CUBLASLT_EPILOGUE_DEFAULT && !per_token) {
+  if (NoMatmulAlgorithm(gemm.status()) && epilogue == CUBLASLT_EPILOGUE_DEFAULT && !per_token) {
     // A head GEMM (one row per sequence: pooler, classifier) cuBLASLt has no algorithm for at
     // some bucket (an odd label count in a 16-bit type, say): our small linear kernel computes
     // it, at a cost that is small next to the layers. Reported by Summary().
@@ -287,7 +104,7 @@ absl::StatusOr<Gemm> CudaEncoder::MakeGemm(const std::string& name, int in, int 
     ++own_kernel_gemms_;
     return own;
   }
-  if (NoAlgorithm(gemm.status()) && epilogue != CUBLASLT_EPILOGUE_DEFAULT) {
+  if (FallBackToPlainGemm(gemm.status(), epilogue)) {
     // No algorithm for the fused epilogue at some bucket (NotFound), or a type / epilogue pair
     // this cuBLASLt refuses outright (NOT_SUPPORTED from the heuristic; it depends on the GPU,
     // the version, the types and the shapes): a plain GEMM and our own bias (+ activation)
@@ -626,180 +443,28 @@ std::string CudaEncoder::Summary() const {
   for (const RaggedBucket& bucket : buckets_) {
     absl::StrAppend(&buckets, buckets.empty() ? "" : ",", bucket.sequences, "x", bucket.tokens);
   }
+  // Which path computed the intermediate activation: the tests' tolerances depend on it
+  // (cuBLASLt's GELU epilogue evaluates the tanh form with its own fast tanh).
+  const enc::HiddenActivation activation = net_->activation;
+  const char* activation_name = activation == enc::HiddenActivation::kGeluErf    ? "exact GELU"
+                                : activation == enc::HiddenActivation::kGeluTanh ? "tanh GELU"
+                                                                                 : "ReLU";
+  const bool up_fused =
+      !layers_.empty() && layers_.front().up.has_value() && layers_.front().up->fused;
   return absl::StrCat(
       "encoder on cuda:", device_, ": ", ElementTypeName(type_), " activations",
       compute_ == CUBLAS_COMPUTE_32F_FAST_TF32 ? ", TF32 GEMMs" : "", ", buckets ", buckets, ", ",
       fused_epilogues_ - epilogue_fallbacks_, " of ", fused_epilogues_,
-      " GEMM epilogues fused (the others: plain GEMM + our kernel), ", own_kernel_gemms_,
+      " GEMM epilogues fused (the others: plain GEMM + our kernel), intermediate ", activation_name,
+      up_fused ? " in cuBLASLt's epilogue" : " by our kernel", ", ", own_kernel_gemms_,
       " head GEMMs on our own kernel (cuBLASLt offered none), weights ", weight_bytes_ >> 20,
       " MiB, scratch ", scratch_bytes_ >> 20, " MiB");
 }
 
-absl::Status CudaEncoder::Pack(const Batch& batch, RaggedBatchState& base, void* staging) {
-  auto& state = static_cast<EncoderBatchState&>(base);
-  const enc::EncoderNetwork& net = *net_;
-  state.packed.Clear();
-  state.request_tokens.clear();
-  state.shapes.clear();
-  state.wanted.clear();
-  state.want_hidden = state.want_embedding = state.want_pooler = state.want_logits = false;
-  for (const auto& request : batch.requests) {
-    for (const TensorView& input : request->inputs) {
-      // The engine refuses device inputs to ragged models at submit; one here would be read as
-      // host memory.
-      if (input.on_device()) {
-        return absl::InvalidArgumentError(absl::StrCat("model '", config_.name, "': input '",
-                                                       input.name, "' is in device memory"));
-      }
-    }
-    const enc::RequestTokens tokens = enc::FindRequestTokens(request->inputs);
-    ASSIGN_OR_RETURN(const enc::RequestShape shape, enc::PackRequest(net, tokens, state.packed));
-    std::vector<bool> wanted = enc::WantedOutputs(config_, request->requested_outputs);
-    for (size_t o = 0; o < config_.outputs.size(); ++o) {
-      if (!wanted[o]) continue;
-      const std::string& name = config_.outputs[o].name;
-      state.want_hidden |= name == enc::kLastHiddenStateName;
-      state.want_embedding |= name == enc::kEmbeddingName;
-      state.want_pooler |= name == enc::kPoolerOutputName;
-      state.want_logits |= name == enc::kLogitsName;
-    }
-    state.request_tokens.push_back(tokens);
-    state.shapes.push_back(shape);
-    state.wanted.push_back(std::move(wanted));
-  }
-  state.sequences = state.packed.sequences();
-  state.tokens = state.packed.tokens();
-  int chosen = -1;
-  for (size_t b = 0; b < buckets_.size(); ++b) {
-    if (state.sequences <= buckets_[b].sequences && state.tokens <= buckets_[b].tokens) {
-      chosen = static_cast<int>(b);
-      break;
-    }
-  }
-  if (chosen < 0) {
-    // Only a lone request above the token budget gets here (the batcher lets it through alone).
-    const RaggedBucket& largest = buckets_.back();
-    return absl::InvalidArgumentError(
-        absl::StrCat("model '", config_.name, "': a batch of ", state.sequences, " sequences and ",
-                     state.tokens, " tokens does not fit the largest CUDA bucket (",
-                     largest.sequences, " sequences, ", largest.tokens,
-                     " tokens); on the GPU a request may carry at most that many tokens "
-                     "(parameters max_batch_tokens and ",
-                     enc::kCudaBucketsParam, ")"));
-  }
-  state.bucket = chosen;
-  const RaggedBucket& bucket = buckets_[chosen];
-  const InputLayout& in = inputs_[chosen];
-  auto* base_bytes = static_cast<std::byte*>(staging);
-  const auto ints = [base_bytes](size_t offset) {
-    return reinterpret_cast<int32_t*>(base_bytes + offset);
-  };
-  ints(in.counts)[0] = state.sequences;
-  ints(in.counts)[1] = static_cast<int32_t>(state.tokens);
-  int32_t* cu = ints(in.cu_seqlens);
-  for (int s = 0; s <= bucket.sequences; ++s) {
-    // Past the real sequences: empty ones at the end (attention and pooling skip them).
-    cu[s] = static_cast<int32_t>(state.packed.offsets[std::min(s, state.sequences)]);
-  }
-  const size_t real = static_cast<size_t>(state.tokens) * sizeof(int32_t);
-  const size_t pad = static_cast<size_t>(bucket.tokens - state.tokens) * sizeof(int32_t);
-  const auto fill = [&](size_t offset, const int32_t* values) {
-    if (real > 0) std::memcpy(base_bytes + offset, values, real);
-    std::memset(base_bytes + offset + real, 0, pad);
-  };
-  fill(in.token_ids, state.packed.token_ids.data());
-  fill(in.token_types, state.packed.token_types.data());
-  fill(in.positions, state.packed.positions.data());
-  int32_t* attend = ints(in.attend);
-  for (int64_t t = 0; t < state.tokens; ++t) attend[t] = state.packed.attend[t];
-  std::memset(attend + state.tokens, 0, pad);
-  return absl::OkStatus();
-}
+}  // namespace gpu_encoder
 
-void CudaEncoder::PackEmpty(int bucket, RaggedBatchState& base, void* staging) {
-  auto& state = static_cast<EncoderBatchState&>(base);
-  state.packed.Clear();
-  state.request_tokens.clear();
-  state.shapes.clear();
-  state.wanted.clear();
-  state.sequences = 0;
-  state.tokens = 0;
-  state.bucket = bucket;
-  // Zero counts, every cu_seqlens entry 0 (all sequences empty), token id 0 everywhere.
-  std::memset(staging, 0, inputs_[bucket].bytes);
-}
-
-void CudaEncoder::OutputRanges(const RaggedBatchState& base,
-                               std::vector<BlockRange>& ranges) const {
-  const auto& state = static_cast<const EncoderBatchState&>(base);
-  const enc::EncoderNetwork& net = *net_;
-  const OutputLayout& out = outputs_[state.bucket];
-  const size_t sequences = static_cast<size_t>(state.sequences);
-  ranges.clear();
-  if (state.want_hidden) {
-    ranges.push_back({out.hidden, static_cast<size_t>(state.tokens) * net.hidden * 4});
-  }
-  if (state.want_embedding) {
-    ranges.push_back({out.embedding, sequences * net.embedding_size() * 4});
-  }
-  if (state.want_pooler && out.pooler != kAbsent) {
-    ranges.push_back({out.pooler, sequences * net.hidden * 4});
-  }
-  if (state.want_logits && out.logits != kAbsent) {
-    ranges.push_back({out.logits, sequences * net.num_labels * 4});
-  }
-  // Empty ranges (a batch that wants none of these, e.g. only input_ids) copy nothing.
-  std::erase_if(ranges, [](const BlockRange& range) { return range.bytes == 0; });
-}
-
-BlockRange CudaEncoder::NonFiniteRange(const RaggedBatchState& base) const {
-  // The embeddings: every real sequence's, always computed, a few floats each. A NaN or inf in
-  // the hidden states reaches them through the mean (the max and CLS modes may miss one).
-  const auto& state = static_cast<const EncoderBatchState&>(base);
-  return {outputs_[state.bucket].embedding,
-          static_cast<size_t>(state.sequences) * net_->embedding_size() * 4};
-}
-
-absl::Status CudaEncoder::Scatter(const Batch& batch, const RaggedBatchState& base,
-                                  const void* outputs,
-                                  std::vector<InferenceResponse>& responses) const {
-  const auto& state = static_cast<const EncoderBatchState&>(base);
-  if (state.shapes.size() != batch.requests.size()) {
-    return absl::InternalError(absl::StrCat("model '", config_.name, "': the slot packed ",
-                                            state.shapes.size(), " requests, the batch has ",
-                                            batch.requests.size()));
-  }
-  const auto* base_bytes = static_cast<const std::byte*>(outputs);
-  const OutputLayout& out = outputs_[state.bucket];
-  const auto floats = [base_bytes](size_t offset) {
-    return offset == kAbsent ? nullptr : reinterpret_cast<const float*>(base_bytes + offset);
-  };
-  const enc::PackedResults results{.hidden = floats(out.hidden),
-                                   .embedding = floats(out.embedding),
-                                   .pooler = floats(out.pooler),
-                                   .logits = floats(out.logits)};
-  responses.resize(batch.requests.size());
-  int first_sequence = 0;
-  for (size_t r = 0; r < batch.requests.size(); ++r) {
-    const InferenceRequest& request = *batch.requests[r];
-    std::vector<Tensor> tensors =
-        enc::RequestOutputs(config_, *net_, state.packed, state.request_tokens[r], state.shapes[r],
-                            first_sequence, state.wanted[r], results);
-    for (size_t index : SelectedOutputs(request, config_)) {
-      Tensor& tensor = tensors[index];
-      if (tensor.name != config_.outputs[index].name) {
-        return absl::InternalError(absl::StrCat("model '", config_.name, "': output '",
-                                                config_.outputs[index].name,
-                                                "' was not computed for a request that wants it"));
-      }
-      responses[r].outputs.push_back(std::move(tensor));
-    }
-    first_sequence += static_cast<int>(state.shapes[r].rows);
-  }
-  return absl::OkStatus();
-}
-
-}  // namespace
+using gpu_encoder::CudaEncoder;
+namespace enc = models::encoder;
 
 absl::StatusOr<std::unique_ptr<CudaRaggedModel>> CreateCudaRaggedModel(const Model& model,
                                                                        int device) {

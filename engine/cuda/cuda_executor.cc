@@ -8,9 +8,9 @@
 #include "absl/strings/str_cat.h"
 #include "common/check.h"
 #include "common/status_macros.h"
-#include "engine/batch_answers.h"
+#include "engine/core/batch_answers.h"
+#include "engine/core/device_fault.h"
 #include "engine/cuda/cuda_check.h"
-#include "engine/device_fault.h"
 
 namespace sluice::engine::cuda {
 namespace {

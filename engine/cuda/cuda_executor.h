@@ -8,11 +8,11 @@
 // flight: pinned input/output staging, device input/output buffers, six timing events, and, with
 // graphs on, one captured CUDA graph per batch bucket (the graph bakes in the slot's pointers).
 //
-// A SlotBackend on the shared SlotPipeline (engine/slot_pipeline.h), with issue_thread = false.
-// Per batch, Issue runs on the caller's (batcher) thread and never waits for the device: gather
-// the requests' inputs into the slot's pinned staging (padded with zero rows up to the bucket),
-// one H2D copy (a batch with inputs in device memory, from CUDA shared-memory regions: H2D copies
-// of its host ranges and device-to-device copies of the others, all on the input stream, in
+// A SlotBackend on the shared SlotPipeline (engine/core/slot_pipeline.h), with issue_thread =
+// false. Per batch, Issue runs on the caller's (batcher) thread and never waits for the device:
+// gather the requests' inputs into the slot's pinned staging (padded with zero rows up to the
+// bucket), one H2D copy (a batch with inputs in device memory, from CUDA shared-memory regions: H2D
+// copies of its host ranges and device-to-device copies of the others, all on the input stream, in
 // place of that one copy), [compute stream waits] the bucket's graph (or the model's kernels), the
 // counter kernel, [D2H stream waits] one D2H copy. The pipeline's completion thread calls Wait (the
 // slot's last event, cudaEventSynchronize: the only wait) and Scatter (the three phase timings from
@@ -37,12 +37,12 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "common/mutex.h"
+#include "engine/core/executor.h"
+#include "engine/core/model_stats.h"
+#include "engine/core/slot_pipeline.h"
 #include "engine/cuda/cuda_handles.h"
 #include "engine/cuda/cuda_model.h"
 #include "engine/cuda/kernels/device_counters.cuh"
-#include "engine/executor.h"
-#include "engine/model_stats.h"
-#include "engine/slot_pipeline.h"
 
 namespace sluice::engine::cuda {
 
@@ -181,7 +181,7 @@ class CudaExecutor final : public Executor, private SlotBackend {
   // The device half of Issue: copies, model, counters, events.
   absl::Status IssueOnStreams(int slot, int bucket, int items);
 
-  // SlotBackend (engine/slot_pipeline.h).
+  // SlotBackend (engine/core/slot_pipeline.h).
   absl::Status Issue(int s, const Batch& batch) override;
   absl::Status IssueRagged(int s, const Batch& batch);
   absl::Status Wait(int s) override;

@@ -3,7 +3,9 @@
 // cuBLASLt has that epilogue (RELU_BIAS, GELU_BIAS for the tanh form, BIAS), else a default
 // epilogue followed by one fused bias + activation kernel (dense_epilogue.cu). The same fallback
 // when cuBLASLt offers no algorithm for a fused epilogue at some batch bucket (it depends on the
-// GPU, types and shapes): the load goes on with the plain GEMM and our kernel.
+// GPU, types and shapes), or refuses the combination outright (CUBLAS_STATUS_NOT_SUPPORTED): the
+// load goes on with the plain GEMM and our kernel (cublaslt_algo.h FallBackToPlainGemm, the rule
+// the encoder follows too). DescribeCudaMlpInstance (cuda_mlp.h) says which path each layer took.
 //
 // Precision: weights stored as F16/BF16 compute in that type on tensor cores with FP32
 // accumulation (activations between layers in the same 16-bit type, the last layer's output in
@@ -14,12 +16,15 @@
 // transposed, so y comes out row-major [rows, out] and the bias runs along D's rows, as cuBLASLt's
 // bias epilogue broadcasts it.
 
+#include "engine/cuda/cuda_mlp.h"
+
 #include <algorithm>
 #include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "engine/cuda/cublaslt_algo.h"
 #include "engine/cuda/cublaslt_handles.h"
 #include "engine/cuda/cuda_check.h"
 #include "engine/cuda/cuda_handles.h"
@@ -77,7 +82,27 @@ struct GpuLayer {
   bool epilogue_fallback = false;
   DeviceActivation activation = DeviceActivation::kNone;
   bool softmax = false;
+  // How the layer is computed, for DescribeCudaMlpInstance.
+  std::string path = {};
 };
+
+const char* EpilogueName(cublasLtEpilogue_t epilogue) {
+  switch (epilogue) {
+    case CUBLASLT_EPILOGUE_BIAS:
+      return "BIAS";
+    case CUBLASLT_EPILOGUE_RELU:
+      return "RELU";
+    case CUBLASLT_EPILOGUE_RELU_BIAS:
+      return "RELU_BIAS";
+    case CUBLASLT_EPILOGUE_GELU:
+      return "GELU (tanh form)";
+    case CUBLASLT_EPILOGUE_GELU_BIAS:
+      return "GELU_BIAS (tanh form)";
+    default:
+      break;
+  }
+  return "DEFAULT";
+}
 
 class CudaMlpInstance final : public CudaModelInstance {
  public:
@@ -123,6 +148,16 @@ class CudaMlpInstance final : public CudaModelInstance {
   }
 
   bool counts_non_finite() const override { return true; }
+
+  std::string Describe() const {
+    std::string text =
+        absl::StrCat("mlp on cuda:", device_, ", ", ElementTypeName(compute_type_), " GEMMs");
+    for (size_t l = 0; l < layers_.size(); ++l) {
+      absl::StrAppend(&text, "; layer ", l, " (", layers_[l].out, "x", layers_[l].in,
+                      "): ", layers_[l].path);
+    }
+    return text;
+  }
 
  private:
   CudaMlpInstance(int device, CublasLtHandle handle, DeviceBuffer workspace,
@@ -234,11 +269,13 @@ absl::Status CudaMlpInstance::AddLayer(const cpu::DenseLayer& dense, bool last, 
     const void* bias_pointer = layer.bias->get();
     RETURN_IF_ERROR(layer.desc.Set(CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias_pointer));
   }
+  const cublasLtEpilogue_t asked = epilogue;
   absl::Status picked = pick_algorithms();
-  if (absl::IsNotFound(picked) && epilogue != CUBLASLT_EPILOGUE_DEFAULT) {
+  if (FallBackToPlainGemm(picked, epilogue)) {
     // No algorithm for the fused epilogue at some bucket (it depends on the GPU, the types and
     // the shapes): a plain GEMM, then our own bias + activation kernel, computes the same layer,
     // so the load goes on instead of failing. Softmax, if any, still runs after it.
+    const std::string fallback_reason(picked.message());
     epilogue = CUBLASLT_EPILOGUE_DEFAULT;
     layer.separate_epilogue = true;
     layer.activation = dense.activation == Activation::kSoftmax ? DeviceActivation::kNone
@@ -248,7 +285,14 @@ absl::Status CudaMlpInstance::AddLayer(const cpu::DenseLayer& dense, bool last, 
     const void* no_bias = nullptr;
     RETURN_IF_ERROR(layer.desc.Set(CUBLASLT_MATMUL_DESC_BIAS_POINTER, no_bias));
     picked = pick_algorithms();
+    layer.path = absl::StrCat("plain GEMM + our bias/activation kernel (cuBLASLt had nothing for ",
+                              EpilogueName(asked), ": ", fallback_reason, ")");
+  } else if (layer.separate_epilogue) {
+    layer.path = "plain GEMM + our bias/activation kernel";
+  } else {
+    layer.path = absl::StrCat("cuBLASLt ", EpilogueName(epilogue), " epilogue");
   }
+  if (layer.softmax) absl::StrAppend(&layer.path, " + softmax kernel");
   RETURN_IF_ERROR(picked);
   layers_.push_back(std::move(layer));
   return absl::OkStatus();
@@ -287,6 +331,11 @@ absl::StatusOr<std::unique_ptr<CudaMlpInstance>> CudaMlpInstance::Create(
 }
 
 }  // namespace
+
+std::string DescribeCudaMlpInstance(const CudaModelInstance& instance) {
+  const auto* mlp = dynamic_cast<const CudaMlpInstance*>(&instance);
+  return mlp == nullptr ? std::string() : mlp->Describe();
+}
 
 absl::StatusOr<std::unique_ptr<CudaModelInstance>> CreateCudaMlpInstance(
     const ModelSpec& spec, int device, std::span<const int> buckets) {

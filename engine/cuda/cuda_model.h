@@ -18,8 +18,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "engine/backend.h"
-#include "engine/executor.h"
+#include "engine/core/backend.h"
+#include "engine/core/executor.h"
 
 namespace sluice::engine::cuda {
 
@@ -39,12 +39,23 @@ class CudaModelInstance {
   virtual bool counts_non_finite() const = 0;
 };
 
-// Creates the instance of `spec` on `device`, ready to Enqueue any row count in `buckets`.
-// Unimplemented when the backend or the config has no GPU implementation (variable dims, BYTES
-// tensors): the engine then runs that model on the CPU backend. Other errors as the CPU backend's
-// CreateModel, or INTERNAL / RESOURCE_EXHAUSTED for a CUDA failure.
-absl::StatusOr<std::unique_ptr<CudaModelInstance>> CreateCudaModelInstance(
+// The fixed-shape GPU instances, one per backend that has one: each creates the instance of `spec`
+// on `device`, ready to Enqueue any row count in `buckets` (cuda_models.cc: simple, identity;
+// cuda_mlp.cc: mlp). The backend registry reaches them through cuda_backends.h. Unimplemented when
+// the config has no GPU implementation (variable dims, BYTES tensors): the engine then runs that
+// model on the CPU backend. Other errors as the CPU backend's CreateModel, or INTERNAL /
+// RESOURCE_EXHAUSTED for a CUDA failure.
+using CudaInstanceFactory = absl::StatusOr<std::unique_ptr<CudaModelInstance>> (*)(
     const ModelSpec& spec, int device, std::span<const int> buckets);
+absl::StatusOr<std::unique_ptr<CudaModelInstance>> CreateCudaSimpleInstance(
+    const ModelSpec& spec, int device, std::span<const int> buckets);
+absl::StatusOr<std::unique_ptr<CudaModelInstance>> CreateCudaIdentityInstance(
+    const ModelSpec& spec, int device, std::span<const int> buckets);
+absl::StatusOr<std::unique_ptr<CudaModelInstance>> CreateCudaMlpInstance(
+    const ModelSpec& spec, int device, std::span<const int> buckets);
+
+// Unimplemented naming the first tensor of `config` the CUDA backend cannot run as fixed rows.
+absl::Status CheckFixedShapes(const ModelConfig& config);
 
 // One CUDA graph bucket of a ragged model: batches of at most `sequences` sequences holding at
 // most `tokens` real tokens.

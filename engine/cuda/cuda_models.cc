@@ -1,4 +1,4 @@
-// `simple` and `identity` on the GPU, and the backend dispatch of CreateCudaModelInstance.
+// `simple` and `identity` on the GPU.
 
 #include <utility>
 
@@ -10,10 +10,6 @@
 #include "engine/models/identity_model.h"
 
 namespace sluice::engine::cuda {
-
-// Defined in cuda_mlp.cc.
-absl::StatusOr<std::unique_ptr<CudaModelInstance>> CreateCudaMlpInstance(
-    const ModelSpec& spec, int device, std::span<const int> buckets);
 
 namespace {
 
@@ -73,44 +69,46 @@ absl::StatusOr<size_t> FixedItemBytes(const TensorSpec& tensor) {
   return bytes;
 }
 
-absl::StatusOr<std::unique_ptr<CudaModelInstance>> CreateCudaModelInstance(
-    const ModelSpec& spec, int device, std::span<const int> buckets) {
-  const ModelConfig& config = spec.config;
+absl::Status CheckFixedShapes(const ModelConfig& config) {
   for (const auto* tensors : {&config.inputs, &config.outputs}) {
     for (const TensorSpec& tensor : *tensors) RETURN_IF_ERROR(FixedItemBytes(tensor).status());
   }
-  if (config.backend == "mlp") return CreateCudaMlpInstance(spec, device, buckets);
-  if (config.backend == "simple") {
-    // The CPU backend's CreateModel checked the shape: two INT32 inputs and outputs of one size.
-    if (config.inputs.size() != 2 || config.outputs.size() != 2 ||
-        config.inputs[0].dtype != DataType::kInt32) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("model '", config.name, "': simple needs 2 INT32 inputs and 2 outputs"));
-    }
-    ASSIGN_OR_RETURN(int64_t elements, ElementCount(config.inputs[0].dims));
-    return std::unique_ptr<CudaModelInstance>(new CudaSimpleInstance(elements));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<CudaModelInstance>> CreateCudaSimpleInstance(
+    const ModelSpec& spec, int /*device*/, std::span<const int> /*buckets*/) {
+  const ModelConfig& config = spec.config;
+  // The CPU backend's CreateModel checked the shape: two INT32 inputs and outputs of one size.
+  if (config.inputs.size() != 2 || config.outputs.size() != 2 ||
+      config.inputs[0].dtype != DataType::kInt32) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("model '", config.name, "': simple needs 2 INT32 inputs and 2 outputs"));
   }
-  if (config.backend == "identity") {
-    if (config.parameters.count(models::kExecuteDelayMsParam) > 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("model '", config.name, "': identity's ", models::kExecuteDelayMsParam,
-                       " is honoured by the CPU backend only; set instance_group kind: KIND_CPU"));
-    }
-    std::vector<size_t> row_bytes;
-    for (const TensorSpec& input : config.inputs) {
-      ASSIGN_OR_RETURN(size_t bytes, FixedItemBytes(input));
-      row_bytes.push_back(bytes);
-    }
-    if (config.outputs.size() > config.inputs.size()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("model '", config.name, "': identity has more outputs than inputs"));
-    }
-    row_bytes.resize(config.outputs.size());
-    const bool fp32 = config.outputs[0].dtype == DataType::kFp32;
-    return std::unique_ptr<CudaModelInstance>(new CudaIdentityInstance(std::move(row_bytes), fp32));
+  ASSIGN_OR_RETURN(int64_t elements, ElementCount(config.inputs[0].dims));
+  return std::unique_ptr<CudaModelInstance>(new CudaSimpleInstance(elements));
+}
+
+absl::StatusOr<std::unique_ptr<CudaModelInstance>> CreateCudaIdentityInstance(
+    const ModelSpec& spec, int /*device*/, std::span<const int> /*buckets*/) {
+  const ModelConfig& config = spec.config;
+  if (config.parameters.count(models::kExecuteDelayMsParam) > 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("model '", config.name, "': identity's ", models::kExecuteDelayMsParam,
+                     " is honoured by the CPU backend only; set instance_group kind: KIND_CPU"));
   }
-  return absl::UnimplementedError(
-      absl::StrCat("backend '", config.backend, "' has no CUDA implementation"));
+  std::vector<size_t> row_bytes;
+  for (const TensorSpec& input : config.inputs) {
+    ASSIGN_OR_RETURN(size_t bytes, FixedItemBytes(input));
+    row_bytes.push_back(bytes);
+  }
+  if (config.outputs.size() > config.inputs.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("model '", config.name, "': identity has more outputs than inputs"));
+  }
+  row_bytes.resize(config.outputs.size());
+  const bool fp32 = config.outputs[0].dtype == DataType::kFp32;
+  return std::unique_ptr<CudaModelInstance>(new CudaIdentityInstance(std::move(row_bytes), fp32));
 }
 
 }  // namespace sluice::engine::cuda

@@ -10,7 +10,7 @@
 #include <span>
 
 #include "absl/status/statusor.h"
-#include "engine/device.h"
+#include "engine/core/device_memory.h"
 
 namespace sluice::engine::cuda {
 

@@ -13,7 +13,7 @@
 #include <memory>
 
 #include "absl/status/statusor.h"
-#include "engine/backend.h"
+#include "engine/core/backend.h"
 
 namespace sluice::engine::models {
 

@@ -13,7 +13,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "common/status_macros.h"
-#include "engine/cpu/dense.h"
+#include "engine/models/dense.h"
 #include "engine/models/safetensors.h"
 
 namespace sluice::engine::models {

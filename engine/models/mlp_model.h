@@ -30,9 +30,9 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "engine/backend.h"
-#include "engine/cpu/dense.h"
-#include "engine/data_type.h"
+#include "engine/core/backend.h"
+#include "engine/core/data_type.h"
+#include "engine/models/dense.h"
 
 namespace sluice::engine::models {
 

@@ -18,6 +18,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "common/wire/float16.h"
+#include "engine/backend_registry.h"
 #include "engine/engine.h"
 #include "engine/models/safetensors.h"
 #include "gmock/gmock.h"

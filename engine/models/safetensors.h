@@ -24,7 +24,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "engine/tensor.h"
+#include "engine/core/tensor.h"
 
 namespace sluice::engine::models {
 

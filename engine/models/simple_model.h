@@ -6,7 +6,7 @@
 #include <memory>
 
 #include "absl/status/statusor.h"
-#include "engine/backend.h"
+#include "engine/core/backend.h"
 
 namespace sluice::engine::models {
 

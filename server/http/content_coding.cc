@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "server/status_convert.h"
 
 namespace sluice::server::http {
 namespace {
@@ -82,7 +83,7 @@ absl::StatusOr<std::string> Inflate(absl::string_view coded, ContentCoding codin
                                     uint64_t* reserved) {
   *reserved = 0;
   if (coded.size() > UINT32_MAX) {  // zlib counts input in 32 bits
-    return absl::ResourceExhaustedError(
+    return PayloadTooLargeError(
         absl::StrCat("a compressed request body over ", UINT32_MAX, " bytes"));
   }
   z_stream stream{};
@@ -96,9 +97,9 @@ absl::StatusOr<std::string> Inflate(absl::string_view coded, ContentCoding codin
   int rc = Z_OK;
   while (rc != Z_STREAM_END) {
     if (out.size() >= max_bytes) {
-      status = absl::ResourceExhaustedError(absl::StrCat("the ", ContentCodingName(coding),
-                                                         " request body inflates to more than ",
-                                                         max_bytes, " bytes (", limit_name, ")"));
+      status = PayloadTooLargeError(absl::StrCat("the ", ContentCodingName(coding),
+                                                 " request body inflates to more than ", max_bytes,
+                                                 " bytes (", limit_name, ")"));
       break;
     }
     const uint64_t step = std::min<uint64_t>(kInflateStep, max_bytes - out.size());

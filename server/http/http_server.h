@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 
 namespace sluice::server::http {
 
@@ -97,6 +98,11 @@ struct HttpServerOptions {
   int body_timeout_ms = 60000;
   // Writing one response (a client that stops reading is cut off).
   int write_timeout_ms = 60000;
+  // The body of the transport's own refusals (413, 503, 400 above), in the shape of the API that
+  // owns `target` (the request's target, empty if its request line was never read): the route
+  // table's RouteTable::ErrorBody. Empty: KServe's {"error": "..."}.
+  std::function<std::string(absl::string_view target, int status, absl::string_view message)>
+      error_body;
   // PEM strings. With a certificate and key, the port speaks TLS only; with a CA as well, clients
   // must present a certificate it signed (mutual TLS).
   std::string tls_cert_pem;
@@ -137,7 +143,8 @@ class HttpServer {
   // does nothing; one destroyed afterwards closes its connection then. Idempotent.
   void Stop(std::chrono::milliseconds grace = std::chrono::milliseconds(0));
 
-  // The Asio/Beast machinery (http_server.cc); public only so that file's helpers can name it.
+  // The Asio/Beast machinery (http_session.h, http_server.cc); public only so that those files'
+  // helpers can name it.
   struct Impl;
 
  private:

@@ -9,7 +9,8 @@
 // binary sizes and offsets), with overflow checks before any byte is touched.
 //
 // The tensor wire rules are common/wire/'s (FP16/BF16, raw values, BYTES framing, element counts
-// through engine/tensor.h); what is HTTP's own is the JSON form of elements, in json_conversion.cc.
+// through engine/core/tensor.h); what is HTTP's own is the JSON form of elements: read in
+// json_conversion.cc (requests), written in json_response.cc (responses).
 
 #include <map>
 #include <memory>
@@ -19,7 +20,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "engine/inference_request.h"
+#include "engine/core/inference_request.h"
 #include "server/shared_memory/tensor_placement.h"
 
 namespace sluice::server::shm {

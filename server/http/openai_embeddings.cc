@@ -12,6 +12,7 @@
 #include "common/echo.h"
 #include "common/json_string.h"
 #include "common/wire/bytes_elements.h"
+#include "server/status_convert.h"
 #include "simdjson.h"
 
 namespace sluice::server::http::openai {
@@ -83,36 +84,17 @@ std::string ErrorBody(const ApiError& error) {
 ApiError FromStatus(const absl::Status& status, absl::string_view model) {
   ApiError error;
   error.message = std::string(status.message());
-  switch (status.code()) {
-    case absl::StatusCode::kInvalidArgument:
-    case absl::StatusCode::kFailedPrecondition:
-    case absl::StatusCode::kOutOfRange:
-      error.http_status = 400;
-      break;
-    case absl::StatusCode::kNotFound:
-      error.http_status = 404;
-      error.param = "model";
-      error.code = "model_not_found";
-      error.message = absl::StrCat("The model '", common::EchoInput(model), "' does not exist");
-      break;
-    case absl::StatusCode::kResourceExhausted:
-      // OpenAI's "too many requests" (its SDK retries 429 with backoff).
-      error.http_status = 429;
-      error.type = "rate_limit_error";
-      break;
-    case absl::StatusCode::kUnavailable:
-    case absl::StatusCode::kDeadlineExceeded:
-      error.http_status = 503;
-      error.type = "server_error";
-      break;
-    case absl::StatusCode::kCancelled:
-      error.http_status = 499;
-      error.type = "server_error";
-      break;
-    default:
-      error.http_status = 500;
-      error.type = "server_error";
-      break;
+  // The HTTP status is the one every route gives this status (server/status_convert.h); what is
+  // OpenAI's own is the body around it.
+  error.http_status = ToHttpStatusCode(status);
+  if (status.code() == absl::StatusCode::kNotFound) {
+    error.param = "model";
+    error.code = "model_not_found";
+    error.message = absl::StrCat("The model '", common::EchoInput(model), "' does not exist");
+  } else if (error.http_status == 429) {
+    error.type = "rate_limit_error";  // OpenAI's "too many requests" (its SDK retries with backoff)
+  } else if (error.http_status >= 499) {
+    error.type = "server_error";
   }
   return error;
 }
@@ -380,13 +362,23 @@ absl::StatusOr<std::string> ToResponseJson(const EmbeddingsRequest& request,
   return out;
 }
 
-std::string ModelsListJson(const std::vector<std::string>& model_names) {
+std::string ModelsListJson(const std::vector<std::string>& model_names,
+                           const std::vector<std::vector<std::string>>& capabilities) {
   std::string out = "{\"object\":\"list\",\"data\":[";
   for (size_t i = 0; i < model_names.size(); ++i) {
     if (i > 0) out.push_back(',');
     out += "{\"id\":";
     common::AppendJsonString(out, model_names[i]);
-    out += ",\"object\":\"model\",\"created\":0,\"owned_by\":\"sluice\"}";
+    out += ",\"object\":\"model\",\"created\":0,\"owned_by\":\"sluice\"";
+    if (i < capabilities.size()) {
+      out += ",\"capabilities\":[";
+      for (size_t c = 0; c < capabilities[i].size(); ++c) {
+        if (c > 0) out.push_back(',');
+        common::AppendJsonString(out, capabilities[i][c]);
+      }
+      out += "]";
+    }
+    out += "}";
   }
   out += "]}";
   return out;

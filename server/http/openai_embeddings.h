@@ -31,7 +31,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "engine/inference_request.h"
+#include "engine/core/inference_request.h"
 
 namespace sluice::server::http::openai {
 
@@ -66,8 +66,9 @@ struct ApiError {
 };
 // {"error": {"message": ..., "type": ..., "param": ..., "code": ...}}
 std::string ErrorBody(const ApiError& error);
-// An engine or conversion status in OpenAI's terms (404 model_not_found, 429/503 rate or
-// availability, 400 invalid request, 500 server error).
+// An engine or conversion status in OpenAI's terms: the HTTP status every route gives it
+// (ToHttpStatusCode), with OpenAI's type and code (404 model_not_found, 429 rate_limit_error,
+// 5xx server_error).
 ApiError FromStatus(const absl::Status& status, absl::string_view model);
 
 // Parses and checks a request body. On error the ApiError names the parameter.
@@ -95,6 +96,9 @@ absl::StatusOr<std::string> ToResponseJson(const EmbeddingsRequest& request,
                                            const engine::InferenceResponse& response);
 
 // GET /v1/models: {"object": "list", "data": [{"id", "object": "model", "created", "owned_by"}]}.
-std::string ModelsListJson(const std::vector<std::string>& model_names);
+// With `capabilities` (one list per name, same order), each model also says what it can do
+// ("embed", "rerank", "classify"), so that a client can tell the routes it may call.
+std::string ModelsListJson(const std::vector<std::string>& model_names,
+                           const std::vector<std::vector<std::string>>& capabilities = {});
 
 }  // namespace sluice::server::http::openai

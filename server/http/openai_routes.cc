@@ -18,6 +18,8 @@
 #include "common/mutex.h"
 #include "server/http/http_routes.h"
 #include "server/http/openai_embeddings.h"
+#include "server/http/parts_gather.h"
+#include "server/http/text_tasks.h"
 
 namespace sluice::server::http {
 namespace {
@@ -49,20 +51,6 @@ ApiError Invalid(std::string message, std::string param, std::string code = "") 
   error.code = std::move(code);
   return error;
 }
-
-// Counts a request in sluice_http_infer_requests_active from receipt until the last owner lets
-// it go (answered, or refused before the engine saw it).
-struct ActiveCount {
-  explicit ActiveCount(std::atomic<int64_t>* count) : count(count) {
-    if (count != nullptr) count->fetch_add(1, std::memory_order_relaxed);
-  }
-  ~ActiveCount() {
-    if (count != nullptr) count->fetch_sub(1, std::memory_order_relaxed);
-  }
-  ActiveCount(const ActiveCount&) = delete;
-  ActiveCount& operator=(const ActiveCount&) = delete;
-  std::atomic<int64_t>* const count;
-};
 
 // Why `config` is not an embedding model (an encoder with an FP32 `embedding` output and token
 // ids as input), or nullopt.
@@ -96,189 +84,145 @@ EmbeddingsRequest Slice(const EmbeddingsRequest& request, size_t begin, size_t e
   return part;
 }
 
-// The answers of a request split into engine requests of at most max_batch_size inputs; the
-// last completion joins them in input order and answers.
-class Gather {
- public:
-  Gather(EmbeddingsRequest request, size_t parts, Responder respond,
-         std::shared_ptr<const ActiveCount> active)
-      : request_(std::move(request)),
-        respond_(std::move(respond)),
-        active_(std::move(active)),
-        remaining_(parts),
-        answers_(parts) {}
-
-  // Whether a part has failed already (then the rest need not run: the answer is that error).
-  bool Failed() const {
-    common::MutexLock lock(&mu_);
-    return !error_.ok();
-  }
-
-  void Complete(size_t part, absl::StatusOr<engine::InferenceResponse> result) {
-    absl::Status error;
-    std::vector<engine::InferenceResponse> answers;
-    {
-      common::MutexLock lock(&mu_);
-      if (!result.ok()) {
-        if (error_.ok()) error_ = result.status();
-      } else {
-        answers_[part] = *std::move(result);
+// One response of every part's `embedding` (and `num_tokens`, `input_ids`) rows, in order.
+absl::StatusOr<engine::InferenceResponse> JoinEmbeddings(
+    const std::string& model, std::vector<engine::InferenceResponse> answers) {
+  if (answers.size() == 1) return std::move(answers[0]);
+  engine::Tensor embedding{kEmbeddingOutput, engine::DataType::kFp32, {0, 0}, {}};
+  engine::Tensor num_tokens{kNumTokensOutput, engine::DataType::kInt64, {0}, {}};
+  bool all_counts = true;
+  // The tokens each row ran with (`input_ids` [rows, seq] of each part): rows of all parts,
+  // padded with 0 to the longest part's seq.
+  int64_t longest = 0;
+  for (const engine::InferenceResponse& answer : answers) {
+    for (const engine::Tensor& output : answer.outputs) {
+      if (output.name == kIdsInput && output.shape.size() == 2) {
+        longest = std::max(longest, output.shape[1]);
       }
-      if (--remaining_ > 0) return;
-      // The last one: the others are done with the members.
-      error = error_;
-      answers = std::move(answers_);
     }
-    if (!error.ok()) {
-      respond_(OpenAiError(openai::FromStatus(error, request_.model)));
-      return;
-    }
-    absl::StatusOr<engine::InferenceResponse> joined = Join(std::move(answers));
-    absl::StatusOr<std::string> body =
-        joined.ok() ? openai::ToResponseJson(request_, *joined) : joined.status();
-    if (!body.ok()) {
-      ApiError error = openai::FromStatus(body.status(), request_.model);
-      if (body.status().code() == absl::StatusCode::kInvalidArgument) error.param = "dimensions";
-      respond_(OpenAiError(error));
-      return;
-    }
-    HttpResponse response;
-    response.body = *std::move(body);
-    respond_(std::move(response));
   }
-
- private:
-  // One response of every part's `embedding` (and `num_tokens`) rows, in order.
-  absl::StatusOr<engine::InferenceResponse> Join(
-      std::vector<engine::InferenceResponse> answers) const {
-    if (answers.size() == 1) return std::move(answers[0]);
-    engine::Tensor embedding{kEmbeddingOutput, engine::DataType::kFp32, {0, 0}, {}};
-    engine::Tensor num_tokens{kNumTokensOutput, engine::DataType::kInt64, {0}, {}};
-    bool all_counts = true;
-    // The tokens each row ran with (`input_ids` [rows, seq] of each part): rows of all parts,
-    // padded with 0 to the longest part's seq.
-    int64_t longest = 0;
-    for (const engine::InferenceResponse& answer : answers) {
-      for (const engine::Tensor& output : answer.outputs) {
-        if (output.name == kIdsInput && output.shape.size() == 2) {
-          longest = std::max(longest, output.shape[1]);
+  engine::Tensor ids{kIdsInput, engine::DataType::kInt64, {0, longest}, {}};
+  bool all_ids = longest > 0;
+  for (const engine::InferenceResponse& answer : answers) {
+    bool has_counts = false;
+    bool has_ids = false;
+    for (const engine::Tensor& output : answer.outputs) {
+      if (output.name == kEmbeddingOutput) {
+        if (output.shape.size() != 2 ||
+            (embedding.shape[1] != 0 && output.shape[1] != embedding.shape[1])) {
+          return absl::InternalError(absl::StrCat("model '", common::EchoInput(model),
+                                                  "' answered embeddings of different sizes"));
         }
-      }
-    }
-    engine::Tensor ids{kIdsInput, engine::DataType::kInt64, {0, longest}, {}};
-    bool all_ids = longest > 0;
-    for (const engine::InferenceResponse& answer : answers) {
-      bool has_counts = false;
-      bool has_ids = false;
-      for (const engine::Tensor& output : answer.outputs) {
-        if (output.name == kEmbeddingOutput) {
-          if (output.shape.size() != 2 ||
-              (embedding.shape[1] != 0 && output.shape[1] != embedding.shape[1])) {
-            return absl::InternalError(absl::StrCat("model '", common::EchoInput(request_.model),
-                                                    "' answered embeddings of different sizes"));
-          }
-          embedding.shape[0] += output.shape[0];
-          embedding.shape[1] = output.shape[1];
-          embedding.data.insert(embedding.data.end(), output.data.begin(), output.data.end());
-        } else if (output.name == kNumTokensOutput) {
-          has_counts = true;
-          num_tokens.shape[0] += output.shape.empty() ? 0 : output.shape[0];
-          num_tokens.data.insert(num_tokens.data.end(), output.data.begin(), output.data.end());
-        } else if (output.name == kIdsInput && output.shape.size() == 2 &&
-                   output.dtype == engine::DataType::kInt64 &&
-                   output.data.size() ==
-                       static_cast<size_t>(output.shape[0] * output.shape[1]) * sizeof(int64_t)) {
-          has_ids = true;
-          const size_t row_bytes = static_cast<size_t>(output.shape[1]) * sizeof(int64_t);
-          for (int64_t row = 0; row < output.shape[0]; ++row) {
-            const size_t at = ids.data.size();
-            ids.data.resize(at + static_cast<size_t>(longest) * sizeof(int64_t));
-            std::memcpy(ids.data.data() + at, output.data.data() + row * row_bytes, row_bytes);
-          }
-          ids.shape[0] += output.shape[0];
+        embedding.shape[0] += output.shape[0];
+        embedding.shape[1] = output.shape[1];
+        embedding.data.insert(embedding.data.end(), output.data.begin(), output.data.end());
+      } else if (output.name == kNumTokensOutput) {
+        has_counts = true;
+        num_tokens.shape[0] += output.shape.empty() ? 0 : output.shape[0];
+        num_tokens.data.insert(num_tokens.data.end(), output.data.begin(), output.data.end());
+      } else if (output.name == kIdsInput && output.shape.size() == 2 &&
+                 output.dtype == engine::DataType::kInt64 &&
+                 output.data.size() ==
+                     static_cast<size_t>(output.shape[0] * output.shape[1]) * sizeof(int64_t)) {
+        has_ids = true;
+        const size_t row_bytes = static_cast<size_t>(output.shape[1]) * sizeof(int64_t);
+        for (int64_t row = 0; row < output.shape[0]; ++row) {
+          const size_t at = ids.data.size();
+          ids.data.resize(at + static_cast<size_t>(longest) * sizeof(int64_t));
+          std::memcpy(ids.data.data() + at, output.data.data() + row * row_bytes, row_bytes);
         }
+        ids.shape[0] += output.shape[0];
       }
-      all_counts = all_counts && has_counts;
-      all_ids = all_ids && has_ids;
     }
-    engine::InferenceResponse joined;
-    joined.outputs.push_back(std::move(embedding));
-    if (all_counts) joined.outputs.push_back(std::move(num_tokens));
-    if (all_ids) joined.outputs.push_back(std::move(ids));
-    return joined;
+    all_counts = all_counts && has_counts;
+    all_ids = all_ids && has_ids;
   }
+  engine::InferenceResponse joined;
+  joined.outputs.push_back(std::move(embedding));
+  if (all_counts) joined.outputs.push_back(std::move(num_tokens));
+  if (all_ids) joined.outputs.push_back(std::move(ids));
+  return joined;
+}
 
-  const EmbeddingsRequest request_;
-  const Responder respond_;
-  const std::shared_ptr<const ActiveCount> active_;
-  mutable common::Mutex mu_;
-  size_t remaining_ ABSL_GUARDED_BY(mu_);
-  absl::Status error_ ABSL_GUARDED_BY(mu_);
-  std::vector<engine::InferenceResponse> answers_ ABSL_GUARDED_BY(mu_);
-};
+// The OpenAI answer to an embeddings request from its parts' responses (PartsGather).
+void AnswerEmbeddings(const EmbeddingsRequest& request,
+                      absl::StatusOr<std::vector<engine::InferenceResponse>> answers,
+                      const Responder& respond) {
+  if (!answers.ok()) {
+    respond(OpenAiError(openai::FromStatus(answers.status(), request.model)));
+    return;
+  }
+  absl::StatusOr<engine::InferenceResponse> joined =
+      JoinEmbeddings(request.model, *std::move(answers));
+  absl::StatusOr<std::string> body =
+      joined.ok() ? openai::ToResponseJson(request, *joined) : joined.status();
+  if (!body.ok()) {
+    ApiError error = openai::FromStatus(body.status(), request.model);
+    if (body.status().code() == absl::StatusCode::kInvalidArgument) error.param = "dimensions";
+    respond(OpenAiError(error));
+    return;
+  }
+  HttpResponse response;
+  response.body = *std::move(body);
+  respond(std::move(response));
+}
 
 }  // namespace
 
-void HttpRoutes::OpenAi(const std::vector<std::string>& segments, HttpRequest&& request,
-                        Responder respond) {
-  const size_t n = segments.size();
-  const bool get = request.method == "GET";
-  const bool post = request.method == "POST";
-  auto wrong_method = [&](absl::string_view allowed) {
-    HttpResponse response = OpenAiError(Invalid(
-        absl::StrCat(request.method, " is not allowed on ", request.path, "; use ", allowed), "",
-        "method_not_allowed"));
-    response.status = 405;
-    response.headers.emplace_back("Allow", std::string(allowed));
-    respond(std::move(response));
-  };
-  if (n == 2 && segments[1] == "embeddings") {
-    if (!post) return wrong_method("POST");
-    Embeddings(std::move(request), std::move(respond));
-    return;
+HttpResponse OpenAiErrorResponse(const HttpError& error) {
+  ApiError api;
+  api.http_status = error.status;
+  api.message = error.message;
+  api.code = error.code;
+  if (error.status >= 500) api.type = "server_error";
+  return OpenAiError(api);
+}
+
+void HttpRoutes::OpenAiModels(const std::string& model, Responder respond) {
+  // Ready models of the text APIs: embedding models (the ones /v1/embeddings answers) and
+  // sequence classifiers (rerank, classify), each with what it can do.
+  std::vector<std::string> names;
+  std::vector<std::vector<std::string>> capabilities;
+  std::set<std::string> seen;
+  for (const engine::ModelVersionStatus& status : engine_->ListModels()) {
+    if (status.state != engine::ModelState::kReady || !seen.insert(status.name).second) continue;
+    if (!model.empty() && status.name != model) continue;
+    absl::StatusOr<engine::Engine::ModelInfo> info = engine_->GetModel(status.name, -1);
+    if (!info.ok()) continue;
+    const TextModelTraits traits = TraitsOf(*info->config);
+    std::vector<std::string> can;
+    if (!NotEmbeddingModel(*info->config).has_value() && !traits.classifies) {
+      can.emplace_back("embed");
+    }
+    if (traits.reranks()) can.emplace_back("rerank");
+    if (traits.classifies) can.emplace_back("classify");
+    if (can.empty()) continue;
+    names.push_back(status.name);
+    capabilities.push_back(std::move(can));
   }
-  if (segments.size() >= 2 && segments.size() <= 3 && segments[1] == "models") {
-    if (!get) return wrong_method("GET");
-    // Ready embedding models only: the ones /v1/embeddings answers.
-    std::vector<std::string> names;
-    std::set<std::string> seen;
-    for (const engine::ModelVersionStatus& status : engine_->ListModels()) {
-      if (status.state != engine::ModelState::kReady || !seen.insert(status.name).second) continue;
-      if (n == 3 && status.name != segments[2]) continue;
-      absl::StatusOr<engine::Engine::ModelInfo> info = engine_->GetModel(status.name, -1);
-      if (info.ok() && !NotEmbeddingModel(*info->config).has_value()) {
-        names.push_back(status.name);
-      }
-    }
-    if (n == 2) {
-      HttpResponse response;
-      response.body = openai::ModelsListJson(names);
-      respond(std::move(response));
-      return;
-    }
-    if (names.empty()) {
-      ApiError error = openai::FromStatus(absl::NotFoundError(""), segments[2]);
-      respond(OpenAiError(error));
-      return;
-    }
-    // One model object: the list's only element.
-    const std::string list = openai::ModelsListJson(names);
-    const size_t open = list.find('[');
+  if (model.empty()) {
     HttpResponse response;
-    response.body = list.substr(open + 1, list.size() - open - 3);
+    response.body = openai::ModelsListJson(names, capabilities);
     respond(std::move(response));
     return;
   }
-  ApiError error = Invalid(absl::StrCat("no such endpoint: ", request.method, " ", request.path,
-                                        " (sluice serves POST /v1/embeddings and GET /v1/models)"),
-                           "", "unknown_url");
-  error.http_status = 404;
-  respond(OpenAiError(error));
+  if (names.empty()) {
+    ApiError error = openai::FromStatus(absl::NotFoundError(""), model);
+    respond(OpenAiError(error));
+    return;
+  }
+  // One model object: the list's only element.
+  const std::string list = openai::ModelsListJson(names, capabilities);
+  const size_t open = list.find('[');
+  HttpResponse response;
+  response.body = list.substr(open + 1, list.size() - open - 3);
+  respond(std::move(response));
 }
 
 void HttpRoutes::Embeddings(HttpRequest&& request, Responder respond) {
   const auto received = std::chrono::steady_clock::now();
-  auto active = std::make_shared<const ActiveCount>(options_.active_infer_requests);
+  auto active =
+      std::make_shared<const ServingState::ActiveCall>(options_.serving->http_infer_requests());
   if (request.body->size() > options_.max_json_bytes) {
     ApiError error =
         Invalid(absl::StrCat("the request body is ", request.body->size(), " bytes; at most ",
@@ -340,8 +284,14 @@ void HttpRoutes::Embeddings(HttpRequest&& request, Responder respond) {
   for (size_t begin = 0; begin < total; begin += per_part) {
     slices.push_back(Slice(embeddings, begin, std::min(total, begin + per_part)));
   }
-  auto gather =
-      std::make_shared<Gather>(std::move(embeddings), parts, std::move(respond), std::move(active));
+  // The last part to complete answers; the request, the responder and the active-call count live
+  // until then.
+  auto gather = std::make_shared<PartsGather>(
+      parts,
+      [embeddings = std::move(embeddings), respond = std::move(respond),
+       active = std::move(active)](absl::StatusOr<std::vector<engine::InferenceResponse>> answers) {
+        AnswerEmbeddings(embeddings, std::move(answers), respond);
+      });
   for (size_t part = 0; part < parts; ++part) {
     // A part the engine refused at once (queue full, draining) decides the answer: the parts
     // after it are not submitted.

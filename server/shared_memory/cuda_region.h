@@ -13,7 +13,7 @@
 #include <memory>
 #include <string>
 
-#include "engine/device.h"
+#include "engine/core/device_memory.h"
 #include "server/shared_memory/region.h"
 
 namespace sluice::server::shm {

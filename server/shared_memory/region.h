@@ -20,7 +20,7 @@
 #include "absl/strings/string_view.h"
 
 namespace sluice::engine {
-class ImportedDeviceMemory;  // engine/device.h
+class ImportedDeviceMemory;  // engine/core/device_memory.h
 }  // namespace sluice::engine
 
 namespace sluice::server::shm {

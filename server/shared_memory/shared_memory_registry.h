@@ -23,7 +23,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "common/mutex.h"
-#include "engine/device.h"
+#include "engine/core/device_memory.h"
 #include "server/shared_memory/region.h"
 
 namespace sluice::server::shm {

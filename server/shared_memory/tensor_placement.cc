@@ -4,7 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
-#include "engine/device.h"
+#include "engine/core/device_memory.h"
 #include "server/shared_memory/shared_memory_registry.h"
 
 namespace sluice::server::shm {

@@ -20,8 +20,8 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "engine/data_type.h"
-#include "engine/tensor.h"
+#include "engine/core/data_type.h"
+#include "engine/core/tensor.h"
 #include "server/shared_memory/region.h"
 
 namespace sluice::server::shm {

@@ -79,7 +79,7 @@ class K8sManifestTest(unittest.TestCase):
         pre_stop = self.container["lifecycle"]["preStop"]["exec"]["command"]
         self.assertEqual(pre_stop[0], "sleep")
         exit_timeout = int(flag_value(self.container["args"], "--exit-timeout-secs"))
-        shutdown_grace = 1  # kShutdownGrace in server_main.cc
+        shutdown_grace = 1  # ServerProcess::kShutdownGrace in server/main/server_process.h
         self.assertGreaterEqual(self.pod["terminationGracePeriodSeconds"],
                                 int(pre_stop[1]) + exit_timeout + shutdown_grace)
 

@@ -7,6 +7,7 @@
 #include <atomic>
 #include <cmath>
 #include <condition_variable>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <functional>
@@ -18,14 +19,16 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/wire/float16.h"
+#include "engine/backend_registry.h"
+#include "engine/cuda/cuda_mlp.h"
 #include "engine/cuda/cuda_model.h"
 #include "engine/cuda/device_info.h"
 #include "engine/device.h"
 #include "engine/engine.h"
 #include "engine/models/safetensors.h"
-#include "engine/testing/answer.h"
 #include "gtest/gtest.h"
 #include "tests/gpu/gpu_required.h"
+#include "tests/support/engine/answer.h"
 
 namespace sluice::engine::cuda {
 namespace {
@@ -188,8 +191,15 @@ TEST_F(GpuTest, MlpMatchesTheCpuBackendAtEveryBucket) {
   //    ~2e-3, per rounding), rounded again at each of four layers; accumulation is FP32.
   //  - fp16 1e-2: the same with FP16's 11 bits (~2.4e-4 per rounding) plus the FP16 range of the
   //    hidden activations; observed errors are well below, 1e-2 is the bound the format allows.
-  //  - fp32-activations 1e-4: cuBLASLt's GELU epilogue evaluates the tanh form with its own fast
-  //    tanh, which differs from std::tanh by ~1e-5 relative; through four layers about 1e-4.
+  //  - fp32-activations 1e-4 where our kernels compute every activation (exact GELU, SiLU, and
+  //    the tanh GELU when cuBLASLt had no fused epilogue for it): tanhf/erff/expf within a few
+  //    ulp, ~1e-6 per layer, through four layers well under 1e-4.
+  //  - fp32-activations where cuBLASLt's GELU_BIAS epilogue computes the tanh GELU (the layer
+  //    description says so): cuBLASLt may evaluate tanh with the hardware approximation (PTX
+  //    tanh.approx.f32, relative error up to 2^-10.99 ~ 5e-4 per the PTX ISA). GELU =
+  //    0.5 x (1 + tanh(u)) then errs by up to 0.5 |x| 5e-4 = 2.5e-4 of the layer's largest
+  //    output; SiLU, exact GELU and softmax after it are 1-Lipschitz-ish and keep it of that
+  //    order: kFusedTanhGeluFp32 = 1e-3 (4x margin), still far below a wrong layout (O(1)).
   const std::vector<Precision> precisions = {
       {"fp32", DataType::kFp32, {{"output_activation", "softmax"}}, 1e-5},
       {"tf32", DataType::kFp32, {{"allow_tf32", "true"}}, 1e-2},
@@ -199,6 +209,7 @@ TEST_F(GpuTest, MlpMatchesTheCpuBackendAtEveryBucket) {
       // SiLU, and softmax after a bias epilogue.
       {"fp32-activations", DataType::kFp32, {{"activations", "gelu_tanh,gelu,silu,softmax"}}, 1e-4},
   };
+  constexpr double kFusedTanhGeluFp32 = 1e-3;
   const std::vector<int> sizes = {784, 512, 256, 128, 10};
   for (const Precision& precision : precisions) {
     SCOPED_TRACE(precision.label);
@@ -208,6 +219,22 @@ TEST_F(GpuTest, MlpMatchesTheCpuBackendAtEveryBucket) {
     ModelSpec spec{.config = MlpConfig("mlp", sizes.front(), sizes.back(), 64, parameters),
                    .version = 1,
                    .version_path = dir.version_path()};
+    // Which path each layer takes on this GPU (a fused cuBLASLt epilogue, our kernel by design,
+    // or our kernel because cuBLASLt had none): the bound depends on it, and every failure says
+    // which path ran.
+    std::string path;
+    {
+      auto instance = CreateCudaMlpInstance(spec, 0, BatchBuckets(spec.config));
+      ASSERT_TRUE(instance.ok()) << instance.status();
+      path = DescribeCudaMlpInstance(**instance);
+    }
+    std::printf("%s: %s\n", precision.label, path.c_str());
+    SCOPED_TRACE(path);
+    const double tolerance =
+        precision.dtype == DataType::kFp32 && parameters.count("allow_tf32") == 0 &&
+                path.find("GELU_BIAS (tanh form) epilogue") != std::string::npos
+            ? std::max(precision.tolerance, kFusedTanhGeluFp32)
+            : precision.tolerance;
     auto cpu_model = CreateModel(spec);
     ASSERT_TRUE(cpu_model.ok()) << cpu_model.status();
     auto cpu = (*cpu_model)->CreateInstance(0);
@@ -241,7 +268,7 @@ TEST_F(GpuTest, MlpMatchesTheCpuBackendAtEveryBucket) {
           max_diff = std::max(max_diff, std::abs(static_cast<double>((*got)[i]) - want[i]));
           max_ref = std::max(max_ref, std::abs(static_cast<double>(want[i])));
         }
-        EXPECT_LE(max_diff / std::max(max_ref, 1e-30), precision.tolerance)
+        EXPECT_LE(max_diff / std::max(max_ref, 1e-30), tolerance)
             << "rows " << rows << " (bucket " << bucket << ")";
       }
     }
@@ -357,7 +384,7 @@ TEST_F(ExecutorFaultTest, ACudaErrorFailsTheBatchInternalAndMarksTheExecutorUnhe
   config.outputs = {{"OUTPUT0", DataType::kFp32, {4}}};
   ModelSpec spec{.config = config, .version = 1, .version_path = ""};
   const std::vector<int> buckets = BatchBuckets(config);
-  auto model = CreateCudaModelInstance(spec, 0, buckets);
+  auto model = CreateCudaIdentityInstance(spec, 0, buckets);
   ASSERT_TRUE(model.ok()) << model.status();
   ModelStats stats(ModelStatsOptions{.model_name = "identity4"});
   std::atomic<int> faults{0};
@@ -448,7 +475,7 @@ TEST_F(ExecutorFaultTest, DeviceInputsAreCopiedOnTheStreamAndHeldUntilTheBatchFi
   config.inputs = {{"INPUT0", DataType::kFp32, {4}}};
   config.outputs = {{"OUTPUT0", DataType::kFp32, {4}}};
   ModelSpec spec{.config = config, .version = 1, .version_path = ""};
-  auto model = CreateCudaModelInstance(spec, 0, BatchBuckets(config));
+  auto model = CreateCudaIdentityInstance(spec, 0, BatchBuckets(config));
   ASSERT_TRUE(model.ok()) << model.status();
   ModelStats stats(ModelStatsOptions{.model_name = "identity4"});
   CudaExecutorOptions options;

@@ -98,7 +98,8 @@ class EncoderEngineReferenceTest(unittest.TestCase):
                                                           options["arch"] == "roberta"):
                     outputs.append("pooler_output")
                 if options.get("classifier"):
-                    outputs.append("logits")
+                    # `score`: the logits through CrossEncoder's activation (issue 39).
+                    outputs += ["logits", "score"]
                 with_types = options["arch"] == "bert"
                 low = 3 if options["arch"] == "roberta" else 0  # keep RoBERTa's pad id 1 out
                 driver = Driver(folder)

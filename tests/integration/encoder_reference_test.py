@@ -176,6 +176,11 @@ class Reference:
         if self.classifier:
             result = self.model(**kwargs, output_hidden_states=True)
             out["logits"] = result.logits.numpy()
+            # The `score` output: sentence-transformers' CrossEncoder activation (Sigmoid for one
+            # label, else Softmax, as issue 39 asks for classifiers).
+            logits = result.logits
+            out["score"] = (torch.sigmoid(logits) if logits.shape[-1] == 1
+                            else torch.softmax(logits, dim=-1)).numpy()
             out["last_hidden_state"] = result.hidden_states[-1].numpy()
             base = getattr(self.model, "bert", None)
             if base is not None and base.pooler is not None:
@@ -284,7 +289,7 @@ class EncoderReferenceTest(unittest.TestCase):
                 outputs = self.outputs_of(name)
                 expected = {"last_hidden_state", "embedding"}
                 if options.get("classifier"):
-                    expected.add("logits")
+                    expected.update({"logits", "score"})
                 # BertForSequenceClassification keeps its pooler (the head reads it); RoBERTa's
                 # has none.
                 if (not options.get("no_pooler") and

@@ -189,10 +189,10 @@ TEST(FaultIntegrationTest, FaultFailsTheBatchMarksTheModelNotReadyAndReloadRecov
   EXPECT_EQ((*server)->Stop().value_or(-1), 0) << (*server)->Log();
 }
 
-// A sticky device error (engine/device_fault.h; injected here as cudaErrorIllegalAddress, which
-// the CPU build classifies exactly as the CUDA executor classifies a real one) ends the process:
-// the batch fails INTERNAL naming the code, liveness turns false, the fault is logged once, and
-// the server drains and exits 3 by itself so that the orchestrator restarts it.
+// A sticky device error (engine/core/device_fault.h; injected here as cudaErrorIllegalAddress,
+// which the CPU build classifies exactly as the CUDA executor classifies a real one) ends the
+// process: the batch fails INTERNAL naming the code, liveness turns false, the fault is logged
+// once, and the server drains and exits 3 by itself so that the orchestrator restarts it.
 TEST(FaultIntegrationTest, StickyDeviceErrorDrainsAndExitsNonZero) {
   ScopedEnv inject("SLUICE_TEST_FAULT_INJECT", "simple:1:cudaErrorIllegalAddress");
   auto server = ServerProcess::Start({"--model-repository=" + testing::BundledModelRepository(),

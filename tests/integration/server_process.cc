@@ -42,15 +42,17 @@ absl::StatusOr<std::unique_ptr<ServerProcess>> ServerProcess::Start(std::vector<
   static std::atomic<int> counter{0};
   const std::string log_path =
       absl::StrCat(::testing::TempDir(), "sluice_server_", getpid(), "_", counter++, ".log");
-  std::vector<std::string> argv = {ServerBinary(), "--grpc-address=127.0.0.1", "--grpc-port=0"};
-  // HTTP on a free loopback port too, so that servers started in parallel never collide on 8000;
-  // unless `args` names its own (CLI11 refuses a flag given twice).
+  std::vector<std::string> argv = {ServerBinary()};
+  // gRPC and HTTP on free loopback ports, so that servers started in parallel never collide on
+  // 8001 and 8000; unless `args` names its own (CLI11 refuses a flag given twice).
   auto given = [&](const std::string& flag) {
     for (const std::string& a : args) {
       if (a == flag || a.rfind(flag + "=", 0) == 0) return true;
     }
     return false;
   };
+  if (!given("--grpc-address")) argv.push_back("--grpc-address=127.0.0.1");
+  if (!given("--grpc-port")) argv.push_back("--grpc-port=0");
   if (!given("--http-address")) argv.push_back("--http-address=127.0.0.1");
   if (!given("--http-port")) argv.push_back("--http-port=0");
   argv.insert(argv.end(), args.begin(), args.end());

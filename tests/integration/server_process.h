@@ -19,7 +19,7 @@ namespace sluice::testing {
 class ServerProcess {
  public:
   // Starts the server with `args` added to --grpc-address=127.0.0.1 --grpc-port=0
-  // --http-address=127.0.0.1 --http-port=0 (those two unless `args` sets them), and waits
+  // --http-address=127.0.0.1 --http-port=0 (each unless `args` sets it), and waits
   // (up to `timeout`) until it has logged "server ready" (models loaded). Error if it exits first
   // or never gets ready; the message carries its log.
   // `fd_limit` > 0 sets the child's RLIMIT_NOFILE, soft and hard, before it runs (the server

@@ -32,7 +32,7 @@ __device__ __nv_bfloat16 FromFloat<__nv_bfloat16>(float v) {
   return __float2bfloat16_rn(v);
 }
 
-// The same formulas as engine/cpu/dense.cc, in FP32.
+// The same formulas as engine/models/dense.cc, in FP32.
 __device__ float Activate(float x, DeviceActivation activation) {
   switch (activation) {
     case DeviceActivation::kNone:

@@ -15,7 +15,7 @@ namespace sluice::engine::cuda {
 // Element types of a layer's activations on the device.
 enum class ElementType { kFp32, kFp16, kBf16 };
 
-// Mirrors cpu::Activation (engine/cpu/dense.h), which nvcc (C++17) cannot include.
+// Mirrors cpu::Activation (engine/models/dense.h), which nvcc (C++17) cannot include.
 enum class DeviceActivation { kNone, kRelu, kGelu, kGeluTanh, kSilu, kSigmoid, kTanh };
 
 // out[i] = (type)in[i] for `count` elements. INTERNAL if the launch fails.

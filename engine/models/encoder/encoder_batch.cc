@@ -1,6 +1,7 @@
 #include "engine/models/encoder/encoder_batch.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <utility>
 
@@ -103,6 +104,27 @@ absl::StatusOr<RequestShape> PackRequest(const EncoderNetwork& net, const Reques
   return shape;
 }
 
+void ApplyScoreActivation(ScoreActivation activation, float* row, int width) {
+  switch (activation) {
+    case ScoreActivation::kIdentity:
+      return;
+    case ScoreActivation::kSigmoid:
+      for (int i = 0; i < width; ++i) row[i] = 1.0f / (1.0f + std::exp(-row[i]));
+      return;
+    case ScoreActivation::kSoftmax: {
+      float max = row[0];
+      for (int i = 1; i < width; ++i) max = std::max(max, row[i]);
+      double sum = 0;
+      for (int i = 0; i < width; ++i) {
+        row[i] = std::exp(row[i] - max);
+        sum += row[i];
+      }
+      for (int i = 0; i < width; ++i) row[i] = static_cast<float>(row[i] / sum);
+      return;
+    }
+  }
+}
+
 std::vector<bool> WantedOutputs(const ModelConfig& config,
                                 const std::vector<std::string>& requested) {
   std::vector<bool> flags(config.outputs.size(), requested.empty());
@@ -167,6 +189,12 @@ std::vector<Tensor> RequestOutputs(const ModelConfig& config, const EncoderNetwo
       tensor.shape = {rows, width};
       tensor.data.resize(static_cast<size_t>(rows * width) * sizeof(float));
       std::memcpy(tensor.data.data(), source + int64_t{first_sequence} * width, tensor.data.size());
+      if (name == kScoreName) {
+        auto* scores = reinterpret_cast<float*>(tensor.data.data());
+        for (int64_t row = 0; row < rows; ++row) {
+          ApplyScoreActivation(net.score_activation, scores + row * width, width);
+        }
+      }
     }
   }
   return out;

@@ -17,10 +17,10 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "engine/model_config.h"
+#include "engine/core/model_config.h"
+#include "engine/core/tensor.h"
 #include "engine/models/encoder/encoder_forward.h"
 #include "engine/models/encoder/encoder_network.h"
-#include "engine/tensor.h"
 
 namespace sluice::engine::models::encoder {
 
@@ -32,6 +32,9 @@ inline constexpr char kLastHiddenStateName[] = "last_hidden_state";
 inline constexpr char kEmbeddingName[] = "embedding";
 inline constexpr char kPoolerOutputName[] = "pooler_output";
 inline constexpr char kLogitsName[] = "logits";
+// The logits through the checkpoint's score activation (EncoderNetwork::score_activation): what
+// sentence-transformers' CrossEncoder.predict returns, so that clients need no post-processing.
+inline constexpr char kScoreName[] = "score";
 inline constexpr char kComputeTypeParam[] = "compute_type";
 inline constexpr char kAllowTf32Param[] = "allow_tf32";
 inline constexpr char kCudaBucketsParam[] = "cuda_buckets";
@@ -61,6 +64,9 @@ int64_t RowLength(const RequestTokens& in, int64_t r, int64_t seq);
 // has no bound [batch, seq] input_ids (validation guarantees it: the engine's bug otherwise).
 absl::StatusOr<RequestShape> PackRequest(const EncoderNetwork& net, const RequestTokens& in,
                                          PackedBatch& batch);
+
+// Applies `activation` to one row of `width` logits in place (the `score` output).
+void ApplyScoreActivation(ScoreActivation activation, float* row, int width);
 
 // Which of config.outputs `requested` (the request's requested_outputs; empty: all) names.
 std::vector<bool> WantedOutputs(const ModelConfig& config,

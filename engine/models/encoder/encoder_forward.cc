@@ -101,7 +101,7 @@ void EncoderWorkspace::Reserve(const EncoderNetwork& net, int64_t tokens, int64_
 // streams them through memory between every GEMM and its element-wise kernel (4096 tokens of
 // MiniLM: a 24 MiB intermediate); the price is that each chunk reads the layer weights again,
 // which 512 tokens amortize (256 did not for the BERT-base shape, whose layers hold 7 MiB each).
-// Measured in docs/performance.md ("Encoder packed GEMM", "Chunked forward pass").
+// Measured in docs/performance-history.md ("The Intel VM, and the chunked forward pass").
 int64_t ForwardChunkTokens() {
   static const int64_t chunk = [] {
     const char* value = std::getenv("SLUICE_ENCODER_CHUNK_TOKENS");

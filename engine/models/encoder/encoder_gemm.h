@@ -6,7 +6,7 @@
 // Why our own: OpenBLAS (0.3.21, no pre-packed API) packs the weight matrix again in every call.
 // At 128 rows (one sequence of 128 tokens) that repacking was 17% of a MiniLM forward pass and
 // ONNX Runtime's MLAS, which packs its weights once per session, was 12-22% faster on the
-// encoder's shapes; at 16 rows 1.5-1.7x (docs/performance.md, "Encoder backend (issue 19)").
+// encoder's shapes; at 16 rows 1.5-1.7x (docs/performance-history.md, "Encoder backend").
 //
 // The layout: W's N rows in panels of kPanelWidth (16) columns of the product, each panel K x 16
 // floats contiguous (row p of a panel holds W[j*16 .. j*16+15][p]), the last panel padded with

@@ -10,7 +10,7 @@
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
 #include "common/wire/bytes_elements.h"
-#include "engine/cpu/dense.h"
+#include "engine/models/dense.h"
 #include "engine/models/encoder/encoder_batch.h"
 #include "engine/models/encoder/encoder_forward.h"
 #include "engine/models/encoder/encoder_gemm.h"
@@ -110,7 +110,13 @@ std::vector<TensorSpec> ExpectedOutputs(const EncoderNetwork& net, bool text) {
   if (net.has_pooler())
     outputs.push_back({std::string(kPoolerOutput), DataType::kFp32, {net.hidden}});
   if (net.classifier != encoder::ClassifierKind::kNone) {
-    outputs.push_back({std::string(kLogits), DataType::kFp32, {net.num_labels}});
+    // Class names as transformers names unnamed ones (LABEL_i).
+    std::vector<std::string> labels = net.labels;
+    for (int i = static_cast<int>(labels.size()); i < net.num_labels; ++i) {
+      labels.push_back(absl::StrCat("LABEL_", i));
+    }
+    outputs.push_back({std::string(kLogits), DataType::kFp32, {net.num_labels}, labels});
+    outputs.push_back({encoder::kScoreName, DataType::kFp32, {net.num_labels}, labels});
   }
   if (text) outputs.push_back({std::string(kInputIds), DataType::kInt64, {-1}});
   return outputs;
@@ -137,7 +143,8 @@ absl::Status CheckDeclared(const TensorSpec& declared, const std::vector<TensorS
     return absl::InvalidArgumentError(absl::StrCat(
         kind, " '", declared.name, "' is declared, but this ", net.model_type,
         " checkpoint gives only: ", Names(expected),
-        declared.name == kLogits         ? " (no classification head 'classifier.*')"
+        declared.name == kLogits || declared.name == encoder::kScoreName
+            ? " (no classification head 'classifier.*')"
         : declared.name == kPoolerOutput ? " (no 'pooler.dense')"
         : declared.name == kTokenTypeIds ? " (type_vocab_size <= 1: no token types)"
         : declared.name == kText || declared.name == kTextPair || declared.name == kInputIds
@@ -193,9 +200,20 @@ absl::StatusOr<ModelConfig> CompleteUnprefixed(const ModelSpec& spec) {
     for (TensorSpec& declared : config.outputs) {
       RETURN_IF_ERROR(CheckDeclared(declared, outputs, "output", *net));
       declared.dims = Find(outputs, declared.name)->dims;  // -1 where fixed: report the real size
+      declared.labels = Find(outputs, declared.name)->labels;
     }
   }
-  config.ragged_batching = RaggedBatchingConfig{.max_batch_tokens = max_batch_tokens};
+  // The length limit text is truncated to: sentence_bert_config.json max_seq_length, else the
+  // tokenizer's, else max_position_embeddings, never beyond the position table (as the load
+  // below sets the tokenizer's).
+  int64_t max_sequence_tokens = net->max_sequence_length;
+  if (text) {
+    if (absl::StatusOr<int> limit = text::ReadMaxSequenceLength(spec.version_path); limit.ok()) {
+      max_sequence_tokens = std::min<int64_t>(*limit, max_sequence_tokens);
+    }
+  }
+  config.ragged_batching = RaggedBatchingConfig{.max_batch_tokens = max_batch_tokens,
+                                                .max_sequence_tokens = max_sequence_tokens};
   RETURN_IF_ERROR(encoder::ParseGpuOptions(config, max_batch_tokens).status());
   return config;
 }
@@ -270,7 +288,8 @@ class EncoderInstance final : public ModelInstance {
         if (!wanted[r][o]) continue;
         any_embedding |= config_.outputs[o].name == kEmbedding;
         any_pooler |= config_.outputs[o].name == kPoolerOutput;
-        any_logits |= config_.outputs[o].name == kLogits;
+        any_logits |=
+            config_.outputs[o].name == kLogits || config_.outputs[o].name == encoder::kScoreName;
       }
     }
     const int sequences = batch_.sequences();
@@ -345,7 +364,6 @@ class EncoderModel final : public Model {
  private:
   // ValidateAndBindRequest for a request with text inputs (tokenized later, on the pool).
   absl::Status ValidateTextRequest(InferenceRequest& request) const;
-  absl::Status ValidateRequestedOutputs(const InferenceRequest& request) const;
 
   absl::Status Fail(absl::string_view message) const {
     return absl::InvalidArgumentError(absl::StrCat("model '", config_.name, "': ", message));
@@ -357,42 +375,18 @@ class EncoderModel final : public Model {
   const std::shared_ptr<const text::Tokenizer> tokenizer_;
 };
 
-absl::Status EncoderModel::ValidateRequestedOutputs(const InferenceRequest& request) const {
-  for (size_t i = 0; i < request.requested_outputs.size(); ++i) {
-    const std::string& name = request.requested_outputs[i];
-    if (config_.FindOutput(name) == nullptr) {
-      return Fail(
-          absl::StrCat("has no output named '", name, "' (outputs: ", Names(config_.outputs), ")"));
-    }
-    for (size_t j = 0; j < i; ++j) {
-      if (request.requested_outputs[j] == name) {
-        return Fail(absl::StrCat("output '", name, "' requested twice"));
-      }
-    }
-  }
-  return absl::OkStatus();
-}
-
 absl::Status EncoderModel::ValidateTextRequest(InferenceRequest& request) const {
   const TensorView* text = nullptr;
   const TensorView* pair = nullptr;
-  for (size_t i = 0; i < request.inputs.size(); ++i) {
-    const TensorView& input = request.inputs[i];
+  for (const TensorView& input : request.inputs) {
     if (input.name == kText) {
       text = &input;
     } else if (input.name == kTextPair) {
       pair = &input;
-    } else if (config_.FindInput(input.name) != nullptr) {
+    } else {
+      // CheckRequestNames (engine/request_validation.h) ran first: the name is a config input.
       return Fail(absl::StrCat("the request carries both text and token ids (input '", input.name,
                                "'); send either 'text' (and 'text_pair') or token ids, not both"));
-    } else {
-      return Fail(absl::StrCat("has no input named '", input.name,
-                               "' (inputs: ", Names(config_.inputs), ")"));
-    }
-    for (size_t j = 0; j < i; ++j) {
-      if (request.inputs[j].name == input.name) {
-        return Fail(absl::StrCat("input '", input.name, "' given twice"));
-      }
     }
   }
   if (text == nullptr) {
@@ -423,7 +417,6 @@ absl::Status EncoderModel::ValidateTextRequest(InferenceRequest& request) const 
                              " but input '", kText, "' has ", ShapeToString(text->shape),
                              " (one pair per batch item)"));
   }
-  RETURN_IF_ERROR(ValidateRequestedOutputs(request));
   request.batch_size = static_cast<int>(text->shape[0]);
   request.token_count = 0;  // PrepareRequest counts them
   return absl::OkStatus();
@@ -503,17 +496,7 @@ absl::Status EncoderModel::ValidateAndBindRequest(InferenceRequest& request) con
     }
   }
   const TensorView* shape_source = nullptr;
-  for (size_t i = 0; i < request.inputs.size(); ++i) {
-    const TensorView& input = request.inputs[i];
-    if (config_.FindInput(input.name) == nullptr) {
-      return Fail(absl::StrCat("has no input named '", input.name,
-                               "' (inputs: ", Names(config_.inputs), ")"));
-    }
-    for (size_t j = 0; j < i; ++j) {
-      if (request.inputs[j].name == input.name) {
-        return Fail(absl::StrCat("input '", input.name, "' given twice"));
-      }
-    }
+  for (const TensorView& input : request.inputs) {
     if (input.dtype != DataType::kInt64 && input.dtype != DataType::kInt32) {
       return Fail(absl::StrCat("input '", input.name, "' has data type ", DataTypeName(input.dtype),
                                ", the model expects INT64 (or INT32)"));
@@ -588,7 +571,6 @@ absl::Status EncoderModel::ValidateAndBindRequest(InferenceRequest& request) con
     }
     tokens += length;
   }
-  RETURN_IF_ERROR(ValidateRequestedOutputs(request));
   // Config order, as the generic validation binds them (the batcher compares inputs by index).
   std::stable_sort(request.inputs.begin(), request.inputs.end(),
                    [&](const TensorView& a, const TensorView& b) {

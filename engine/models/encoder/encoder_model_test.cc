@@ -20,14 +20,14 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "engine/backend.h"
+#include "engine/core/backend.h"
 #include "engine/engine.h"
 #include "engine/models/encoder/encoder_forward.h"
 #include "engine/models/encoder/encoder_network.h"
 #include "engine/models/safetensors.h"
-#include "engine/testing/answer.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/support/engine/answer.h"
 
 namespace sluice::engine::models {
 namespace {

@@ -255,6 +255,25 @@ absl::Status ReadConfigJson(const fs::path& folder, EncoderNetwork& net) {
       for (auto& [index, label] : by_index) net.labels.push_back(std::move(label));
     }
   }
+  // sentence-transformers' CrossEncoder stores its activation as a class path
+  // ("torch.nn.modules.activation.Sigmoid"); only the three it uses for scores are understood.
+  net.explicit_score_activation.reset();
+  if (auto st = json.find("sentence_transformers"); st != json.end() && st->is_object()) {
+    if (auto fn = st->find("activation_fn"); fn != st->end() && fn->is_string()) {
+      const std::string name = fn->get<std::string>();
+      if (absl::EndsWith(name, "Sigmoid")) {
+        net.explicit_score_activation = ScoreActivation::kSigmoid;
+      } else if (absl::EndsWith(name, "Softmax")) {
+        net.explicit_score_activation = ScoreActivation::kSoftmax;
+      } else if (absl::EndsWith(name, "Identity")) {
+        net.explicit_score_activation = ScoreActivation::kIdentity;
+      } else {
+        return absl::InvalidArgumentError(
+            absl::StrCat("'", path.string(), "': sentence_transformers.activation_fn '", name,
+                         "' is not supported (Sigmoid, Softmax or Identity)"));
+      }
+    }
+  }
   return absl::OkStatus();
 }
 
@@ -344,6 +363,8 @@ absl::Status DescribeHeads(const SafetensorsFile& file, EncoderNetwork& net) {
           ShapeToString(classifier->shape), ", config.json needs [num_labels,", net.hidden, "]"));
     }
     net.num_labels = static_cast<int>(classifier->shape[0]);
+    net.score_activation = net.explicit_score_activation.value_or(
+        net.num_labels == 1 ? ScoreActivation::kSigmoid : ScoreActivation::kSoftmax);
     if (!net.labels.empty() && static_cast<int>(net.labels.size()) != net.num_labels) {
       return absl::InvalidArgumentError(
           absl::StrCat("config.json's id2label names ", net.labels.size(), " labels but tensor '",

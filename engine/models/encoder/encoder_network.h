@@ -25,7 +25,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "engine/data_type.h"
+#include "engine/core/data_type.h"
 #include "engine/models/encoder/encoder_gemm.h"
 
 namespace sluice::engine::models::encoder {
@@ -72,6 +72,9 @@ struct EncoderLayer {
   std::vector<float> output_norm_beta;      // [H]
 };
 
+// The activation of the `score` output (EncoderNetwork::score_activation).
+enum class ScoreActivation { kSigmoid, kSoftmax, kIdentity };
+
 struct EncoderNetwork {
   // From config.json.
   std::string model_type;  // as written: "bert", "roberta", "xlm-roberta"
@@ -116,6 +119,12 @@ struct EncoderNetwork {
   std::vector<float> classifier_bias;    // [num_labels]
   // id2label of config.json, by label index (empty where it names none).
   std::vector<std::string> labels;
+  // How the `score` output turns logits into scores, as sentence-transformers' CrossEncoder does:
+  // config.json's `sentence_transformers.activation_fn` when it names Sigmoid, Softmax or
+  // Identity; else Sigmoid for one label (a reranker) and Softmax for several (a classifier).
+  ScoreActivation score_activation = ScoreActivation::kSigmoid;
+  // The activation config.json names, if any (read before the head's label count is known).
+  std::optional<ScoreActivation> explicit_score_activation;
 
   // Sentence-embedding head (the `embedding` output): pooling modes and L2 normalisation.
   PoolingModes pooling;
