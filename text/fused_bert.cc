@@ -14,17 +14,25 @@ namespace sluice::text {
 // of its own), and WordPiece each finished word. `tokenizers` runs these as passes over the whole
 // string; all of them map one character at a time except NFD's canonical reordering, which the
 // pending buffer does for each run of combining marks, so the result is the same.
-void Tokenizer::Impl::EncodeSegment(absl::string_view segment, Scratch& scratch,
+//
+// With offsets asked for, each character that reaches the word carries the bytes of the input
+// character it came from (`tokenizers`' alignments: a decomposed or lowercased character maps to
+// its whole source character), and a token spans its first character's start to its last's end.
+void Tokenizer::Impl::EncodeSegment(absl::string_view segment, size_t base, Scratch& scratch,
                                     std::vector<int32_t>* ids) const {
   const auto* s = reinterpret_cast<const unsigned char*>(segment.data());
   const size_t n = segment.size();
   for (size_t i = 0; i < n;) {
+    const size_t char_start = i;
     char32_t c;
     if (s[i] < 0x80) {
       c = s[i];
       ++i;
     } else {
       i += unicode::DecodeUtf8(s + i, n - i, &c);  // validated by EncodeSequence
+    }
+    if (scratch.offsets != nullptr) {
+      scratch.current = {static_cast<uint32_t>(base + char_start), static_cast<uint32_t>(base + i)};
     }
     const uint8_t flags = char_flags[c];
     if (normalizer.clean_text) {
@@ -63,10 +71,14 @@ void Tokenizer::Impl::EmitNormalized(char32_t c, Scratch& scratch,
   for (int k = 0; k < count; ++k) {
     const char32_t d = decomposed[k];
     if (d >= 0x80 && (char_flags[d] & unicode::kCombining)) {
-      scratch.pending.push_back(d);  // reordered by class when the run ends
+      // Reordered by class when the run ends.
+      scratch.pending.push_back({d, scratch.current, /*consumes=*/k == 0});
       continue;
     }
     FlushPending(scratch, ids);
+    if (k == 0) {
+      scratch.last_consumed = scratch.current;
+    }
     if (d >= 0x80 && (char_flags[d] & unicode::kNonspacingMark)) {
       continue;
     }
@@ -76,21 +88,43 @@ void Tokenizer::Impl::EmitNormalized(char32_t c, Scratch& scratch,
 
 // The end of a run of combining marks: NFD's canonical ordering (a stable sort by combining
 // class), then the marks that are not Mn go on.
+//
+// Offsets: `tokenizers` aligns NFD's output by position, not by character: after the sort, the
+// k-th mark that stands for an input character gets the k-th such input character of the run
+// (in input order), and a mark a decomposition added gets the last one before it.
 void Tokenizer::Impl::FlushPending(Scratch& scratch, std::vector<int32_t>* ids) const {
   if (scratch.pending.empty()) {
     return;
   }
   auto& pending = scratch.pending;
-  if (pending.size() > 1) {
-    std::stable_sort(pending.begin(), pending.end(), [](char32_t a, char32_t b) {
-      return unicode::CombiningClass(a) < unicode::CombiningClass(b);
-    });
-  }
-  for (char32_t mark : pending) {
-    if (!(char_flags[mark] & unicode::kNonspacingMark)) {
-      EmitCased(mark, scratch, ids);
+  const bool track = scratch.offsets != nullptr;
+  if (track) {
+    scratch.run_sources.clear();
+    for (const Mark& mark : pending) {
+      if (mark.consumes) {
+        scratch.run_sources.push_back(mark.source);
+      }
     }
   }
+  if (pending.size() > 1) {
+    std::stable_sort(pending.begin(), pending.end(), [](const Mark& a, const Mark& b) {
+      return unicode::CombiningClass(a.c) < unicode::CombiningClass(b.c);
+    });
+  }
+  const Source current = scratch.current;
+  size_t next = 0;
+  for (const Mark& mark : pending) {
+    if (track) {
+      if (mark.consumes) {
+        scratch.last_consumed = scratch.run_sources[next++];
+      }
+      scratch.current = scratch.last_consumed;
+    }
+    if (!(char_flags[mark.c] & unicode::kNonspacingMark)) {
+      EmitCased(mark.c, scratch, ids);
+    }
+  }
+  scratch.current = current;
   pending.clear();
 }
 
@@ -125,12 +159,14 @@ void Tokenizer::Impl::PreTokenize(char32_t c, Scratch& scratch, std::vector<int3
       EndWord(scratch, ids);
       unicode::AppendUtf8(c, &scratch.word);
       scratch.ends.push_back(static_cast<uint32_t>(scratch.word.size()));
+      if (scratch.offsets != nullptr) scratch.sources.push_back(scratch.current);
       EndWord(scratch, ids);
       return;
     }
   }
   unicode::AppendUtf8(c, &scratch.word);
   scratch.ends.push_back(static_cast<uint32_t>(scratch.word.size()));
+  if (scratch.offsets != nullptr) scratch.sources.push_back(scratch.current);
 }
 
 void Tokenizer::Impl::EndWord(Scratch& scratch, std::vector<int32_t>* ids) const {
@@ -140,6 +176,7 @@ void Tokenizer::Impl::EndWord(Scratch& scratch, std::vector<int32_t>* ids) const
   WordPiece(scratch, ids);
   scratch.word.clear();
   scratch.ends.clear();
+  scratch.sources.clear();
 }
 
 // Greedy longest-match-first, as `tokenizers`' WordPiece: the longest vocabulary entry that
@@ -148,11 +185,18 @@ void Tokenizer::Impl::EndWord(Scratch& scratch, std::vector<int32_t>* ids) const
 void Tokenizer::Impl::WordPiece(Scratch& scratch, std::vector<int32_t>* ids) const {
   const absl::string_view word = scratch.word;
   const std::vector<uint32_t>& ends = scratch.ends;
-  if (ends.size() > max_input_chars_per_word) {
+  std::vector<TokenOffsets>* offsets = scratch.offsets;
+  const std::vector<Source>& sources = scratch.sources;
+  auto whole_word_unknown = [&] {
     ids->push_back(unk_id);
+    if (offsets != nullptr) offsets->push_back({sources.front().start, sources.back().end});
+  };
+  if (ends.size() > max_input_chars_per_word) {
+    whole_word_unknown();
     return;
   }
   const size_t mark = ids->size();
+  const size_t mark_offsets = offsets != nullptr ? offsets->size() : 0;
   const size_t prefix = continuing_prefix.size();
   size_t start = 0;
   size_t first_char = 0;  // index in `ends` of the first character after `start`
@@ -182,10 +226,12 @@ void Tokenizer::Impl::WordPiece(Scratch& scratch, std::vector<int32_t>* ids) con
     }
     if (found < 0) {
       ids->resize(mark);
-      ids->push_back(unk_id);
+      if (offsets != nullptr) offsets->resize(mark_offsets);
+      whole_word_unknown();
       return;
     }
     ids->push_back(found);
+    if (offsets != nullptr) offsets->push_back({sources[first_char].start, sources[k].end});
     start = ends[k];
     first_char = k + 1;
   }

@@ -215,35 +215,63 @@ absl::Status Pipeline::EncodePiece(std::string text, bool first, std::vector<int
   return absl::OkStatus();
 }
 
-absl::Status Pipeline::EncodeSequence(absl::string_view text, std::vector<int32_t>* ids) const {
+std::string Pipeline::AddedTokenContent(int32_t id) const {
+  for (const AddedToken& token : added_) {
+    if (token.id == id) {
+      return token.content;
+    }
+  }
+  return std::string();
+}
+
+absl::Status Pipeline::EncodeSequence(absl::string_view text, std::vector<int32_t>* ids,
+                                      std::vector<TokenOffsets>* offsets) const {
   std::vector<Split> raw;
   std::vector<Split> normalized_splits;
   FindAddedTokens(text, raw_set_, &raw);
   for (const Split& split : raw) {
-    if (split.id >= 0) {
-      ids->push_back(split.id);
+    const size_t before = ids->size();
+    RETURN_IF_ERROR(EncodeSplit(text, split, &normalized_splits, ids));
+    if (offsets == nullptr) {
       continue;
     }
-    std::string normalized(text.substr(split.start, split.end - split.start));
-    if (normalizer_ != nullptr) {
-      normalizer_->Normalize(normalized);
+    // An added token matched as its very content (no stripped whitespace) has exact offsets.
+    if (split.id >= 0 &&
+        text.substr(split.start, split.end - split.start) == AddedTokenContent(split.id)) {
+      offsets->push_back({static_cast<int64_t>(split.start), static_cast<int64_t>(split.end)});
+    } else {
+      offsets->resize(offsets->size() + (ids->size() - before));
     }
-    if (normalized.empty()) {
-      continue;
-    }
-    const bool first = split.start == 0;
-    if (normalized_set_.tokens.empty()) {
-      RETURN_IF_ERROR(EncodePiece(std::move(normalized), first, ids));
-      continue;
-    }
-    FindAddedTokens(normalized, normalized_set_, &normalized_splits);
-    for (const Split& inner : normalized_splits) {
-      if (inner.id >= 0) {
-        ids->push_back(inner.id);
-      } else {
-        RETURN_IF_ERROR(EncodePiece(normalized.substr(inner.start, inner.end - inner.start),
-                                    first && inner.start == 0, ids));
-      }
+  }
+  return absl::OkStatus();
+}
+
+// One split of the raw text: an added token, or a stretch normalized and encoded.
+absl::Status Pipeline::EncodeSplit(absl::string_view text, const Split& split,
+                                   std::vector<Split>* normalized_splits,
+                                   std::vector<int32_t>* ids) const {
+  if (split.id >= 0) {
+    ids->push_back(split.id);
+    return absl::OkStatus();
+  }
+  std::string normalized(text.substr(split.start, split.end - split.start));
+  if (normalizer_ != nullptr) {
+    normalizer_->Normalize(normalized);
+  }
+  if (normalized.empty()) {
+    return absl::OkStatus();
+  }
+  const bool first = split.start == 0;
+  if (normalized_set_.tokens.empty()) {
+    return EncodePiece(std::move(normalized), first, ids);
+  }
+  FindAddedTokens(normalized, normalized_set_, normalized_splits);
+  for (const Split& inner : *normalized_splits) {
+    if (inner.id >= 0) {
+      ids->push_back(inner.id);
+    } else {
+      RETURN_IF_ERROR(EncodePiece(normalized.substr(inner.start, inner.end - inner.start),
+                                  first && inner.start == 0, ids));
     }
   }
   return absl::OkStatus();

@@ -21,6 +21,7 @@
 #include "text/models.h"
 #include "text/normalizers.h"
 #include "text/pre_tokenizers.h"
+#include "text/tokenizer.h"
 
 namespace sluice::text {
 
@@ -35,9 +36,15 @@ class Pipeline {
 
   // Appends the ids of `text` (valid UTF-8). InvalidArgument if the model fails (e.g. a BPE
   // unk_token missing from its vocabulary, as `tokenizers` fails).
-  absl::Status EncodeSequence(absl::string_view text, std::vector<int32_t>* ids) const;
+  // `offsets` (nullable): one per id appended: the bytes of an added token matched in the raw
+  // text exactly as its content; -1 for every other token (alignments through the normalizers,
+  // pre-tokenizers and models are not tracked).
+  absl::Status EncodeSequence(absl::string_view text, std::vector<int32_t>* ids,
+                              std::vector<TokenOffsets>* offsets = nullptr) const;
 
   int32_t TokenToId(absl::string_view token) const;
+  // The content of the added token `id`, or empty.
+  std::string AddedTokenContent(int32_t id) const;
   int32_t vocab_size() const { return vocab_size_; }
 
  private:
@@ -64,6 +71,8 @@ class Pipeline {
 
   void FindAddedTokens(absl::string_view text, const MatchingSet& set,
                        std::vector<Split>* splits) const;
+  absl::Status EncodeSplit(absl::string_view text, const Split& split,
+                           std::vector<Split>* normalized_splits, std::vector<int32_t>* ids) const;
   absl::Status EncodePiece(std::string text, bool first, std::vector<int32_t>* ids) const;
 
   std::unique_ptr<Model> model_;

@@ -184,43 +184,56 @@ absl::Status ParseTruncation(const Json& json, std::optional<TruncationConfig>* 
 }
 
 // Truncation (`tokenizers`' truncate_encodings, with the template's special tokens taken off
-// the limit first) and the post-processing template.
-absl::StatusOr<Encoding> Tokenizer::Impl::Finish(std::vector<int32_t> a,
-                                                 std::vector<int32_t>* b) const {
+// the limit first) and the post-processing template. `options` overrides truncation for this call.
+absl::StatusOr<Encoding> Tokenizer::Impl::Finish(std::vector<int32_t> a, std::vector<int32_t>* b,
+                                                 const EncodeOptions& options,
+                                                 std::vector<TokenOffsets>* offsets_a,
+                                                 std::vector<TokenOffsets>* offsets_b) const {
   const bool is_pair = b != nullptr;
-  const int added = is_pair ? added_pair : added_single;
+  const bool with_template = options.add_special_tokens;
+  const int added = !with_template ? 0 : is_pair ? added_pair : added_single;
+  const int limit_tokens = options.ignore_length_limit ? 0 : max_length;
+  const bool cuts = options.truncate.value_or(truncate);
+  const Direction from =
+      options.direction.has_value()
+          ? (*options.direction == TruncationDirection::kLeft ? Direction::kLeft
+                                                              : Direction::kRight)
+          : direction;
   const size_t total = a.size() + (is_pair ? b->size() : 0) + added;
-  if (max_length > 0 && total > static_cast<size_t>(max_length)) {
-    if (!truncate) {
+  if (limit_tokens > 0 && total > static_cast<size_t>(limit_tokens)) {
+    if (!cuts) {
       return absl::InvalidArgumentError(absl::StrFormat(
           "the text is %d tokens long, more than the limit of %d (truncation is off)", total,
-          max_length));
+          limit_tokens));
     }
   }
   // `tokenizers` truncates to max_length minus the template's special tokens; when that is
   // negative its unsigned subtraction wraps around and nothing is truncated. Same here.
-  if (truncate && max_length >= added && total > static_cast<size_t>(max_length)) {
-    const size_t limit = static_cast<size_t>(max_length - added);
-    auto cut = [&](std::vector<int32_t>& ids, size_t keep) {
+  if (cuts && limit_tokens > 0 && limit_tokens >= added &&
+      total > static_cast<size_t>(limit_tokens)) {
+    const size_t limit = static_cast<size_t>(limit_tokens - added);
+    auto cut = [&](std::vector<int32_t>& ids, std::vector<TokenOffsets>* offsets, size_t keep) {
       if (ids.size() <= keep) {
         return;
       }
-      if (direction == Direction::kRight) {
+      if (from == Direction::kRight) {
         ids.resize(keep);
+        if (offsets != nullptr) offsets->resize(keep);
       } else {
         ids.erase(ids.begin(), ids.end() - keep);
+        if (offsets != nullptr) offsets->erase(offsets->begin(), offsets->end() - keep);
       }
     };
     if (limit == 0) {
-      cut(a, 0);
+      cut(a, offsets_a, 0);
       if (is_pair) {
-        cut(*b, 0);
+        cut(*b, offsets_b, 0);
       }
     } else if (!is_pair) {
       if (strategy == Strategy::kOnlySecond) {
         return absl::InvalidArgumentError("Truncation error: Second sequence not provided");
       }
-      cut(a, limit);
+      cut(a, offsets_a, limit);
     } else if (strategy == Strategy::kLongestFirst) {
       size_t n1 = a.size();
       size_t n2 = b->size();
@@ -236,35 +249,60 @@ absl::StatusOr<Encoding> Tokenizer::Impl::Finish(std::vector<int32_t> a,
       if (swap) {
         std::swap(n1, n2);
       }
-      cut(a, n1);
-      cut(*b, n2);
+      cut(a, offsets_a, n1);
+      cut(*b, offsets_b, n2);
     } else {
-      std::vector<int32_t>& target = strategy == Strategy::kOnlyFirst ? a : *b;
+      const bool first = strategy == Strategy::kOnlyFirst;
+      std::vector<int32_t>& target = first ? a : *b;
       const size_t to_remove = a.size() + b->size() - limit;
       if (target.size() <= to_remove) {
         return absl::InvalidArgumentError(
             "Truncation error: Sequence to truncate too short to respect the provided max_length");
       }
-      cut(target, target.size() - to_remove);
+      cut(target, first ? offsets_a : offsets_b, target.size() - to_remove);
     }
   }
   Encoding encoding;
-  const std::vector<TemplateItem>& items = is_pair ? pair_template : single_template;
+  const bool with_offsets = offsets_a != nullptr;
+  const std::vector<TemplateItem> no_template;
+  const std::vector<TemplateItem>& items = !with_template ? no_template
+                                           : is_pair      ? pair_template
+                                                          : single_template;
   const size_t length = a.size() + (is_pair ? b->size() : 0) + added;
   encoding.ids.reserve(length);
   encoding.type_ids.reserve(length);
   if (items.empty()) {  // no post-processor: the sequences as they are
     encoding.ids = std::move(a);
     encoding.type_ids.assign(encoding.ids.size(), 0);
+    if (with_offsets) {
+      encoding.offsets = std::move(*offsets_a);
+    }
     if (is_pair) {
       encoding.ids.insert(encoding.ids.end(), b->begin(), b->end());
       encoding.type_ids.resize(encoding.ids.size(), 1);
+      if (with_offsets) {
+        encoding.offsets.insert(encoding.offsets.end(), offsets_b->begin(), offsets_b->end());
+      }
+    }
+    if (with_offsets) {
+      encoding.special.assign(encoding.ids.size(), 0);
     }
   }
   for (const TemplateItem& item : items) {
     const std::vector<int32_t>& source = item.sequence < 0 ? item.ids : item.sequence == 0 ? a : *b;
     encoding.ids.insert(encoding.ids.end(), source.begin(), source.end());
     encoding.type_ids.resize(encoding.ids.size(), item.type_id);
+    if (with_offsets) {
+      if (item.sequence < 0) {
+        encoding.offsets.resize(encoding.ids.size());  // -1, -1
+        encoding.special.resize(encoding.ids.size(), 1);
+      } else {
+        const std::vector<TokenOffsets>& from_offsets =
+            item.sequence == 0 ? *offsets_a : *offsets_b;
+        encoding.offsets.insert(encoding.offsets.end(), from_offsets.begin(), from_offsets.end());
+        encoding.special.resize(encoding.ids.size(), 0);
+      }
+    }
   }
   encoding.attention_mask.assign(encoding.ids.size(), 1);
   return encoding;

