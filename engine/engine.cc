@@ -316,6 +316,10 @@ bool Engine::IsModelReady(const std::string& name, int64_t version) const {
   return !draining() && versions_.Resolve(name, version, /*faulted_ok=*/false).ok();
 }
 
+void Engine::RecordModelFailure(const std::string& name, std::string reason) {
+  versions_.RecordLoadFailure(name, ModelVersionTable::kWholeModel, std::move(reason));
+}
+
 std::vector<ModelVersionStatus> Engine::ListModels() const { return versions_.List(); }
 
 absl::StatusOr<std::vector<Engine::VersionStats>> Engine::GetStats(const std::string& name,

@@ -104,6 +104,13 @@ class Engine {
   // Unloads one version of `name`, as UnloadModel does. NotFound if it is not loaded.
   absl::Status UnloadModelVersion(const std::string& name, int64_t version);
 
+  // Records that `name` failed before any version could be built (its config, its folder):
+  // `reason` replaces its failed loads, Submit and GetModel answer UNAVAILABLE with it for every
+  // version, and ListModels lists it as version ModelVersionTable::kWholeModel, UNAVAILABLE.
+  // Forgotten by the next LoadModel of `name` and by UnloadModel. REQUIRES: nothing of `name` is
+  // loaded (unload it first).
+  void RecordModelFailure(const std::string& name, std::string reason);
+
   // Validates the request against the model's config and queues it. Always takes ownership and
   // always answers the request exactly once: at once with NOT_FOUND (unknown model or version),
   // UNAVAILABLE (not ready, or draining), INVALID_ARGUMENT (names the tensor and what was

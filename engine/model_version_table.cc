@@ -39,6 +39,7 @@ std::shared_ptr<LoadedVersion> ModelVersionTable::Install(const std::string& nam
   common::MutexLock lock(&mu_);
   if (auto failed = failures_.find(name); failed != failures_.end()) {
     failed->second.erase(version);
+    failed->second.erase(kWholeModel);
     if (failed->second.empty()) failures_.erase(failed);
   }
   Entry& entry = models_[name][version];
@@ -50,7 +51,13 @@ std::shared_ptr<LoadedVersion> ModelVersionTable::Install(const std::string& nam
 void ModelVersionTable::RecordLoadFailure(const std::string& name, int64_t version,
                                           std::string reason) {
   common::MutexLock lock(&mu_);
-  failures_[name][version] = std::move(reason);
+  std::map<int64_t, std::string>& failures = failures_[name];
+  if (version == kWholeModel) {
+    failures.clear();
+  } else {
+    failures.erase(kWholeModel);
+  }
+  failures[version] = std::move(reason);
 }
 
 bool ModelVersionTable::MarkFaulted(const std::string& name, const LoadedVersion& loaded,
@@ -138,8 +145,11 @@ absl::StatusOr<std::shared_ptr<LoadedVersion>> ModelVersionTable::Resolve(const 
   }
   // A version that failed to load is UNAVAILABLE (with the reason), not unknown.
   if (const std::string* reason = LoadFailure(name, version); reason != nullptr) {
-    return absl::UnavailableError(absl::StrCat("model '", name, "' version ", VersionText(version),
-                                               " is not ready: ", *reason));
+    // A whole-model failure (its config) concerns no version in particular.
+    const bool whole_model = failures_.at(name).count(kWholeModel) > 0;
+    return absl::UnavailableError(absl::StrCat(
+        "model '", name, "'", whole_model ? "" : absl::StrCat(" version ", VersionText(version)),
+        " is not ready: ", *reason));
   }
   if (!any_loaded && failures_.count(name) == 0) {
     return absl::NotFoundError(absl::StrCat("unknown model '", name, "'"));
@@ -150,6 +160,9 @@ absl::StatusOr<std::shared_ptr<LoadedVersion>> ModelVersionTable::Resolve(const 
 const std::string* ModelVersionTable::LoadFailure(const std::string& name, int64_t version) const {
   auto failed = failures_.find(name);
   if (failed == failures_.end() || failed->second.empty()) return nullptr;
+  if (auto whole = failed->second.find(kWholeModel); whole != failed->second.end()) {
+    return &whole->second;
+  }
   if (version < 0) return &failed->second.rbegin()->second;
   auto reason = failed->second.find(version);
   return reason == failed->second.end() ? nullptr : &reason->second;

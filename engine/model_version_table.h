@@ -69,7 +69,13 @@ class ModelVersionTable {
   // returns the load it replaces (null if none), which the caller stops.
   std::shared_ptr<LoadedVersion> Install(const std::string& name, int64_t version,
                                          std::shared_ptr<LoadedVersion> loaded);
-  // Records that loading `name` version `version` failed with `reason`.
+  // `version` kWholeModel in a failure: the model failed before any version could be built (its
+  // config did not parse, its folder is missing). Version folders are numbered from 1.
+  static constexpr int64_t kWholeModel = 0;
+
+  // Records that loading `name` version `version` failed with `reason`. A whole-model failure
+  // (kWholeModel) replaces every failure of `name`, and makes every version of it resolve to
+  // UNAVAILABLE with that reason; a version's failure or install forgets the whole-model one.
   void RecordLoadFailure(const std::string& name, int64_t version, std::string reason);
   // Marks `loaded` (still installed as `name`) UNAVAILABLE with `reason`. Returns false if it had
   // already faulted (the first reason stands), true otherwise (also when it left the table).
@@ -106,7 +112,8 @@ class ModelVersionTable {
     std::string fault;
   };
 
-  // Why `version` of `name` (< 0: its newest failed version) failed to load; null if it did not.
+  // Why `version` of `name` (< 0: its newest failed version) failed to load, or the whole model's
+  // failure; null if it did not.
   const std::string* LoadFailure(const std::string& name, int64_t version) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 

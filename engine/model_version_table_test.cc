@@ -79,5 +79,35 @@ TEST(ModelVersionTableTest, RemovesVersionsModelsAndFailures) {
   EXPECT_TRUE(table.List().empty());
 }
 
+// A model whose config failed never had a version: every version of it, and the newest, is
+// UNAVAILABLE with the config's reason (not "unknown model"), until a version loads or fails, or
+// the model is removed (issue 34).
+TEST(ModelVersionTableTest, AWholeModelFailureAnswersEveryVersionUntilAVersionLoads) {
+  ModelVersionTable table;
+  table.RecordLoadFailure("m", 2, "weights missing");
+  table.RecordLoadFailure("m", ModelVersionTable::kWholeModel, "config.pbtxt:1:5: syntax error");
+  for (int64_t version : {int64_t{-1}, int64_t{1}, int64_t{2}}) {
+    absl::StatusOr<std::shared_ptr<LoadedVersion>> resolved = table.Resolve("m", version, true);
+    EXPECT_EQ(resolved.status().code(), absl::StatusCode::kUnavailable) << version;
+    EXPECT_THAT(std::string(resolved.status().message()),
+                HasSubstr("model 'm' is not ready: config.pbtxt:1:5: syntax error"))
+        << version;
+  }
+  ASSERT_EQ(table.List().size(), 1u);  // the older version failure was replaced
+  EXPECT_EQ(table.List()[0].version, ModelVersionTable::kWholeModel);
+  EXPECT_EQ(table.List()[0].state, ModelState::kUnavailable);
+
+  table.Install("m", 1, Version(1));  // the config was fixed
+  EXPECT_TRUE(table.Resolve("m", -1, false).ok());
+  EXPECT_EQ(table.List().size(), 1u);
+  ASSERT_TRUE(table.RemoveModel("m").ok());
+  table.RecordLoadFailure("m", ModelVersionTable::kWholeModel, "broken again");
+  table.RecordLoadFailure("m", 1, "weights missing");  // a version's own failure replaces it
+  EXPECT_THAT(std::string(table.Resolve("m", -1, false).status().message()),
+              HasSubstr("weights missing"));
+  ASSERT_TRUE(table.RemoveModel("m").ok());
+  EXPECT_EQ(table.Resolve("m", -1, false).status().code(), absl::StatusCode::kNotFound);
+}
+
 }  // namespace
 }  // namespace sluice::engine

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <exception>
 #include <fstream>
@@ -349,6 +350,31 @@ void AppendServerFamilies(const MetricsInput& input, std::vector<MetricFamily>& 
   }
 }
 
+// Each model version's lifecycle state, one-hot over the four states, so that an alert can fire on
+// `sluice_model_state{state="unavailable"} == 1` and a dashboard can count models per state.
+void AppendModelStateFamily(const std::vector<ModelStateSample>& samples,
+                            std::vector<MetricFamily>& families) {
+  static constexpr std::array<std::pair<const char*, const char*>, 4> kStates = {{
+      {"LOADING", "loading"},
+      {"READY", "ready"},
+      {"UNAVAILABLE", "unavailable"},
+      {"UNLOADING", "unloading"},
+  }};
+  MetricFamily state = Family(
+      "sluice_model_state",
+      "1 for the state a model version is in (loading, ready, unavailable, unloading), 0 for the "
+      "others; every model the server was asked to load, failed ones included (version \"\" when "
+      "the whole model failed: its config); the reason is in the repository index",
+      MetricType::Gauge);
+  for (const ModelStateSample& sample : samples) {
+    for (const auto& [name, label] : kStates) {
+      AddGauge(state, {{"model", sample.model}, {"version", sample.version}, {"state", label}},
+               sample.state == name ? 1.0 : 0.0);
+    }
+  }
+  families.push_back(std::move(state));
+}
+
 // The shared-memory registry: regions by kind, bytes mapped, regions draining.
 void AppendSharedMemoryFamilies(const SharedMemorySample& shm,
                                 std::vector<MetricFamily>& families) {
@@ -439,6 +465,7 @@ std::vector<MetricFamily> BuildMetricFamilies(const MetricsInput& input) {
   AppendLatencyFamilies(input, families);
   AppendDeviceFamilies(input, families);
   AppendServerFamilies(input, families);
+  if (input.model_states.has_value()) AppendModelStateFamily(*input.model_states, families);
   if (input.shared_memory.has_value()) AppendSharedMemoryFamilies(*input.shared_memory, families);
   if (input.process.has_value()) AppendProcessFamilies(*input.process, families);
   if (input.gpus.has_value()) AppendGpuFamilies(*input.gpus, families);
@@ -457,13 +484,15 @@ class MetricsExporter::EngineCollectable final : public prometheus::Collectable 
   EngineCollectable(const engine::Engine& engine, const common::Logger* logger,
                     GpuMetricsSource* gpu_source, const std::atomic<int64_t>* active_infer_calls,
                     const std::atomic<int64_t>* active_http_infer_requests,
-                    std::function<SharedMemorySample()> shared_memory)
+                    std::function<SharedMemorySample()> shared_memory,
+                    std::function<std::vector<ModelStateSample>()> model_states)
       : engine_(engine),
         logger_(logger),
         gpu_source_(gpu_source),
         active_infer_calls_(active_infer_calls),
         active_http_infer_requests_(active_http_infer_requests),
-        shared_memory_(std::move(shared_memory)) {}
+        shared_memory_(std::move(shared_memory)),
+        model_states_(std::move(model_states)) {}
 
   std::vector<MetricFamily> Collect() const override {
     MetricsInput input;
@@ -476,6 +505,7 @@ class MetricsExporter::EngineCollectable final : public prometheus::Collectable 
       input.active_http_infer_requests = active_http_infer_requests_->load();
     }
     if (shared_memory_) input.shared_memory = shared_memory_();
+    if (model_states_) input.model_states = model_states_();
     return BuildMetricFamilies(input);
   }
 
@@ -486,6 +516,7 @@ class MetricsExporter::EngineCollectable final : public prometheus::Collectable 
   const std::atomic<int64_t>* const active_infer_calls_;
   const std::atomic<int64_t>* const active_http_infer_requests_;
   const std::function<SharedMemorySample()> shared_memory_;
+  const std::function<std::vector<ModelStateSample>()> model_states_;
 };
 
 absl::StatusOr<std::unique_ptr<MetricsExporter>> MetricsExporter::Start(
@@ -507,7 +538,7 @@ absl::StatusOr<std::unique_ptr<MetricsExporter>> MetricsExporter::Start(
                                   : absl::StrCat(options.address, ":", options.port);
   auto collectable = std::make_shared<EngineCollectable>(
       engine, logger, options.gpu_source, options.active_infer_calls,
-      options.active_http_infer_requests, options.shared_memory);
+      options.active_http_infer_requests, options.shared_memory, options.model_states);
   std::unique_ptr<prometheus::Exposer> exposer;
   // prometheus-cpp reports a failed bind by throwing (civetweb's CivetException); this is the
   // one place our code meets it, and it becomes a Status.

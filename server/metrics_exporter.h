@@ -94,6 +94,15 @@ struct SharedMemorySample {
   int64_t draining_regions = 0;
 };
 
+// One model version's lifecycle state, as the model repository's index gives it: every model
+// asked to load, failed ones included (ModelRepository::RequestedModelStates; plain strings, so
+// that the exporter does not depend on the repository).
+struct ModelStateSample {
+  std::string model;
+  std::string version;  // empty when the failure concerns the whole model (its config)
+  std::string state;    // LOADING, READY, UNAVAILABLE or UNLOADING
+};
+
 // Everything one scrape maps.
 struct MetricsInput {
   std::vector<engine::Engine::VersionStats> models;
@@ -107,6 +116,8 @@ struct MetricsInput {
 
   // Absent: no sluice_shared_memory_* families.
   std::optional<SharedMemorySample> shared_memory;
+  // Absent: no sluice_model_state family.
+  std::optional<std::vector<ModelStateSample>> model_states;
 };
 
 // The metric families for `input` (pure; the exporter's whole mapping). Every model version gets
@@ -142,6 +153,11 @@ struct MetricsExporterOptions {
   // Reads the shared-memory registry at scrape time (fast: one short lock); null: no
   // sluice_shared_memory_* families. Must stay callable while the exporter lives.
   std::function<SharedMemorySample()> shared_memory;
+
+  // Reads the models' lifecycle states at scrape time (the repository's index: one short lock and
+  // a directory listing); null: no sluice_model_state family. Must stay callable while the
+  // exporter lives.
+  std::function<std::vector<ModelStateSample>()> model_states;
 };
 
 class MetricsExporter {

@@ -7,6 +7,8 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <tuple>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/log.h"
@@ -184,6 +186,38 @@ TEST(MetricsExporterTest, SharedMemoryGaugesOnlyWithTheirSource) {
 
 // With the NVIDIA driver's NVML: a reading per GPU with its memory; without it (as on the CPU
 // machines CI runs on): a reason that names the library, and so no sluice_gpu_* families.
+// Issue 34: failed models were absent from /metrics, so no alert could fire. Each model version
+// asked to load has a one-hot state gauge; a whole-model failure has an empty version.
+TEST(MetricsExporterTest, ModelStateGaugeIsOneHotAndOnlyWithItsSource) {
+  MetricsInput input;
+  EXPECT_THAT(SerializeText(BuildMetricFamilies(input)), Not(HasSubstr("sluice_model_state")));
+  input.model_states = std::vector<ModelStateSample>{
+      {.model = "good", .version = "1", .state = "READY"},
+      {.model = "broken", .version = "", .state = "UNAVAILABLE"},
+      {.model = "big", .version = "", .state = "LOADING"},
+      {.model = "old", .version = "3", .state = "UNLOADING"},
+  };
+  const std::string text = SerializeText(BuildMetricFamilies(input));
+  EXPECT_THAT(text, HasSubstr("# TYPE sluice_model_state gauge\n"));
+  auto series = [](const std::string& model, const std::string& version, const std::string& state) {
+    return absl::StrCat("sluice_model_state{model=\"", model, "\",version=\"", version,
+                        "\",state=\"", state, "\"}");
+  };
+  const std::set<std::string> states = {"loading", "ready", "unavailable", "unloading"};
+  const std::vector<std::tuple<std::string, std::string, std::string>> expected = {
+      {"good", "1", "ready"},
+      {"broken", "", "unavailable"},
+      {"big", "", "loading"},
+      {"old", "3", "unloading"}};
+  for (const auto& [model, version, in_state] : expected) {
+    for (const std::string& state : states) {
+      EXPECT_THAT(text,
+                  HasSubstr(series(model, version, state) + (state == in_state ? " 1\n" : " 0\n")))
+          << model << " " << state;
+    }
+  }
+}
+
 TEST(NvmlGpuSourceTest, ReadsEveryGpuOrSaysWhyNot) {
   absl::StatusOr<std::unique_ptr<NvmlGpuSource>> source = NvmlGpuSource::Open();
   if (!source.ok()) {

@@ -210,12 +210,26 @@ std::vector<std::string> ModelRepository::ListModelNames() const {
   return names;
 }
 
-int ModelRepository::LoadAll() {
-  int failed = 0;
+std::vector<std::string> ModelRepository::LoadAll() {
+  std::vector<std::string> failed;
   for (const std::string& name : ListModelNames()) {
-    if (!Load(name).ok()) ++failed;
+    if (!Load(name).ok()) failed.push_back(name);
   }
   return failed;
+}
+
+std::vector<std::string> ModelRepository::LoadListed(const std::vector<std::string>& names) {
+  std::vector<std::string> failed;
+  for (const std::string& name : names) {
+    const absl::Status status = LoadOne(name, /*record_missing=*/true);
+    NotifyModelsChanged();
+    if (!status.ok()) failed.push_back(name);
+  }
+  return failed;
+}
+
+void ModelRepository::NotifyModelsChanged() const {
+  if (options_.on_models_changed) options_.on_models_changed();
 }
 
 absl::StatusOr<std::vector<engine::ModelSpec>> ModelRepository::Prepare(
@@ -249,11 +263,35 @@ absl::StatusOr<std::vector<engine::ModelSpec>> ModelRepository::Prepare(
 }
 
 absl::Status ModelRepository::Load(const std::string& name) {
-  RETURN_IF_ERROR(ValidateModelName(name));
+  const absl::Status status = LoadOne(name, /*record_missing=*/false);
+  NotifyModelsChanged();
+  return status;
+}
+
+absl::Status ModelRepository::LoadOne(const std::string& name, bool record_missing) {
+  if (absl::Status valid = ValidateModelName(name); !valid.ok()) {
+    LOG_ERROR(logger_, "cannot load: ", valid.message());
+    return valid;
+  }
   std::error_code ec;
   if (!fs::is_directory(fs::path(root_) / name, ec)) {
-    return absl::NotFoundError(
+    absl::Status missing = absl::NotFoundError(
         absl::StrCat("model '", name, "' has no folder in the repository ", root_));
+    LOG_ERROR(logger_, "model '", name, "' failed to load: ", missing.message());
+    if (record_missing) {
+      common::MutexLock lifecycle(&lifecycle_mu_);
+      bool had_versions = false;
+      {
+        common::MutexLock lock(&mu_);
+        Record& record = records_[name];
+        had_versions = !record.versions.empty();
+        record = Record{};
+        record.error = std::string(missing.message());
+      }
+      if (had_versions) engine_->UnloadModel(name).IgnoreError();
+      engine_->RecordModelFailure(name, std::string(missing.message()));
+    }
+    return missing;
   }
   common::MutexLock lifecycle(&lifecycle_mu_);
   {
@@ -271,6 +309,7 @@ absl::Status ModelRepository::Load(const std::string& name) {
         absl::StrCat("model '", name, "' failed to load: ", common::EchoInput(e.what())));
   }
   std::vector<int64_t> previous;
+  std::string error;
   {
     common::MutexLock lock(&mu_);
     Record& record = records_[name];
@@ -278,12 +317,15 @@ absl::Status ModelRepository::Load(const std::string& name) {
     if (!specs.ok()) {
       record = Record{};
       record.error = common::EchoInput(specs.status().message(), common::kMaxMessageBytes);
+      error = record.error;
     }
   }
   if (!specs.ok()) {
-    LOG_ERROR(logger_, "model '", name, "' failed to load: ", specs.status().message());
+    LOG_ERROR(logger_, "model '", name, "' failed to load: ", error);
     // A broken config takes the old versions out of service: what is on disk is what serves.
     if (!previous.empty()) engine_->UnloadModel(name).IgnoreError();
+    // Requests for it answer UNAVAILABLE with the reason, not "unknown model".
+    engine_->RecordModelFailure(name, std::move(error));
     return specs.status();
   }
 
@@ -311,21 +353,26 @@ absl::Status ModelRepository::Load(const std::string& name) {
 
 absl::Status ModelRepository::Unload(const std::string& name) {
   RETURN_IF_ERROR(ValidateModelName(name));
-  common::MutexLock lifecycle(&lifecycle_mu_);
+  absl::Status status;
   {
-    common::MutexLock lock(&mu_);
-    auto it = records_.find(name);
-    if (it == records_.end() || it->second.unloaded) {
-      return absl::NotFoundError(absl::StrCat("model '", name, "' is not loaded"));
+    common::MutexLock lifecycle(&lifecycle_mu_);
+    {
+      common::MutexLock lock(&mu_);
+      auto it = records_.find(name);
+      if (it == records_.end() || it->second.unloaded) {
+        return absl::NotFoundError(absl::StrCat("model '", name, "' is not loaded"));
+      }
+      it->second.unloading = true;
+    }
+    status = engine_->UnloadModel(name);
+    {
+      common::MutexLock lock(&mu_);
+      Record& record = records_[name];
+      record = Record{};
+      record.unloaded = true;
     }
   }
-  absl::Status status = engine_->UnloadModel(name);
-  {
-    common::MutexLock lock(&mu_);
-    Record& record = records_[name];
-    record = Record{};
-    record.unloaded = true;
-  }
+  NotifyModelsChanged();
   if (absl::IsNotFound(status)) return absl::OkStatus();  // it had only failed versions
   return status;
 }
@@ -334,8 +381,12 @@ std::vector<ModelRepository::IndexEntry> ModelRepository::Index(bool ready_only)
   std::map<std::string, std::vector<IndexEntry>> by_name;
   for (const std::string& name : ListModelNames()) by_name[name];
   for (const engine::ModelVersionStatus& status : engine_->ListModels()) {
+    // A whole-model failure (its config) concerns no version: Triton's index leaves it empty.
+    std::string version = status.version == engine::ModelVersionTable::kWholeModel
+                              ? std::string()
+                              : std::to_string(status.version);
     // Bounded: a reason echoes config input, and RepositoryIndex repeats it on every call.
-    by_name[status.name].push_back({status.name, std::to_string(status.version),
+    by_name[status.name].push_back({status.name, std::move(version),
                                     std::string(engine::ModelStateName(status.state)),
                                     common::EchoInput(status.reason, common::kMaxMessageBytes)});
   }
@@ -343,6 +394,12 @@ std::vector<ModelRepository::IndexEntry> ModelRepository::Index(bool ready_only)
   common::MutexLock lock(&mu_);
   for (auto& [name, entries] : by_name) {
     auto record = records_.find(name);
+    if (record != records_.end() && record->second.unloading) {
+      for (IndexEntry& entry : entries) {
+        entry.state = "UNLOADING";
+        entry.reason = "";
+      }
+    }
     if (entries.empty()) {
       IndexEntry entry{name, "", "UNAVAILABLE", "not loaded"};
       if (record != records_.end()) {
@@ -363,6 +420,37 @@ std::vector<ModelRepository::IndexEntry> ModelRepository::Index(bool ready_only)
     }
   }
   return out;
+}
+
+std::vector<ModelRepository::IndexEntry> ModelRepository::RequestedModelStates() const {
+  std::vector<IndexEntry> index = Index(/*ready_only=*/false);
+  common::MutexLock lock(&mu_);
+  std::vector<IndexEntry> out;
+  for (IndexEntry& entry : index) {
+    auto record = records_.find(entry.name);
+    if (record != records_.end() && !record->second.unloaded) out.push_back(std::move(entry));
+  }
+  return out;
+}
+
+bool ModelRepository::AllModelsReady() const {
+  std::vector<std::pair<std::string, std::vector<int64_t>>> requested;
+  {
+    common::MutexLock lock(&mu_);
+    for (const auto& [name, record] : records_) {
+      if (record.unloaded) continue;
+      // A failed config, or a first load still running (a reload keeps its previous versions).
+      if (!record.error.empty() || record.versions.empty()) return false;
+      requested.emplace_back(name, record.versions);
+    }
+  }
+  // Outside mu_: the engine takes its own lock.
+  for (const auto& [name, versions] : requested) {
+    for (int64_t version : versions) {
+      if (!engine_->IsModelReady(name, version)) return false;
+    }
+  }
+  return true;
 }
 
 absl::StatusOr<inference::ModelConfig> ModelRepository::GetConfig(const std::string& name) const {

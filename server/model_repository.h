@@ -6,6 +6,7 @@
 // and the index with each model's state and the reason for a failure.
 
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -35,6 +36,10 @@ struct RepositoryOptions {
   // (--allow-symlinks-out-of-repository). Default false: such a version is refused. Symlinks
   // that stay inside the repository are always followed.
   bool allow_symlinks_out_of_repository = false;
+  // Called after every Load, LoadListed entry and Unload (whatever its outcome), on the caller's
+  // thread, outside the repository's locks: main re-announces readiness with it
+  // (ServingState::ModelsChanged). Empty: nothing is called.
+  std::function<void()> on_models_changed;
 };
 
 // Thread-safe. Load/Unload block until done (call them off RPC threads).
@@ -51,8 +56,15 @@ class ModelRepository {
   std::vector<std::string> ListModelNames() const;
 
   // Loads every model folder; a model that fails is recorded and logged, the others load.
-  // Returns how many failed.
-  int LoadAll();
+  // Returns the names of those that failed, sorted.
+  std::vector<std::string> LoadAll();
+
+  // Loads each of `names` (--load-model), as Load does, except that a name with no folder in the
+  // repository is recorded too: it is listed by Index() as UNAVAILABLE with the reason, counts
+  // against AllModelsReady(), and requests for it answer UNAVAILABLE with the reason (Load, which
+  // clients call, records nothing for a missing folder: a client cannot grow the records).
+  // Returns the names of those that failed, in order.
+  std::vector<std::string> LoadListed(const std::vector<std::string>& names);
 
   // (Re)loads `name` from disk: parses its config, picks versions by version_policy, loads each
   // into the engine; versions no longer selected are unloaded. InvalidArgument for a bad name,
@@ -71,6 +83,17 @@ class ModelRepository {
   };
   // Every model in the repository folder and every model loaded, with its versions' states.
   std::vector<IndexEntry> Index(bool ready_only) const;
+
+  // The entries of Index(false) for the models asked to load (Load, LoadAll, LoadListed) and not
+  // unloaded since, failed ones included: what the per-model state gauge exports. A model folder
+  // nobody asked to load is not listed.
+  std::vector<IndexEntry> RequestedModelStates() const;
+
+  // True when every model asked to load and not unloaded since is READY in every version it
+  // selected (--strict-readiness): false while one loads for the first time, after its config
+  // or a version failed to load, or while a version is faulted. True when none was asked.
+  // A reload keeps the previous versions serving, so it does not make this false.
+  bool AllModelsReady() const;
 
   // Longest model name (a file name on every file system sluice runs on).
   static constexpr size_t kMaxModelNameBytes = 255;
@@ -91,6 +114,7 @@ class ModelRepository {
     std::vector<int64_t> versions;                 // versions handed to the engine
     bool unloaded = false;
     bool loading = false;
+    bool unloading = false;
   };
 
   ModelRepository(std::string root, engine::Engine* engine, common::Logger* logger,
@@ -102,6 +126,10 @@ class ModelRepository {
   // Reads and converts the config, and picks the versions. Fills `proto`.
   absl::StatusOr<std::vector<engine::ModelSpec>> Prepare(const std::string& name,
                                                          inference::ModelConfig& proto) const;
+  // Load() without the on_models_changed call. `record_missing`: a missing folder is recorded as
+  // the model's failure (LoadListed).
+  absl::Status LoadOne(const std::string& name, bool record_missing);
+  void NotifyModelsChanged() const;
 
   const std::string root_;
   const RepositoryOptions options_;

@@ -71,7 +71,7 @@ TEST_F(ModelRepositoryTest, BrokenModelsDoNotStopTheOthers) {
   WriteModel("no_versions", kIdentityConfig, {});
   fs::create_directories(root_ / "no_config" / "1");
   auto repository = Open();
-  EXPECT_EQ(repository->LoadAll(), 4);
+  EXPECT_EQ(repository->LoadAll().size(), 4u);
   EXPECT_TRUE(engine_->IsModelReady("good", -1));
 
   std::map<std::string, ModelRepository::IndexEntry> index;
@@ -101,7 +101,7 @@ TEST_F(ModelRepositoryTest, VersionPolicies) {
              {1, 2});
   WriteModel("default", kIdentityConfig, {3, 10, 9});
   auto repository = Open();
-  EXPECT_EQ(repository->LoadAll(), 0);
+  EXPECT_EQ(repository->LoadAll().size(), 0u);
   auto versions = [&](const std::string& name) {
     auto info = engine_->GetModel(name, -1);
     EXPECT_TRUE(info.ok()) << info.status();
@@ -191,7 +191,7 @@ TEST_F(ModelRepositoryTest, OversizedConfigsAreRefusedAndOthersLoad) {
                          "instance_group [{ count: 2147483647 gpus: [0, 1] kind: KIND_GPU }]");
   WriteModel("good", kIdentityConfig);
   auto repository = Open();
-  EXPECT_EQ(repository->LoadAll(), 3);
+  EXPECT_EQ(repository->LoadAll().size(), 3u);
   EXPECT_TRUE(engine_->IsModelReady("good", -1));
   std::map<std::string, ModelRepository::IndexEntry> index;
   for (const auto& entry : repository->Index(false)) index[entry.name] = entry;
@@ -208,7 +208,7 @@ TEST_F(ModelRepositoryTest, HugeConfigNamesAreEchoedCut) {
   WriteModel("tensor", std::string(kIdentityConfig) + "input [{ name: \"" +
                            std::string(900000, 't') + "\" data_type: TYPE_FP32 dims: [1] }]");
   auto repository = Open();
-  EXPECT_EQ(repository->LoadAll(), 2);
+  EXPECT_EQ(repository->LoadAll().size(), 2u);
   size_t total = 0;
   for (const auto& entry : repository->Index(false)) {
     total += entry.reason.size();
@@ -273,6 +273,93 @@ TEST_F(ModelRepositoryTest, AmbiguousVersionFoldersAreRefused) {
   WriteModel("m", kIdentityConfig, {1, 2});
   fs::create_directories(root_ / "m" / "assets");
   EXPECT_TRUE(repository->Load("m").ok());
+}
+
+// Issue 34: a model whose config does not parse was "unknown model" to every request, its reason
+// only in the log. It is UNAVAILABLE with the reason, on every version, and the index says so
+// with no version (the failure concerns the whole model, as Triton's index shows it).
+TEST_F(ModelRepositoryTest, AConfigFailureIsUnavailableWithTheReason) {
+  WriteModel("good", kIdentityConfig);
+  WriteModel("broken", "backend: \"identity\" input [ { name: ");
+  auto repository = Open();
+  EXPECT_EQ(repository->LoadAll(), std::vector<std::string>({"broken"}));
+  for (int64_t version : {int64_t{-1}, int64_t{1}}) {
+    absl::Status status = engine_->GetModel("broken", version).status();
+    EXPECT_EQ(status.code(), absl::StatusCode::kUnavailable) << status;
+    EXPECT_THAT(status.message(), ::testing::HasSubstr("config.pbtxt")) << status;
+  }
+  std::map<std::string, ModelRepository::IndexEntry> index;
+  for (const auto& entry : repository->Index(false)) index[entry.name] = entry;
+  ASSERT_EQ(index.size(), 2u);
+  EXPECT_EQ(index["broken"].state, "UNAVAILABLE");
+  EXPECT_EQ(index["broken"].version, "");
+  EXPECT_THAT(index["broken"].reason, ::testing::HasSubstr("config.pbtxt"));
+
+  // Fixed on disk and loaded again: it serves; unloaded: unknown again.
+  WriteModel("broken", kIdentityConfig);
+  ASSERT_TRUE(repository->Load("broken").ok());
+  EXPECT_TRUE(engine_->IsModelReady("broken", -1));
+  std::ofstream(root_ / "broken" / "config.pbtxt") << "nonsense {";
+  EXPECT_FALSE(repository->Load("broken").ok());
+  EXPECT_EQ(engine_->GetModel("broken", -1).status().code(), absl::StatusCode::kUnavailable);
+  ASSERT_TRUE(repository->Unload("broken").ok());
+  EXPECT_EQ(engine_->GetModel("broken", -1).status().code(), absl::StatusCode::kNotFound);
+}
+
+// --strict-readiness: every model asked to load must be ready; models nobody asked for do not
+// count, an unloaded one no longer counts, and a reload keeps the previous versions serving.
+TEST_F(ModelRepositoryTest, AllModelsReadyCountsTheModelsAskedToLoad) {
+  WriteModel("good", kIdentityConfig);
+  WriteModel("broken", "backend: \"identity\" input [ { name: ");
+  WriteModel("no_versions", kIdentityConfig, {});
+  int changes = 0;
+  RepositoryOptions options;
+  options.on_models_changed = [&changes] { ++changes; };
+  auto repository = *ModelRepository::Create(root_.string(), engine_.get(), nullptr, options);
+  EXPECT_TRUE(repository->AllModelsReady());  // none asked yet
+  ASSERT_TRUE(repository->Load("good").ok());
+  EXPECT_TRUE(repository->AllModelsReady());  // "broken" is in the folder, but nobody asked
+  EXPECT_FALSE(repository->Load("broken").ok());
+  EXPECT_FALSE(repository->AllModelsReady());
+  EXPECT_FALSE(repository->Load("no_versions").ok());
+  ASSERT_TRUE(repository->Unload("broken").ok());
+  EXPECT_FALSE(repository->AllModelsReady());
+  ASSERT_TRUE(repository->Unload("no_versions").ok());
+  EXPECT_TRUE(repository->AllModelsReady());
+  ASSERT_TRUE(repository->Load("good").ok());  // a reload
+  EXPECT_TRUE(repository->AllModelsReady());
+  EXPECT_EQ(changes, 6);  // every Load and Unload, whatever its outcome
+}
+
+// `--load-model nosuch` logged "1 model(s) failed" while the index did not list the name. A name
+// asked for at start-up with no folder is recorded: listed, counted against readiness, and
+// requests for it answer UNAVAILABLE with the reason. A client's Load of such a name records
+// nothing (clients must not grow the records).
+TEST_F(ModelRepositoryTest, LoadListedRecordsANameWithNoFolder) {
+  WriteModel("good", kIdentityConfig);
+  WriteModel("other", kIdentityConfig);
+  auto repository = Open();
+  EXPECT_EQ(repository->LoadListed({"good", "nosuch", "../x"}),
+            std::vector<std::string>({"nosuch", "../x"}));
+  EXPECT_FALSE(repository->AllModelsReady());
+  std::map<std::string, ModelRepository::IndexEntry> index;
+  for (const auto& entry : repository->Index(false)) index[entry.name] = entry;
+  ASSERT_EQ(index.count("nosuch"), 1u);
+  EXPECT_EQ(index["nosuch"].state, "UNAVAILABLE");
+  EXPECT_THAT(index["nosuch"].reason, ::testing::HasSubstr("has no folder in the repository"));
+  absl::Status status = engine_->GetModel("nosuch", -1).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kUnavailable) << status;
+
+  // The gauge's view: the models asked to load, failed ones included; not "other".
+  std::map<std::string, std::string> states;
+  for (const auto& entry : repository->RequestedModelStates()) states[entry.name] = entry.state;
+  EXPECT_EQ(states,
+            (std::map<std::string, std::string>{{"good", "READY"}, {"nosuch", "UNAVAILABLE"}}));
+
+  EXPECT_EQ(repository->Load("missing").code(), absl::StatusCode::kNotFound);
+  for (const auto& entry : repository->Index(false)) EXPECT_NE(entry.name, "missing");
+  ASSERT_TRUE(repository->Unload("nosuch").ok());
+  EXPECT_TRUE(repository->AllModelsReady());
 }
 
 TEST_F(ModelRepositoryTest, MissingRootIsNotFound) {

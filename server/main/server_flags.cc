@@ -170,8 +170,10 @@ void AddTlsFlags(CLI::App& app, ServerFlags& flags) {
 // Where the models are, which load at start-up, how the repository is read.
 void AddRepositoryFlags(CLI::App& app, ServerFlags& flags) {
   app.add_option("--model-repository", flags.model_repository,
-                 "Model repository folder (<model>/config.pbtxt, <model>/<version>/)")
+                 "Model repository folder (<model>/config.pbtxt, <model>/<version>/); without it, "
+                 "the source tree's bundled models/ (the start-up log says so)")
       ->envname("SLUICE_MODEL_REPOSITORY")
+      ->each([&flags](const std::string&) { flags.model_repository_given = true; })
       ->capture_default_str()
       ->group(kRepositoryGroup);
   app.add_option("--model-control-mode", flags.model_control_mode,
@@ -184,6 +186,14 @@ void AddRepositoryFlags(CLI::App& app, ServerFlags& flags) {
   app.add_option("--load-model", flags.load_models,
                  "With --model-control-mode=explicit: a model to load at start-up (repeatable)")
       ->envname("SLUICE_LOAD_MODEL")
+      ->group(kRepositoryGroup);
+  app.add_option("--strict-readiness", flags.strict_readiness,
+                 "true: the server is ready (/v2/health/ready, ServerReady, the gRPC health "
+                 "service) only while every model it was asked to load is ready, so a model that "
+                 "failed keeps it not ready; false: ready once start-up is done, whatever the "
+                 "models' states (Triton's flag)")
+      ->envname("SLUICE_STRICT_READINESS")
+      ->capture_default_str()
       ->group(kRepositoryGroup);
   app.add_option("--max-config-bytes", flags.max_config_bytes,
                  "Largest config.pbtxt read; a larger one, or one that is not a regular file, is "

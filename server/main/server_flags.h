@@ -58,8 +58,12 @@ struct ServerFlags {
   // Repository and model control: where the models are, which load at start-up, and how the
   // repository is read.
   std::string model_repository = SLUICE_DEFAULT_MODEL_REPOSITORY;
+  // Whether --model-repository (or its environment variable) was given: without it the source
+  // tree's models/ is served, and the log says so.
+  bool model_repository_given = false;
   std::string model_control_mode = "none";
   std::vector<std::string> load_models;
+  bool strict_readiness = true;
   int64_t max_config_bytes = RepositoryOptions{}.max_config_bytes;
   bool allow_symlinks_out_of_repository = false;
   int model_control_queue_size = ServiceOptions{}.model_control_queue_size;

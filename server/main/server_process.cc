@@ -13,6 +13,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/log.h"
 #include "common/pem_file.h"
 #include "engine/engine.h"
@@ -77,8 +78,8 @@ int ServerProcess::Run() {
   fd_limit_ = RaiseFdLimit(log_);
   if (int code = StartEngine(); code != 0) return code;
   CreateSharedMemory();
-  if (int code = StartMetrics(); code != 0) return code;
   if (int code = OpenRepository(); code != 0) return code;
+  if (int code = StartMetrics(); code != 0) return code;
   if (int code = StartGrpc(); code != 0) return code;
   CreateHttpRoutes();
   StartWatchdog();
@@ -221,6 +222,16 @@ int ServerProcess::StartMetrics() {
   if (flags_.allow_http) {
     metrics_options.active_http_infer_requests = &serving_.http_infer_requests();
   }
+  // Every model asked to load, failed ones included (sluice_model_state).
+  metrics_options.model_states = [&repository = *repository_] {
+    std::vector<ModelStateSample> samples;
+    for (ModelRepository::IndexEntry& entry : repository.RequestedModelStates()) {
+      samples.push_back({.model = std::move(entry.name),
+                         .version = std::move(entry.version),
+                         .state = std::move(entry.state)});
+    }
+    return samples;
+  };
   metrics_options.shared_memory = [&shared_memory = *shared_memory_] {
     const shm::SharedMemoryStats stats = shared_memory.Stats();
     return SharedMemorySample{.system_regions = stats.system_regions,
@@ -243,11 +254,14 @@ int ServerProcess::StartMetrics() {
   return 0;
 }
 
+// Before the metrics exporter, which reads the models' states from it; no model loads yet.
 int ServerProcess::OpenRepository() {
   RepositoryOptions repository_options;
   repository_options.load_limits = flags_.load_limits;
   repository_options.max_config_bytes = flags_.max_config_bytes;
   repository_options.allow_symlinks_out_of_repository = flags_.allow_symlinks_out_of_repository;
+  // gRPC's health service is told of readiness; with strict readiness it moves with the models.
+  repository_options.on_models_changed = [&serving = serving_] { serving.ModelsChanged(); };
   absl::StatusOr<std::unique_ptr<ModelRepository>> repository = ModelRepository::Create(
       flags_.model_repository, engine_.get(), log_, std::move(repository_options));
   if (!repository.ok()) {
@@ -255,6 +269,17 @@ int ServerProcess::OpenRepository() {
     return 1;
   }
   repository_ = *std::move(repository);
+  if (!flags_.model_repository_given) {
+    // A server started from any folder without the flag serves the examples of the tree it was
+    // built from: say which folder, and how to choose another, before anything loads.
+    LOG_WARNING(log_, "no --model-repository given: serving the bundled example models in ",
+                repository_->root(),
+                " (the source tree this server was built from); choose another folder with "
+                "--model-repository=<folder> or SLUICE_MODEL_REPOSITORY");
+  }
+  if (flags_.strict_readiness) {
+    serving_.set_models_ready([&repository = *repository_] { return repository.AllModelsReady(); });
+  }
 
   explicit_mode_ = flags_.model_control_mode == "explicit";
   if (!explicit_mode_ && !flags_.load_models.empty()) {
@@ -384,22 +409,27 @@ int ServerProcess::StartHttp() {
 
 // Models load after the ports are open: liveness answers during a long load, readiness waits.
 void ServerProcess::LoadModels() {
-  int failed = 0;
-  if (explicit_mode_) {
-    for (const std::string& name : flags_.load_models) {
-      failed += repository_->Load(name).ok() ? 0 : 1;
-    }
-  } else {
-    failed = repository_->LoadAll();
-  }
-  if (failed > 0) {
-    LOG_WARNING(log_, failed, " model(s) failed to load; see RepositoryIndex for the reasons");
+  const std::vector<std::string> failed =
+      explicit_mode_ ? repository_->LoadListed(flags_.load_models) : repository_->LoadAll();
+  if (!failed.empty()) {
+    // Each failure was logged with its reason as it happened; this line names them together.
+    LOG_WARNING(log_, failed.size(), " model(s) failed to load: ", absl::StrJoin(failed, ", "),
+                "; the reasons are in the lines above and in the repository index",
+                flags_.strict_readiness ? " (not ready: --strict-readiness)" : "");
   }
   // A process-fatal device fault during the loads (its SIGUSR1 waits for the sigwait in
   // WaitForSignal) leaves readiness false.
   serving_.SetReady(!process_fatal_.load());
-  LOG_INFO_WAITING(log_, "server ready: repository ", repository_->root(), ", model control ",
-                   flags_.model_control_mode);
+  // Scripts and tests wait for one of these two lines: start-up is done either way.
+  if (serving_.ready() || process_fatal_.load()) {
+    LOG_INFO_WAITING(log_, "server ready: repository ", repository_->root(), ", model control ",
+                     flags_.model_control_mode);
+  } else {
+    LOG_INFO_WAITING(log_,
+                     "server started, not ready: a model it was asked to load is not ready "
+                     "(--strict-readiness; see the repository index); repository ",
+                     repository_->root(), ", model control ", flags_.model_control_mode);
+  }
 }
 
 }  // namespace sluice::server

@@ -3,8 +3,8 @@
 // ServerProcess: sluice-server from start-up to exit. Run() calls the start-up phases in order
 // (server_process.cc), waits for a signal and drains (drain.cc):
 //
-//   signals blocked, logger  ->  device and engine  ->  shared-memory registry  ->  metrics
-//   exporter  ->  model repository  ->  gRPC server  ->  HTTP routes, gRPC listener watchdog,
+//   signals blocked, logger  ->  device and engine  ->  shared-memory registry  ->  model
+//   repository  ->  metrics exporter  ->  gRPC server  ->  HTTP routes, gRPC listener watchdog,
 //   HTTP server  ->  model loads (ready)  ->  SIGTERM/SIGINT/SIGUSR1  ->  drain
 //
 // The order matters, and each phase's comment says why (e.g. metrics before the models load, so
@@ -88,8 +88,8 @@ class ServerProcess {
   engine::EngineOptions EngineOptionsFromFlags();
   int ArmFaultInjectionForTest(engine::EngineOptions& options);
   void CreateSharedMemory();
-  int StartMetrics();
   int OpenRepository();
+  int StartMetrics();
   int StartGrpc();
   void CreateHttpRoutes();
   void StartWatchdog();
@@ -119,9 +119,10 @@ class ServerProcess {
   // (gRPC) and the routes (HTTP) answer and count in it, the exporter reads it, this object sets
   // it.
   ServingState serving_;
+  // Outlives the exporter, which reads the models' states from it.
+  std::unique_ptr<ModelRepository> repository_;
   std::unique_ptr<NvmlGpuSource> gpu_source_;  // outlives the exporter, which borrows it
   std::unique_ptr<MetricsExporter> metrics_;
-  std::unique_ptr<ModelRepository> repository_;
   bool explicit_mode_ = false;  // --model-control-mode=explicit
   std::unique_ptr<InferenceService> service_;
   std::unique_ptr<grpc::Server> grpc_server_;

@@ -98,7 +98,9 @@ absl::StatusOr<std::unique_ptr<ServerProcess>> ServerProcess::Start(std::vector<
     if (process->port_ == 0 && std::regex_search(log, match, port_re)) {
       process->port_ = std::stoi(match[1]);
     }
-    if (process->port_ != 0 && log.find("server ready") != std::string::npos) {
+    // "server started, not ready": start-up is done, but a model failed (--strict-readiness).
+    if (process->port_ != 0 && (log.find("server ready") != std::string::npos ||
+                                log.find("server started, not ready") != std::string::npos)) {
       // The metrics line comes before "server ready" when metrics are on.
       static const std::regex metrics_re("metrics_port=([0-9]+)");
       if (std::regex_search(log, match, metrics_re)) process->metrics_port_ = std::stoi(match[1]);

@@ -20,8 +20,9 @@ class ServerProcess {
  public:
   // Starts the server with `args` added to --grpc-address=127.0.0.1 --grpc-port=0
   // --http-address=127.0.0.1 --http-port=0 (each unless `args` sets it), and waits
-  // (up to `timeout`) until it has logged "server ready" (models loaded). Error if it exits first
-  // or never gets ready; the message carries its log.
+  // (up to `timeout`) until it has logged "server ready" (models loaded) or "server started, not
+  // ready" (start-up done, a model failed, --strict-readiness). Error if it exits first or never
+  // gets there; the message carries its log.
   // `fd_limit` > 0 sets the child's RLIMIT_NOFILE, soft and hard, before it runs (the server
   // raises its soft limit to the hard one).
   static absl::StatusOr<std::unique_ptr<ServerProcess>> Start(

@@ -26,7 +26,10 @@ class SluiceServer:
                 raise RuntimeError(f"sluice-server exited during start-up:\n{text}")
             http = re.search(r"http_port=(\d+)", text)
             grpc = re.search(r"grpc_port=(\d+)", text)
-            if http and grpc and "server ready" in text:
+            # "server started, not ready": start-up is done, but a model failed to load
+            # (--strict-readiness, the default, keeps the server not ready then).
+            started = "server ready" in text or "server started, not ready" in text
+            if http and grpc and started:
                 self.http_port = int(http.group(1))
                 self.grpc_port = int(grpc.group(1))
                 self.url = f"127.0.0.1:{self.http_port}"
