@@ -276,10 +276,40 @@ absl::StatusOr<std::unique_ptr<engine::InferenceRequest>> ToEngineRequest(
     }
   }
 
+  // The text parameters (engine::TextTruncation), for models that tokenize.
+  engine::TextTruncation text_truncation;
+  if (auto it = message.parameters().find("truncate"); it != message.parameters().end()) {
+    if (it->second.parameter_choice_case() != inference::InferParameter::kBoolParam) {
+      return absl::InvalidArgumentError("parameter 'truncate' must be a bool_param");
+    }
+    text_truncation.truncate = it->second.bool_param();
+  }
+  if (auto it = message.parameters().find("truncation_direction");
+      it != message.parameters().end()) {
+    const std::string* direction =
+        it->second.parameter_choice_case() == inference::InferParameter::kStringParam
+            ? &it->second.string_param()
+            : nullptr;
+    if (direction == nullptr || (*direction != "Right" && *direction != "Left")) {
+      return absl::InvalidArgumentError(
+          "parameter 'truncation_direction' must be the string_param \"Right\" or \"Left\"");
+    }
+    text_truncation.from_left = *direction == "Left";
+  }
+  if (auto it = message.parameters().find("max_text_pair_tokens");
+      it != message.parameters().end()) {
+    ASSIGN_OR_RETURN(uint64_t tokens, NonNegativeInteger(it->second, "max_text_pair_tokens"));
+    if (tokens > (uint64_t{1} << 30)) {
+      return absl::InvalidArgumentError("parameter 'max_text_pair_tokens' is too large");
+    }
+    text_truncation.max_text_pair_tokens = static_cast<int64_t>(tokens);
+  }
+
   auto request = std::make_unique<engine::InferenceRequest>(message.model_name(), version,
                                                             std::move(on_complete));
   request->id = message.id();
   if (priority.has_value()) request->priority = *priority;
+  request->text_truncation = text_truncation;
   // As in Triton, a timeout of 0 asks for nothing.
   if (timeout_us.value_or(0) > 0) {
     request->timeout = std::chrono::microseconds(static_cast<int64_t>(*timeout_us));

@@ -246,6 +246,51 @@ TEST(InferConversionTest, BadPriorityOrTimeoutParametersAreRefused) {
   EXPECT_EQ(Convert(request).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
+TEST(InferConversionTest, TextTruncationParameters) {
+  ModelInferRequest message;
+  message.set_model_name("identity");
+  {
+    auto request = Convert(message);
+    ASSERT_TRUE(request.ok()) << request.status();
+    EXPECT_FALSE((*request)->text_truncation.truncate.has_value());  // the model's policy
+    EXPECT_FALSE((*request)->text_truncation.from_left);
+    EXPECT_EQ((*request)->text_truncation.max_text_pair_tokens, 0);
+    (*request)->Complete(absl::CancelledError("test"));
+  }
+  (*message.mutable_parameters())["truncate"].set_bool_param(false);
+  (*message.mutable_parameters())["truncation_direction"].set_string_param("Left");
+  (*message.mutable_parameters())["max_text_pair_tokens"].set_int64_param(16);
+  {
+    auto request = Convert(message);
+    ASSERT_TRUE(request.ok()) << request.status();
+    EXPECT_EQ((*request)->text_truncation.truncate, false);
+    EXPECT_TRUE((*request)->text_truncation.from_left);
+    EXPECT_EQ((*request)->text_truncation.max_text_pair_tokens, 16);
+    (*request)->Complete(absl::CancelledError("test"));
+  }
+  const std::pair<std::function<void(ModelInferRequest&)>, const char*> bad[] = {
+      {[](ModelInferRequest& r) { (*r.mutable_parameters())["truncate"].set_string_param("no"); },
+       "parameter 'truncate' must be a bool_param"},
+      {[](ModelInferRequest& r) {
+         (*r.mutable_parameters())["truncation_direction"].set_string_param("Up");
+       },
+       "parameter 'truncation_direction' must be"},
+      {[](ModelInferRequest& r) {
+         (*r.mutable_parameters())["max_text_pair_tokens"].set_int64_param(-2);
+       },
+       "parameter 'max_text_pair_tokens' is -2"},
+  };
+  for (const auto& [set, text] : bad) {
+    ModelInferRequest request;
+    request.set_model_name("identity");
+    set(request);
+    auto converted = Convert(request);
+    ASSERT_FALSE(converted.ok()) << text;
+    EXPECT_EQ(converted.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(converted.status().message().find(text), std::string::npos) << converted.status();
+  }
+}
+
 void SetRegion(google::protobuf::Map<std::string, inference::InferParameter>& parameters,
                const std::string& region, int64_t byte_size, int64_t offset) {
   parameters["shared_memory_region"].set_string_param(region);

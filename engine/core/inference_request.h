@@ -28,6 +28,22 @@ struct InferenceResponse {
   std::vector<Tensor> outputs;
 };
 
+// How a model that tokenizes text (BYTES `text` / `text_pair` inputs) treats this request's
+// over-long texts: the "truncate", "truncation_direction" and "max_text_pair_tokens" request
+// parameters (KServe v2 over gRPC and HTTP; the text routes set them from their own fields).
+// Models that take no text ignore it. The defaults keep the model's own policy.
+struct TextTruncation {
+  // true: a text (or pair) longer than the model's length limit is cut to it; false: refused with
+  // InvalidArgument naming its length and the limit. Unset: the model's default (its tokenizer's
+  // truncation block cuts; without one, refused).
+  std::optional<bool> truncate;
+  // Cut tokens from the start of the text instead of its end.
+  bool from_left = false;
+  // `text_pair` only: each second text keeps at most this many of its own tokens (its first
+  // ones) before the length limit applies (Cohere's max_tokens_per_doc). 0: no cap.
+  int64_t max_text_pair_tokens = 0;
+};
+
 // Not thread-safe except Complete(), which may race with itself and wins once.
 class InferenceRequest {
  public:
@@ -77,6 +93,8 @@ class InferenceRequest {
   // The priority level the client asked for (the "priority" request parameter). 0, or a level the
   // model does not have, means the model's default_priority_level (as in Triton).
   uint64_t priority = 0;
+  // Over-long text inputs (models that tokenize; see TextTruncation).
+  TextTruncation text_truncation;
 
   // --- Set by the engine ---------------------------------------------------------------------
   // Items in this request: the first dimension of its inputs (1 for models without batching).

@@ -55,6 +55,8 @@ struct RerankRequest {
   std::vector<Document> documents;
   size_t top_n = 0;  // 0: all
   bool return_documents = false;
+  // Each document's own tokens kept (its first ones) before the model's limit; 0: no cap.
+  int64_t max_tokens_per_doc = 0;
 };
 
 absl::StatusOr<RerankRequest> ParseRerank(const HttpRequest& request, int api_version,
@@ -130,6 +132,8 @@ absl::StatusOr<RerankRequest> ParseRerank(const HttpRequest& request, int api_ve
       return absl::InvalidArgumentError(
           "invalid request: max_tokens_per_doc must be a positive integer");
     }
+    // Beyond any model's limit it changes nothing; bounded so it fits the engine's int.
+    parsed.max_tokens_per_doc = std::min<int64_t>(max->get<int64_t>(), int64_t{1} << 30);
   }
   return parsed;
 }
@@ -150,11 +154,15 @@ void HttpRoutes::CohereRerank(int api_version, HttpRequest&& request, Responder 
   if (!model.ok()) return respond(CohereError(model.status()));
   absl::StatusOr<engine::Engine::ModelInfo> info = engine_->GetModel(*model, -1);
   if (!info.ok()) return respond(CohereError(info.status()));
-  TextTask task{.model = *model,
-                .texts = std::vector<std::string>(parsed->documents.size(), parsed->query),
-                .output = "score",
-                .received = std::chrono::steady_clock::now(),
-                .cancelled = request.client_gone};
+  TextTask task{
+      .model = *model,
+      .texts = std::vector<std::string>(parsed->documents.size(), parsed->query),
+      .output = "score",
+      // Cohere cuts what is too long and never refuses it; max_tokens_per_doc cuts
+      // each document first.
+      .truncation = {.truncate = true, .max_text_pair_tokens = parsed->max_tokens_per_doc},
+      .received = std::chrono::steady_clock::now(),
+      .cancelled = request.client_gone};
   for (const Document& document : parsed->documents) task.pairs.push_back(document.text);
   request.body.reset();
   RunTextTask(*engine_, *info->config, std::move(task),

@@ -97,7 +97,7 @@ HttpRoutes::HttpRoutes(engine::Engine* engine, ModelRepository* repository,
   });
 
   // Hugging Face TEI (tei_routes.cc), at the root as TEI serves them.
-  for (const char* prefix : {"/embed", "/rerank", "/predict", "/info", "/health"}) {
+  for (const char* prefix : {"/embed", "/rerank", "/predict", "/tokenize", "/info", "/health"}) {
     table_.AddApi(prefix, TeiErrorResponse);
   }
   table_.Add("POST", "/embed", [this](P, R request, Responder respond) {
@@ -108,6 +108,9 @@ HttpRoutes::HttpRoutes(engine::Engine* engine, ModelRepository* repository,
   });
   table_.Add("POST", "/predict", [this](P, R request, Responder respond) {
     TeiPredict(std::move(request), std::move(respond));
+  });
+  table_.Add("POST", "/tokenize", [this](P, R request, Responder respond) {
+    TeiTokenize(std::move(request), std::move(respond));
   });
   table_.Add("GET", "/info[/{model}]",
              [this](P p, R, Responder respond) { TeiInfo(p.Get("model"), std::move(respond)); });

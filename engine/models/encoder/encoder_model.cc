@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
+#include <limits>
 #include <utility>
 
 #include "absl/strings/numbers.h"
@@ -437,14 +438,22 @@ absl::Status EncoderModel::PrepareRequest(InferenceRequest& request) const {
   const std::vector<absl::string_view> firsts = BytesElements(*text, rows);
   std::vector<absl::string_view> seconds;
   if (pair != nullptr) seconds = BytesElements(*pair, rows);
+  // The request's truncation parameters (TextTruncation), as the tokenizer's per-call options.
+  text::EncodeOptions encode_options;
+  encode_options.truncate = request.text_truncation.truncate;
+  if (request.text_truncation.from_left) {
+    encode_options.direction = text::TruncationDirection::kLeft;
+  }
+  encode_options.max_second_tokens = static_cast<int>(std::clamp<int64_t>(
+      request.text_truncation.max_text_pair_tokens, 0, std::numeric_limits<int>::max()));
   std::vector<text::Encoding> encodings;
   encodings.reserve(static_cast<size_t>(rows));
   int64_t longest = 0;
   int64_t tokens = 0;
   for (int64_t r = 0; r < rows; ++r) {
-    absl::StatusOr<text::Encoding> encoding = pair == nullptr
-                                                  ? tokenizer_->Encode(firsts[r])
-                                                  : tokenizer_->EncodePair(firsts[r], seconds[r]);
+    absl::StatusOr<text::Encoding> encoding =
+        pair == nullptr ? tokenizer_->Encode(firsts[r], encode_options)
+                        : tokenizer_->EncodePair(firsts[r], seconds[r], encode_options);
     if (!encoding.ok()) {
       return Fail(absl::StrCat("input '", pair == nullptr ? kText : "text/text_pair",
                                "' batch item ", r, ": ", encoding.status().message()));
