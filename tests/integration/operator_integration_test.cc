@@ -3,13 +3,18 @@
 // readiness, UNAVAILABLE with the reason on both protocols, the repository index, the state gauge
 // and the log.
 
+#include <chrono>
+#include <condition_variable>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "client/inference_client.h"
 #include "gmock/gmock.h"
+#include "grpcpp/generic/generic_stub.h"
+#include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "tests/integration/http_integration_test_util.h"
@@ -78,13 +83,51 @@ class GoodAndBrokenRepository : public testing::TempRepository {
   }
 };
 
-// gRPC ServerReady and HTTP /v2/health/ready, which must agree.
+// grpc.health.v1.Health/Check of the overall service (""): true SERVING, false NOT_SERVING.
+std::optional<bool> HealthServing(const std::string& address) {
+  auto channel = grpc::CreateChannel(address, grpc::InsecureChannelCredentials());
+  grpc::GenericStub stub(channel);
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  grpc::Slice empty_message("");
+  grpc::ByteBuffer request(&empty_message, 1);
+  grpc::ByteBuffer response;
+  grpc::Status status;
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  stub.UnaryCall(&context, "/grpc.health.v1.Health/Check", grpc::StubOptions(), &request, &response,
+                 [&](grpc::Status s) {
+                   std::lock_guard<std::mutex> lock(mu);
+                   status = s;
+                   done = true;
+                   cv.notify_one();
+                 });
+  std::unique_lock<std::mutex> lock(mu);
+  cv.wait(lock, [&] { return done; });
+  std::vector<grpc::Slice> slices;
+  if (!status.ok() || !response.Dump(&slices).ok()) return std::nullopt;
+  std::string bytes;
+  for (const auto& s : slices) bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
+  if (bytes == std::string("\x08\x01", 2)) return true;
+  if (bytes == std::string("\x08\x02", 2)) return false;
+  return std::nullopt;
+}
+
+// gRPC ServerReady, HTTP /v2/health/ready and the gRPC health service, which must agree.
 std::optional<bool> Ready(const testing::ServerProcess& server) {
   auto client = client::InferenceClient::Create(server.address());
   if (!client.ok()) return std::nullopt;
   absl::StatusOr<bool> grpc_ready = (*client)->ServerReady();
   const int http_status = testing::HttpGet(server.http_port(), "/v2/health/ready").status;
-  if (!grpc_ready.ok() || (http_status == 200) != *grpc_ready) return std::nullopt;
+  const std::optional<bool> health = HealthServing(server.address());
+  if (!grpc_ready.ok() || (http_status == 200) != *grpc_ready || health != *grpc_ready) {
+    ADD_FAILURE() << "readiness disagrees: ServerReady "
+                  << (grpc_ready.ok() ? (*grpc_ready ? "true" : "false") : "error") << ", HTTP "
+                  << http_status << ", health service "
+                  << (health.has_value() ? (*health ? "SERVING" : "NOT_SERVING") : "error");
+    return std::nullopt;
+  }
   return *grpc_ready;
 }
 
