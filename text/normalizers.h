@@ -3,7 +3,9 @@
 // tokenizer.json's normalizers, each as `tokenizers` defines it, over UTF-8 strings: Sequence,
 // NFC, NFD, NFKC, NFKD, Lowercase, Strip, StripAccents, Replace (String or Regex), Prepend,
 // Precompiled (SentencePiece's charsmap), Nmt, ByteLevel and BertNormalizer. Offsets are not
-// tracked: sluice needs ids only.
+// tracked through them (nor through pre_tokenizers.h and models.h): the general pipeline gives
+// offsets only for added tokens found in the raw text (Pipeline::EncodeSequence); the fused BERT
+// pipeline (fused_bert.cc) tracks its own exactly.
 //
 // Thread safety: immutable after parsing; Normalize() may run on any number of threads at once.
 
