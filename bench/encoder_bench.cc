@@ -143,6 +143,12 @@ int Main(int argc, char** argv) {
       ->required();
   app.add_option("--max-batch-size", max_batch, "the config's max_batch_size")
       ->capture_default_str();
+  int threads = 1;
+  app.add_option("--threads", threads,
+                 "compute pool threads the forward pass is split over (1: the calling thread "
+                 "alone, as the one-thread figures against PyTorch and ONNX Runtime are taken)")
+      ->check(CLI::Range(1, 1024))
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
 
   engine::ModelSpec spec;
@@ -150,6 +156,7 @@ int Main(int argc, char** argv) {
   spec.config.backend = "encoder";
   spec.config.max_batch_size = max_batch;
   spec.version_path = model_dir;
+  if (threads > 1) spec.compute_pool = std::make_shared<engine::ComputePool>(threads);
   const double rss_before = ResidentMib();
   const auto load_start = Clock::now();
   absl::StatusOr<engine::ModelConfig> completed = engine::CompleteModelConfig(spec);

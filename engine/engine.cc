@@ -21,6 +21,33 @@ std::string VersionText(int64_t version) {
   return version < 0 ? std::string("(newest)") : absl::StrCat(version);
 }
 
+// What the load chose for a model's scheduling, and why, for the load log: its instances, its
+// batching (the config's, or the backend's default where the config sets none), its token budget
+// and the compute threads a CPU instance splits its batches over.
+std::string SchedulingSummary(const ModelConfig& declared, const ModelConfig& config,
+                              const ComputePool* pool) {
+  std::string summary = absl::StrCat(config.instance_count,
+                                     config.instance_count == 1 ? " instance" : " instances");
+  if (config.max_batch_size > 0 && config.dynamic_batching.has_value()) {
+    absl::StrAppend(&summary, ", dynamic batching up to ", config.max_batch_size,
+                    " (max_queue_delay ", config.dynamic_batching->max_queue_delay.count(), " us",
+                    declared.dynamic_batching.has_value() ? ", from its config"
+                                                          : ", the backend's default",
+                    ")");
+  } else {
+    absl::StrAppend(&summary, ", no dynamic batching (each request runs alone)");
+  }
+  if (config.ragged_batching.has_value()) {
+    absl::StrAppend(&summary, ", at most ", config.ragged_batching->max_batch_tokens,
+                    " tokens per batch");
+  }
+  if (pool != nullptr && config.instance_kind != InstanceKind::kGpu) {
+    absl::StrAppend(&summary, "; on the CPU each batch is split over the compute pool's ",
+                    pool->threads(), pool->threads() == 1 ? " thread" : " threads");
+  }
+  return summary;
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(EngineOptions options) {
@@ -38,7 +65,21 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(EngineOptions options) {
     return absl::InvalidArgumentError(absl::StrCat(
         "access log sample rate ", options.access_log_sample_rate, " is outside 0..1"));
   }
+  constexpr int kMaxComputeThreads = 1024;
+  if (options.compute_threads < 0 || options.compute_threads > kMaxComputeThreads) {
+    return absl::InvalidArgumentError(absl::StrCat("compute threads must be in 0..",
+                                                   kMaxComputeThreads, " (0: every usable CPU), not ",
+                                                   options.compute_threads));
+  }
   std::unique_ptr<Engine> engine(new Engine(options));
+  const CpuBudget cpus = UsableCpus();
+  const int compute_threads = options.compute_threads > 0 ? options.compute_threads : cpus.cpus;
+  engine->compute_ = std::make_shared<ComputePool>(compute_threads);
+  LOG_INFO(options.logger, "CPU compute pool: ", compute_threads,
+           compute_threads == 1 ? " thread" : " threads",
+           options.compute_threads > 0 ? " (--compute-threads); the process may use "
+                                       : ", one per CPU the process may use: ",
+           cpus.Describe());
   ASSIGN_OR_RETURN(engine->preparation_,
                    PreparationPool::Create({.threads = options.preparation_threads,
                                             .max_queue = options.preparation_queue_size}));
@@ -58,6 +99,7 @@ Engine::~Engine() { Shutdown(); }
 absl::StatusOr<std::shared_ptr<Engine::LoadedModel>> Engine::Build(const ModelSpec& given) {
   // Backends that read their inputs and outputs from their files complete the config first.
   ModelSpec spec = given;
+  if (spec.compute_pool == nullptr) spec.compute_pool = compute_;
   ASSIGN_OR_RETURN(spec.config, CompleteModelConfig(given));
   RETURN_IF_ERROR(ValidateModelConfig(spec.config));
   RETURN_IF_ERROR(CheckLoadLimits(spec.config, spec.limits));  // before anything is allocated
@@ -131,6 +173,8 @@ absl::StatusOr<std::shared_ptr<Engine::LoadedModel>> Engine::Build(const ModelSp
                    CreateExecutors(spec, *loaded->model, factory_options));
   for (const auto& executor : executors) loaded->executors.push_back(executor.get());
   loaded->scheduler->Start(std::move(executors));
+  LOG_INFO(options_.logger, "model '", config.name, "' version ", spec.version, ": ",
+           SchedulingSummary(given.config, config, spec.compute_pool.get()));
   return loaded;
 }
 

@@ -64,6 +64,10 @@ struct EngineOptions {
   // RESOURCE_EXHAUSTED.
   int preparation_threads = 2;
   int64_t preparation_queue_size = 1024;
+  // The compute pool's threads (engine/core/compute_pool.h), shared by every CPU model: each
+  // batch's GEMMs, attention and row-wise kernels are split over them. 0: the CPUs this process
+  // may use (UsableCpus: affinity mask and cgroup CPU quota). sluice-server --compute-threads.
+  int compute_threads = 0;
   // Test-only, empty in production: called on a model instance's executor thread before each batch
   // with the model's name, version and the instance's index; a non-OK status faults that batch as
   // a CUDA error would (fault_injection.h builds one from SLUICE_TEST_FAULT_INJECT).
@@ -187,6 +191,7 @@ class Engine {
   // Tokenizes text requests before they are enqueued; set once by Create(), stopped (its queue
   // run) by Shutdown() before the schedulers.
   std::unique_ptr<PreparationPool> preparation_;
+  std::shared_ptr<ComputePool> compute_;
 };
 
 }  // namespace sluice::engine

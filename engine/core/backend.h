@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "engine/core/compute_pool.h"
 #include "engine/core/executor.h"
 #include "engine/core/inference_request.h"
 #include "engine/core/load_limits.h"
@@ -88,6 +89,10 @@ struct ModelSpec {
   // What the load may allocate and start (checked by the engine before it builds anything, and by
   // backends that size buffers from their files). The defaults hold for embedders that set none.
   LoadLimits limits;
+  // The process's CPU compute threads (the engine's, shared by every model), on which a CPU model
+  // splits each batch's work. Null: the model computes on its executor's thread alone (tests and
+  // benchmarks that build a model without an engine).
+  std::shared_ptr<ComputePool> compute_pool;
 };
 
 // What a backend's GPU half receives to build the executor of one model instance on one GPU

@@ -226,6 +226,15 @@ void AddBatchingFlags(CLI::App& app, ServerFlags& flags) {
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 24))
       ->capture_default_str()
       ->group(kBatchingGroup);
+  app.add_option("--compute-threads", flags.compute_threads,
+                 "Threads that compute CPU models' batches, shared by all models: each batch's "
+                 "matrix products, attention and row-wise steps are split over them, so one "
+                 "request uses every core. 0: one per CPU the process may use (its affinity "
+                 "mask, capped by a cgroup CPU quota)")
+      ->envname("SLUICE_COMPUTE_THREADS")
+      ->check(CLI::Range(0, 1024))
+      ->capture_default_str()
+      ->group(kBatchingGroup);
   app.add_option("--tokenizer-threads", flags.tokenizer_threads,
                  "Threads that tokenize text inputs (encoder models with a tokenizer) before "
                  "batching, off the gRPC/HTTP threads; shared by all models")

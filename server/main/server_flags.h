@@ -72,6 +72,8 @@ struct ServerFlags {
   // may ask for (issue 17 items 3, 8, 10: engine::LoadLimits).
   int64_t max_queue_size = 4096;
   int tokenizer_threads = 2;
+  // The CPU compute pool's threads; 0: every CPU the process may use (engine::UsableCpus).
+  int compute_threads = 0;
   int64_t tokenizer_queue_size = 1024;
   engine::LoadLimits load_limits;
 

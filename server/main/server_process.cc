@@ -152,6 +152,7 @@ engine::EngineOptions ServerProcess::EngineOptionsFromFlags() {
   engine_options.gpu_executor_slots = flags_.gpu_executor_slots;
   engine_options.cpu_single_instance_on_batcher = flags_.cpu_batcher_runs_batches;
   engine_options.preparation_threads = flags_.tokenizer_threads;
+  engine_options.compute_threads = flags_.compute_threads;
   engine_options.preparation_queue_size = flags_.tokenizer_queue_size;
   // The collector's readings are only published as metrics, so it runs only with them.
   engine_options.stats_interval =

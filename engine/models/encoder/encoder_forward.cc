@@ -23,32 +23,49 @@ void Linear(const float* x, int64_t rows, int in, const std::vector<float>& w, i
               w.data(), in, 0.0f, y, out);
 }
 
-// Attention of one sequence (tokens [begin, begin + n)) for every head: context = softmax(Q K^T
-// / sqrt(d) + mask) V, written into context[begin.., head * d..]. Both products run on the
+// Attention of one head of one sequence (tokens [begin, begin + n)): context = softmax(Q K^T /
+// sqrt(d) + mask) V, written into context[begin.., head * d..]. Both products run on the
 // encoder's own GEMM: the head's keys are packed into panels (K is the score product's right-hand
 // side, [n, d] like an nn.Linear weight) and its values likewise as V^T, a copy of n x 16-float
 // runs per panel; Q and the probabilities are read in place (Q from the QKV rows, leading dimension
 // 3H). Packing costs n d per operand against the products' n^2 d. OpenBLAS, which packed both
 // operands of every one of these small products and ran them at about half the large GEMM's rate,
-// was ~8 % of a MiniLM forward pass. The scale rides on the softmax.
-void SequenceAttention(const EncoderNetwork& net, const kernels::KernelTable& k,
-                       const gemm::GemmKernel& g, const float* qkv, const float* mask_add,
-                       int64_t begin, int n, float* scores, float* key_panels, float* value_panels,
-                       float* context) {
+// was ~8 % of a MiniLM forward pass. The scale rides on the softmax. A (sequence, head) pair is
+// the unit the compute pool splits attention into: it writes its own columns of `context` only.
+void HeadAttention(const EncoderNetwork& net, const kernels::KernelTable& k,
+                   const gemm::GemmKernel& g, const float* qkv, const float* mask_add,
+                   int64_t begin, int n, int head, float* scores, float* key_panels,
+                   float* value_panels, float* context) {
   const int h = net.hidden;
   const int d = net.head_size();
   const int ld = 3 * h;
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
-  for (int head = 0; head < net.heads; ++head) {
-    const float* q = qkv + begin * ld + head * d;
-    const float* key = q + h;
-    const float* v = q + 2 * h;
-    PackPanels(key, ld, n, d, key_panels);
-    PanelGemm(g, q, ld, n, key_panels, n, d, nullptr, scores, n);
-    k.masked_softmax(scores, mask_add + begin, n, n, scale);
-    PackTransposedPanels(v, ld, n, d, value_panels);
-    PanelGemm(g, scores, n, n, value_panels, d, n, nullptr, context + begin * h + head * d, h);
+  const float* q = qkv + begin * ld + head * d;
+  const float* key = q + h;
+  const float* v = q + 2 * h;
+  PackPanels(key, ld, n, d, key_panels);
+  PanelGemm(g, q, ld, n, key_panels, n, d, nullptr, scores, n);
+  k.masked_softmax(scores, mask_add + begin, n, n, scale);
+  PackTransposedPanels(v, ld, n, d, value_panels);
+  PanelGemm(g, scores, n, n, value_panels, d, n, nullptr, context + begin * h + head * d, h);
+}
+
+// Runs fn(row_begin, row_count) over [0, rows) in blocks, on the pool where there is one: the
+// row-wise kernels (LayerNorm, bias + activation), whose rows are independent.
+template <typename Fn>
+void ForRowBlocks(ComputePool* pool, int64_t rows, int64_t min_rows, const Fn& fn) {
+  const int threads = pool == nullptr ? 1 : pool->threads();
+  const int64_t blocks =
+      std::clamp<int64_t>(rows / std::max<int64_t>(min_rows, 1), 1, int64_t{threads} * 2);
+  if (threads == 1 || blocks == 1) {
+    fn(int64_t{0}, rows);
+    return;
   }
+  pool->ParallelFor(static_cast<int>(blocks), [&](int task, int) {
+    const int64_t begin = rows * task / blocks;
+    const int64_t end = rows * (task + 1) / blocks;
+    fn(begin, end - begin);
+  });
 }
 
 void GatherFirstTokens(const EncoderNetwork& net, const PackedBatch& batch, const float* hidden,
@@ -70,7 +87,7 @@ void PackedBatch::Clear() {
 }
 
 void EncoderWorkspace::Reserve(const EncoderNetwork& net, int64_t tokens, int64_t chunk_tokens,
-                               int sequences, int64_t longest) {
+                               int sequences, int64_t longest, int workers) {
   auto grow = [](std::vector<float>& v, int64_t size) {
     if (static_cast<int64_t>(v.size()) < size) v.resize(static_cast<size_t>(size));
   };
@@ -80,17 +97,20 @@ void EncoderWorkspace::Reserve(const EncoderNetwork& net, int64_t tokens, int64_
   grow(context_, chunk_tokens * h);
   grow(projected_, chunk_tokens * h);
   grow(intermediate_, chunk_tokens * net.intermediate);
-  grow(scores_, longest * longest);
   const int64_t key_floats = PanelFloats(static_cast<int>(longest), net.head_size());
   const int64_t value_floats = PanelFloats(net.head_size(), static_cast<int>(longest));
   constexpr int64_t kAlign = 16;  // floats: 64 bytes, one cache line, so a panel row is one line
-  grow(panels_, key_floats + value_floats + 2 * kAlign);
   const auto aligned = [](float* p) {
     const auto address = reinterpret_cast<uintptr_t>(p);
     return reinterpret_cast<float*>((address + 63) & ~uintptr_t{63});
   };
-  key_panels_ = aligned(panels_.data());
-  value_panels_ = aligned(key_panels_ + key_floats);
+  if (static_cast<int>(attention_.size()) < workers) attention_.resize(static_cast<size_t>(workers));
+  for (AttentionScratch& scratch : attention_) {
+    grow(scratch.scores, longest * longest);
+    grow(scratch.panels, key_floats + value_floats + 2 * kAlign);
+    scratch.key_panels = aligned(scratch.panels.data());
+    scratch.value_panels = aligned(scratch.key_panels + key_floats);
+  }
   grow(mask_add_, tokens);
   grow(first_tokens_, int64_t{sequences} * h);
   grow(head_, int64_t{sequences} * h);
@@ -127,7 +147,7 @@ int ChunkEnd(const PackedBatch& batch, int first, int64_t budget) {
 }  // namespace
 
 void Forward(const EncoderNetwork& net, const PackedBatch& batch, EncoderWorkspace& ws,
-             int64_t chunk_tokens) {
+             int64_t chunk_tokens, ComputePool* pool) {
   const int64_t tokens = batch.tokens();
   const int64_t budget = std::max<int64_t>(chunk_tokens, 1);
   int64_t longest = 0;
@@ -140,25 +160,31 @@ void Forward(const EncoderNetwork& net, const PackedBatch& batch, EncoderWorkspa
     widest = std::max(widest, batch.offsets[end] - batch.offsets[s]);
     s = end;
   }
-  ws.Reserve(net, tokens, widest, batch.sequences(), longest);
+  ws.Reserve(net, tokens, widest, batch.sequences(), longest,
+             pool == nullptr ? 1 : pool->threads());
   const int h = net.hidden;
-
-  // Embeddings: word + token type + position (HF's order of addition), then LayerNorm.
-  for (int64_t t = 0; t < tokens; ++t) {
-    const float* word = net.word_embeddings.data() + int64_t{batch.token_ids[t]} * h;
-    const float* position = net.position_embeddings.data() + int64_t{batch.positions[t]} * h;
-    float* xt = ws.hidden_.data() + t * h;
-    if (!net.type_embeddings.empty()) {
-      const float* type = net.type_embeddings.data() + int64_t{batch.token_types[t]} * h;
-      for (int j = 0; j < h; ++j) xt[j] = word[j] + type[j] + position[j];
-    } else {
-      for (int j = 0; j < h; ++j) xt[j] = word[j] + position[j];
-    }
-  }
   const kernels::KernelTable& k = kernels::Get();
   const gemm::GemmKernel& g = gemm::Get();
-  k.layer_norm(ws.hidden_.data(), net.embedding_norm_gamma.data(), net.embedding_norm_beta.data(),
-               tokens, h, net.layer_norm_eps);
+  // Row-wise steps split into blocks of at least this many rows (a LayerNorm row of 384 floats
+  // is ~0.1 us: smaller blocks cost more to hand over than to compute).
+  constexpr int64_t kMinRowsPerTask = 16;
+
+  // Embeddings: word + token type + position (HF's order of addition), then LayerNorm.
+  ForRowBlocks(pool, tokens, kMinRowsPerTask, [&](int64_t t0, int64_t count) {
+    for (int64_t t = t0; t < t0 + count; ++t) {
+      const float* word = net.word_embeddings.data() + int64_t{batch.token_ids[t]} * h;
+      const float* position = net.position_embeddings.data() + int64_t{batch.positions[t]} * h;
+      float* xt = ws.hidden_.data() + t * h;
+      if (!net.type_embeddings.empty()) {
+        const float* type = net.type_embeddings.data() + int64_t{batch.token_types[t]} * h;
+        for (int j = 0; j < h; ++j) xt[j] = word[j] + type[j] + position[j];
+      } else {
+        for (int j = 0; j < h; ++j) xt[j] = word[j] + position[j];
+      }
+    }
+    k.layer_norm(ws.hidden_.data() + t0 * h, net.embedding_norm_gamma.data(),
+                 net.embedding_norm_beta.data(), count, h, net.layer_norm_eps);
+  });
   // The attention's additive key mask: 0 for an attended token, -inf for a masked one.
   for (int64_t t = 0; t < tokens; ++t) {
     ws.mask_add_[t] = batch.attend[t] ? 0.0f : -std::numeric_limits<float>::infinity();
@@ -173,28 +199,46 @@ void Forward(const EncoderNetwork& net, const PackedBatch& batch, EncoderWorkspa
     const int64_t rows = batch.offsets[end] - t0;
     float* x = ws.hidden_.data() + t0 * h;
     const float* mask_add = ws.mask_add_.data() + t0;
+    const int chunk_sequences = end - first;
     for (const EncoderLayer& layer : net.encoder_layers) {
       // One GEMM for query, key and value, the bias its accumulators' starting value.
       float* qkv = ws.qkv_.data();
-      PackedGemm(x, rows, layer.qkv_weight, layer.qkv_bias.data(), qkv);
-      for (int s = first; s < end; ++s) {
+      PackedGemm(pool, g, x, rows, layer.qkv_weight, layer.qkv_bias.data(), qkv);
+      const auto attend = [&](int task, int worker) {
+        const int s = first + task / net.heads;
+        const int head = task % net.heads;
         const int64_t begin = batch.offsets[s] - t0;
         const int n = static_cast<int>(batch.offsets[s + 1] - batch.offsets[s]);
-        SequenceAttention(net, k, g, qkv, mask_add, begin, n, ws.scores_.data(), ws.key_panels_,
-                          ws.value_panels_, ws.context_.data());
+        EncoderWorkspace::AttentionScratch& scratch = ws.attention_[static_cast<size_t>(worker)];
+        HeadAttention(net, k, g, qkv, mask_add, begin, n, head, scratch.scores.data(),
+                      scratch.key_panels, scratch.value_panels, ws.context_.data());
+      };
+      const int heads_tasks = chunk_sequences * net.heads;
+      if (pool != nullptr) {
+        pool->ParallelFor(heads_tasks, attend);
+      } else {
+        for (int task = 0; task < heads_tasks; ++task) attend(task, 0);
       }
-      PackedGemm(ws.context_.data(), rows, layer.attention_out_weight, nullptr,
+      PackedGemm(pool, g, ws.context_.data(), rows, layer.attention_out_weight, nullptr,
                  ws.projected_.data());
-      k.bias_residual_layer_norm(ws.projected_.data(), layer.attention_out_bias.data(),
-                                 layer.attention_norm_gamma.data(),
-                                 layer.attention_norm_beta.data(), rows, h, net.layer_norm_eps, x);
-      PackedGemm(x, rows, layer.intermediate_weight, nullptr, ws.intermediate_.data());
-      k.bias_activate(ws.intermediate_.data(), layer.intermediate_bias.data(), rows,
-                      net.intermediate, net.activation);
-      PackedGemm(ws.intermediate_.data(), rows, layer.output_weight, nullptr, ws.projected_.data());
-      k.bias_residual_layer_norm(ws.projected_.data(), layer.output_bias.data(),
-                                 layer.output_norm_gamma.data(), layer.output_norm_beta.data(),
-                                 rows, h, net.layer_norm_eps, x);
+      ForRowBlocks(pool, rows, kMinRowsPerTask, [&](int64_t r0, int64_t count) {
+        k.bias_residual_layer_norm(ws.projected_.data() + r0 * h, layer.attention_out_bias.data(),
+                                   layer.attention_norm_gamma.data(),
+                                   layer.attention_norm_beta.data(), count, h, net.layer_norm_eps,
+                                   x + r0 * h);
+      });
+      PackedGemm(pool, g, x, rows, layer.intermediate_weight, nullptr, ws.intermediate_.data());
+      ForRowBlocks(pool, rows, kMinRowsPerTask, [&](int64_t r0, int64_t count) {
+        k.bias_activate(ws.intermediate_.data() + r0 * net.intermediate,
+                        layer.intermediate_bias.data(), count, net.intermediate, net.activation);
+      });
+      PackedGemm(pool, g, ws.intermediate_.data(), rows, layer.output_weight, nullptr,
+                 ws.projected_.data());
+      ForRowBlocks(pool, rows, kMinRowsPerTask, [&](int64_t r0, int64_t count) {
+        k.bias_residual_layer_norm(ws.projected_.data() + r0 * h, layer.output_bias.data(),
+                                   layer.output_norm_gamma.data(), layer.output_norm_beta.data(),
+                                   count, h, net.layer_norm_eps, x + r0 * h);
+      });
     }
     first = end;
   }

@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "engine/core/compute_pool.h"
 #include "engine/models/encoder/encoder_network.h"
 
 namespace sluice::engine::models::encoder {
@@ -49,23 +50,30 @@ class EncoderWorkspace {
   const float* hidden() const { return hidden_.data(); }
 
  private:
-  friend void Forward(const EncoderNetwork&, const PackedBatch&, EncoderWorkspace&, int64_t);
+  friend void Forward(const EncoderNetwork&, const PackedBatch&, EncoderWorkspace&, int64_t,
+                      ComputePool*);
   friend void PoolerOutput(const EncoderNetwork&, const PackedBatch&, EncoderWorkspace&, float*);
   friend void Logits(const EncoderNetwork&, const PackedBatch&, EncoderWorkspace&, float*);
-  // T tokens in the batch, C in its widest chunk (Forward's pass through the layers).
+  // T tokens in the batch, C in its widest chunk (Forward's pass through the layers); attention
+  // scratch for `workers` compute workers.
   void Reserve(const EncoderNetwork& net, int64_t tokens, int64_t chunk_tokens, int sequences,
-               int64_t longest);
+               int64_t longest, int workers);
+
+  // One compute worker's attention scratch: one head's scores and its keys and values in the
+  // GEMM's panel layout (PackPanels), 64-byte aligned within `panels`.
+  struct AttentionScratch {
+    std::vector<float> scores;  // [longest, longest]
+    std::vector<float> panels;
+    float* key_panels = nullptr;
+    float* value_panels = nullptr;
+  };
 
   std::vector<float> hidden_;        // [T, H]
   std::vector<float> qkv_;           // [C, 3H]
   std::vector<float> context_;       // [C, H]
   std::vector<float> projected_;     // [C, H]
   std::vector<float> intermediate_;  // [C, I]
-  std::vector<float> scores_;        // [longest, longest]
-  // One head's keys and values in the GEMM's panel layout (PackPanels), 64-byte aligned within.
-  std::vector<float> panels_;
-  float* key_panels_ = nullptr;
-  float* value_panels_ = nullptr;
+  std::vector<AttentionScratch> attention_;  // one per compute worker
   std::vector<float> mask_add_;      // [T]: 0 attended, -inf masked (the softmax's key mask)
   std::vector<float> first_tokens_;  // [S, H]
   std::vector<float> head_;          // [S, H]
@@ -78,9 +86,12 @@ inline constexpr int64_t kForwardChunkTokens = 512;
 int64_t ForwardChunkTokens();
 
 // Runs the encoder over `batch`; the result is workspace.hidden(). The chunking does not change a
-// bit of the answer (each GEMM row and each sequence's attention is computed alone).
+// bit of the answer (each GEMM row and each sequence's attention is computed alone), nor does the
+// pool: each step is split into tasks that write disjoint parts of its output (GEMM column panels
+// and row blocks, a sequence's head, blocks of rows), each computed as the single-threaded pass
+// computes it. `pool` null: every step on the calling thread.
 void Forward(const EncoderNetwork& net, const PackedBatch& batch, EncoderWorkspace& workspace,
-             int64_t chunk_tokens = ForwardChunkTokens());
+             int64_t chunk_tokens = ForwardChunkTokens(), ComputePool* pool = nullptr);
 
 // The `embedding` of sequence `s` after Forward: [embedding_size()] floats written to `out`
 // (pooling modes in sentence-transformers' order cls, max, mean, mean_sqrt_len; then L2

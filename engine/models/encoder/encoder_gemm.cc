@@ -198,4 +198,36 @@ void PackedGemm(const float* x, int64_t rows, const PackedWeights& w, const floa
   PackedGemm(gemm::Get(), x, rows, w, bias, y);
 }
 
+void PackedGemm(ComputePool* pool, const gemm::GemmKernel& g, const float* x, int64_t rows,
+                const PackedWeights& w, const float* bias, float* y, int64_t min_parallel_work) {
+  const int threads = pool == nullptr ? 1 : pool->threads();
+  if (threads == 1 || rows * w.n() * int64_t{w.k()} < min_parallel_work) {
+    PackedGemm(g, x, rows, w, bias, y);
+    return;
+  }
+  const int64_t kRowBlock = kMc;  // the GEMM's own row block
+  const int64_t row_blocks = (rows + kRowBlock - 1) / kRowBlock;
+  const int groups_of_two = (w.panels() + 1) / 2;
+  // About three tasks per thread, so that a thread delayed by other work (tokenization, the
+  // network) leaves its share to the others.
+  const int want = 3 * threads;
+  const int column_tasks = static_cast<int>(std::clamp<int64_t>(
+      (want + row_blocks - 1) / row_blocks, 1, groups_of_two));
+  const int tasks = static_cast<int>(row_blocks) * column_tasks;
+  const int64_t stride = w.panel_stride();
+  pool->ParallelFor(tasks, [&](int task, int) {
+    const int64_t rb = task / column_tasks;
+    const int ct = task % column_tasks;
+    const int64_t r0 = rb * kRowBlock;
+    const int64_t r = std::min(kRowBlock, rows - r0);
+    const int first_panel = 2 * (groups_of_two * ct / column_tasks);
+    const int end_panel = std::min(w.panels(), 2 * (groups_of_two * (ct + 1) / column_tasks));
+    if (end_panel <= first_panel) return;
+    const int col = first_panel * kPanelWidth;
+    const int n = std::min(w.n(), end_panel * kPanelWidth) - col;
+    PanelGemm(g, x + r0 * w.k(), w.k(), r, w.data() + first_panel * stride, n, w.k(),
+              bias != nullptr ? bias + col : nullptr, y + r0 * w.n() + col, w.n());
+  });
+}
+
 }  // namespace sluice::engine::models::encoder

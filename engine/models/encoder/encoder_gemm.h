@@ -37,6 +37,8 @@
 #include <new>
 #include <vector>
 
+#include "engine/core/compute_pool.h"
+
 namespace sluice::engine::models::encoder {
 
 inline constexpr int kPanelWidth = 16;
@@ -126,5 +128,17 @@ void PackedGemm(const gemm::GemmKernel& kernel, const float* x, int64_t rows,
                 const PackedWeights& w, const float* bias, float* y);
 // The same with gemm::Get().
 void PackedGemm(const float* x, int64_t rows, const PackedWeights& w, const float* bias, float* y);
+
+// Below this many multiply-adds (rows x n x k) a product runs on the calling thread: a task's
+// share would be shorter than the pool's hand-off (a few microseconds).
+inline constexpr int64_t kMinPooledGemmWork = int64_t{1} << 18;
+
+// The same product split over `pool` (null: on the calling thread): by row blocks of the GEMM's
+// own row block and by column ranges of whole panel pairs, about three tasks per thread. Each task
+// is a PanelGemm over its rows and columns, whose every element is summed as the whole product
+// sums it, so the result is the same bits as the single-threaded PackedGemm.
+void PackedGemm(ComputePool* pool, const gemm::GemmKernel& kernel, const float* x, int64_t rows,
+                const PackedWeights& w, const float* bias, float* y,
+                int64_t min_parallel_work = kMinPooledGemmWork);
 
 }  // namespace sluice::engine::models::encoder

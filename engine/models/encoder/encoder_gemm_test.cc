@@ -188,6 +188,33 @@ TEST(EncoderGemmTest, StridedPanelGemmMatchesDoublePrecisionAndWritesOnlyItsColu
 
 // A row's result does not depend on the other rows: the same bits alone as at any place in a
 // batch (the encoder's "a sequence's answer does not depend on its batch-mates").
+// Split over a compute pool (row blocks x column ranges of panel pairs), the product is the same
+// bits as on one thread: every element is summed in the same order, by the same tile shape.
+TEST(EncoderGemmTest, APooledProductIsTheSingleThreadedProductBitForBit) {
+  std::mt19937 rng(11);
+  ComputePool pool(3);
+  const gemm::GemmKernel& kernel = gemm::Get();
+  // Odd column counts (a partial last panel, fewer panels than tasks), rows across the row block
+  // (192), biased and not.
+  for (int64_t m : {1, 7, 191, 193, 400}) {
+    for (int n : {5, 16, 33, 100, 384}) {
+      for (int k : {3, 64, 257}) {
+        const std::vector<float> x = Random(m * k, rng);
+        const std::vector<float> w = Random(int64_t{n} * k, rng);
+        const std::vector<float> bias = Random(n, rng);
+        const PackedWeights packed = PackedWeights::Pack(w, n, k);
+        for (const float* b : {bias.data(), static_cast<const float*>(nullptr)}) {
+          std::vector<float> serial(static_cast<size_t>(m * n), -1.0f);
+          std::vector<float> pooled(static_cast<size_t>(m * n), -2.0f);
+          PackedGemm(kernel, x.data(), m, packed, b, serial.data());
+          PackedGemm(&pool, kernel, x.data(), m, packed, b, pooled.data(), /*min_parallel_work=*/0);
+          ASSERT_EQ(pooled, serial) << m << "x" << n << "x" << k << (b ? " biased" : "");
+        }
+      }
+    }
+  }
+}
+
 TEST(EncoderGemmTest, ARowsResultDoesNotDependOnItsBatchMates) {
   std::mt19937 rng(3);
   const int64_t m = 203;

@@ -215,6 +215,12 @@ absl::StatusOr<ModelConfig> CompleteUnprefixed(const ModelSpec& spec) {
   }
   config.ragged_batching = RaggedBatchingConfig{.max_batch_tokens = max_batch_tokens,
                                                 .max_sequence_tokens = max_sequence_tokens};
+  // Dynamic batching is on unless the config sets its own: an encoder batches sequences of any
+  // length together (ragged), and a batch of 32 short sentences costs about as much CPU as a
+  // handful run alone (the weights are read once per chunk, not once per request). A queue delay
+  // of 0 adds no latency at low load: a batch is whatever waited while the previous one ran
+  // (work-conserving). Measured in docs/performance.md; max_batch_size: 1 turns it off.
+  if (!config.dynamic_batching.has_value()) config.dynamic_batching = DynamicBatchingConfig{};
   RETURN_IF_ERROR(encoder::ParseGpuOptions(config, max_batch_tokens).status());
   return config;
 }
@@ -244,8 +250,9 @@ RequestInputs FindInputs(std::span<const TensorView> inputs) {
 
 class EncoderInstance final : public ModelInstance {
  public:
-  EncoderInstance(const ModelConfig& config, std::shared_ptr<const EncoderNetwork> net)
-      : config_(config), net_(std::move(net)) {}
+  EncoderInstance(const ModelConfig& config, std::shared_ptr<const EncoderNetwork> net,
+                  std::shared_ptr<ComputePool> pool)
+      : config_(config), net_(std::move(net)), pool_(std::move(pool)) {}
 
   bool runs_ragged() const override { return true; }
 
@@ -279,7 +286,7 @@ class EncoderInstance final : public ModelInstance {
       ASSIGN_OR_RETURN(encoder::RequestShape shape, encoder::PackRequest(net, in, batch_));
       shapes.push_back(shape);
     }
-    encoder::Forward(net, batch_, workspace_);
+    encoder::Forward(net, batch_, workspace_, encoder::ForwardChunkTokens(), pool_.get());
 
     bool any_embedding = false;
     bool any_pooler = false;
@@ -326,6 +333,7 @@ class EncoderInstance final : public ModelInstance {
 
   const ModelConfig& config_;
   const std::shared_ptr<const EncoderNetwork> net_;
+  const std::shared_ptr<ComputePool> pool_;  // nullable: compute on this thread alone
   PackedBatch batch_;
   encoder::EncoderWorkspace workspace_;
   std::vector<float> embedding_;
@@ -343,13 +351,16 @@ struct PreparedInputs {
 class EncoderModel final : public Model {
  public:
   EncoderModel(ModelConfig config, std::shared_ptr<const EncoderNetwork> net,
-               std::shared_ptr<const text::Tokenizer> tokenizer)
-      : config_(std::move(config)), net_(std::move(net)), tokenizer_(std::move(tokenizer)) {}
+               std::shared_ptr<const text::Tokenizer> tokenizer, std::shared_ptr<ComputePool> pool)
+      : config_(std::move(config)),
+        net_(std::move(net)),
+        tokenizer_(std::move(tokenizer)),
+        pool_(std::move(pool)) {}
 
   const ModelConfig& config() const override { return config_; }
   const std::shared_ptr<const EncoderNetwork>& network() const { return net_; }
   absl::StatusOr<std::unique_ptr<ModelInstance>> CreateInstance(int) override {
-    return std::make_unique<EncoderInstance>(config_, net_);
+    return std::make_unique<EncoderInstance>(config_, net_, pool_);
   }
   bool validates_requests() const override { return true; }
   absl::Status ValidateAndBindRequest(InferenceRequest& request) const override;
@@ -374,6 +385,7 @@ class EncoderModel final : public Model {
   const std::shared_ptr<const EncoderNetwork> net_;
   // Null without a tokenizer in the version folder (then the config has no text inputs).
   const std::shared_ptr<const text::Tokenizer> tokenizer_;
+  const std::shared_ptr<ComputePool> pool_;
 };
 
 absl::Status EncoderModel::ValidateTextRequest(InferenceRequest& request) const {
@@ -664,7 +676,8 @@ absl::StatusOr<std::unique_ptr<Model>> CreateEncoderModel(const ModelSpec& spec)
       encoder::LoadEncoderNetwork(spec.version_path, *options);
   if (!net.ok()) return WithContext(spec, net.status());
   cpu::UseSingleThreadedBlas();
-  return std::make_unique<EncoderModel>(config, *std::move(net), std::move(tokenizer));
+  return std::make_unique<EncoderModel>(config, *std::move(net), std::move(tokenizer),
+                                        spec.compute_pool);
 }
 
 std::shared_ptr<const EncoderNetwork> LoadedEncoderNetwork(const Model& model) {

