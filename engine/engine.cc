@@ -26,14 +26,14 @@ std::string VersionText(int64_t version) {
 // and the compute threads a CPU instance splits its batches over.
 std::string SchedulingSummary(const ModelConfig& declared, const ModelConfig& config,
                               const ComputePool* pool) {
-  std::string summary = absl::StrCat(config.instance_count,
-                                     config.instance_count == 1 ? " instance" : " instances");
+  std::string summary =
+      absl::StrCat(config.instance_count, config.instance_count == 1 ? " instance" : " instances");
   if (config.max_batch_size > 0 && config.dynamic_batching.has_value()) {
-    absl::StrAppend(&summary, ", dynamic batching up to ", config.max_batch_size,
-                    " (max_queue_delay ", config.dynamic_batching->max_queue_delay.count(), " us",
-                    declared.dynamic_batching.has_value() ? ", from its config"
-                                                          : ", the backend's default",
-                    ")");
+    absl::StrAppend(
+        &summary, ", dynamic batching up to ", config.max_batch_size, " (max_queue_delay ",
+        config.dynamic_batching->max_queue_delay.count(), " us",
+        declared.dynamic_batching.has_value() ? ", from its config" : ", the backend's default",
+        ")");
   } else {
     absl::StrAppend(&summary, ", no dynamic batching (each request runs alone)");
   }
@@ -67,9 +67,9 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(EngineOptions options) {
   }
   constexpr int kMaxComputeThreads = 1024;
   if (options.compute_threads < 0 || options.compute_threads > kMaxComputeThreads) {
-    return absl::InvalidArgumentError(absl::StrCat("compute threads must be in 0..",
-                                                   kMaxComputeThreads, " (0: every usable CPU), not ",
-                                                   options.compute_threads));
+    return absl::InvalidArgumentError(
+        absl::StrCat("compute threads must be in 0..", kMaxComputeThreads,
+                     " (0: every usable CPU), not ", options.compute_threads));
   }
   std::unique_ptr<Engine> engine(new Engine(options));
   const CpuBudget cpus = UsableCpus();

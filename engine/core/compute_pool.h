@@ -41,9 +41,9 @@ namespace sluice::engine {
 
 // What UsableCpus() found, for the load log.
 struct CpuBudget {
-  int cpus = 1;              // what the pool should use: min(affinity, ceil(quota)), >= 1
-  int affinity_cpus = 1;     // CPUs in the affinity mask (hardware_concurrency where unknown)
-  double quota_cpus = 0;     // the cgroup CPU quota in CPUs; 0: none
+  int cpus = 1;                  // what the pool should use: min(affinity, ceil(quota)), >= 1
+  int affinity_cpus = 1;         // CPUs in the affinity mask (hardware_concurrency where unknown)
+  double quota_cpus = 0;         // the cgroup CPU quota in CPUs; 0: none
   std::string Describe() const;  // "2 CPUs (affinity 2, no cgroup CPU quota)"
 };
 CpuBudget UsableCpus();

@@ -104,7 +104,8 @@ void EncoderWorkspace::Reserve(const EncoderNetwork& net, int64_t tokens, int64_
     const auto address = reinterpret_cast<uintptr_t>(p);
     return reinterpret_cast<float*>((address + 63) & ~uintptr_t{63});
   };
-  if (static_cast<int>(attention_.size()) < workers) attention_.resize(static_cast<size_t>(workers));
+  if (static_cast<int>(attention_.size()) < workers)
+    attention_.resize(static_cast<size_t>(workers));
   for (AttentionScratch& scratch : attention_) {
     grow(scratch.scores, longest * longest);
     grow(scratch.panels, key_floats + value_floats + 2 * kAlign);

@@ -68,11 +68,11 @@ class EncoderWorkspace {
     float* value_panels = nullptr;
   };
 
-  std::vector<float> hidden_;        // [T, H]
-  std::vector<float> qkv_;           // [C, 3H]
-  std::vector<float> context_;       // [C, H]
-  std::vector<float> projected_;     // [C, H]
-  std::vector<float> intermediate_;  // [C, I]
+  std::vector<float> hidden_;                // [T, H]
+  std::vector<float> qkv_;                   // [C, 3H]
+  std::vector<float> context_;               // [C, H]
+  std::vector<float> projected_;             // [C, H]
+  std::vector<float> intermediate_;          // [C, I]
   std::vector<AttentionScratch> attention_;  // one per compute worker
   std::vector<float> mask_add_;      // [T]: 0 attended, -inf masked (the softmax's key mask)
   std::vector<float> first_tokens_;  // [S, H]

@@ -211,8 +211,8 @@ void PackedGemm(ComputePool* pool, const gemm::GemmKernel& g, const float* x, in
   // About three tasks per thread, so that a thread delayed by other work (tokenization, the
   // network) leaves its share to the others.
   const int want = 3 * threads;
-  const int column_tasks = static_cast<int>(std::clamp<int64_t>(
-      (want + row_blocks - 1) / row_blocks, 1, groups_of_two));
+  const int column_tasks =
+      static_cast<int>(std::clamp<int64_t>((want + row_blocks - 1) / row_blocks, 1, groups_of_two));
   const int tasks = static_cast<int>(row_blocks) * column_tasks;
   const int64_t stride = w.panel_stride();
   pool->ParallelFor(tasks, [&](int task, int) {
