@@ -20,6 +20,7 @@
 #include "server/main/server_flags.h"
 #include "server/main/server_process.h"
 #include "server/metrics_exporter.h"
+#include "server/repository_poller.h"
 
 namespace sluice::server {
 
@@ -96,6 +97,8 @@ void ServerProcess::StopTakingWork(bool fatal, int signal_number) {
   // HTTP answers from now on say Connection: close, and idle keep-alive connections are closed.
   if (http_server_ != nullptr) http_server_->BeginDrain();
   if (watchdog_ != nullptr) watchdog_->Stop();  // the drain closes the port; not a dead listener
+  // No new loads from the repository poll; what it queued is answered by StopModelControl.
+  if (poller_ != nullptr) poller_->Stop();
   engine_->BeginDrain();
 }
 

@@ -178,9 +178,20 @@ void AddRepositoryFlags(CLI::App& app, ServerFlags& flags) {
       ->group(kRepositoryGroup);
   app.add_option("--model-control-mode", flags.model_control_mode,
                  "none: load every model at start-up; explicit: load only --load-model ones and "
-                 "allow the RepositoryModelLoad/Unload RPCs")
+                 "allow the RepositoryModelLoad/Unload RPCs; poll: load every model at start-up, "
+                 "then every --repository-poll-secs load new model folders, reload changed ones "
+                 "and unload removed ones (the load/unload RPCs are refused)")
       ->envname("SLUICE_MODEL_CONTROL_MODE")
-      ->check(CLI::IsMember({"none", "explicit"}))
+      ->check(CLI::IsMember({"none", "explicit", "poll"}))
+      ->capture_default_str()
+      ->group(kRepositoryGroup);
+  app.add_option("--repository-poll-secs", flags.repository_poll_secs,
+                 "With --model-control-mode=poll: seconds between two scans of the repository; a "
+                 "folder loads once a scan finds its files unchanged since the previous one (so "
+                 "new or changed models load 1 to 2 intervals after the copy ends)")
+      ->envname("SLUICE_REPOSITORY_POLL_SECS")
+      ->each([&flags](const std::string&) { flags.repository_poll_secs_given = true; })
+      ->check(CLI::Range(1, 86400))
       ->capture_default_str()
       ->group(kRepositoryGroup);
   app.add_option("--load-model", flags.load_models,

@@ -62,6 +62,9 @@ struct ServerFlags {
   // tree's models/ is served, and the log says so.
   bool model_repository_given = false;
   std::string model_control_mode = "none";
+  // --model-control-mode=poll: seconds between two scans of the repository (Triton's default).
+  int repository_poll_secs = 15;
+  bool repository_poll_secs_given = false;  // set: a warning outside poll mode
   std::vector<std::string> load_models;
   bool strict_readiness = true;
   int64_t max_config_bytes = RepositoryOptions{}.max_config_bytes;

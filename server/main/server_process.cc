@@ -28,6 +28,7 @@
 #include "server/metrics_exporter.h"
 #include "server/model_repository.h"
 #include "server/nvml_gpu_source.h"
+#include "server/repository_poller.h"
 #include "server/shared_memory/shared_memory_registry.h"
 
 namespace sluice::server {
@@ -283,6 +284,9 @@ int ServerProcess::OpenRepository() {
   }
 
   explicit_mode_ = flags_.model_control_mode == "explicit";
+  if (flags_.model_control_mode != "poll" && flags_.repository_poll_secs_given) {
+    LOG_WARNING(log_, "--repository-poll-secs is ignored: it needs --model-control-mode=poll");
+  }
   if (!explicit_mode_ && !flags_.load_models.empty()) {
     LOG_ERROR(log_, "--load-model needs --model-control-mode=explicit");
     return 2;
@@ -409,9 +413,24 @@ int ServerProcess::StartHttp() {
 }
 
 // Models load after the ports are open: liveness answers during a long load, readiness waits.
+// In poll mode the poller takes the folders' fingerprints before the loads (a folder changed
+// during them is reloaded by the next scans) and starts after them; it submits its loads and
+// unloads to the control thread that the load/unload RPCs use.
 void ServerProcess::LoadModels() {
+  if (flags_.model_control_mode == "poll") {
+    RepositoryPollerOptions poller_options;
+    poller_options.interval = std::chrono::seconds(flags_.repository_poll_secs);
+    poller_ = std::make_unique<RepositoryPoller>(repository_.get(), service_->model_control(), log_,
+                                                 poller_options);
+    poller_->Baseline();
+  }
   const std::vector<std::string> failed =
       explicit_mode_ ? repository_->LoadListed(flags_.load_models) : repository_->LoadAll();
+  if (poller_ != nullptr) {
+    poller_->Start();
+    LOG_INFO_WAITING(log_, "polling the repository every ", flags_.repository_poll_secs,
+                     " s for new, changed and removed model folders (--repository-poll-secs)");
+  }
   if (!failed.empty()) {
     // Each failure was logged with its reason as it happened; this line names them together.
     LOG_WARNING(log_, failed.size(), " model(s) failed to load: ", absl::StrJoin(failed, ", "),

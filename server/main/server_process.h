@@ -5,7 +5,7 @@
 //
 //   signals blocked, logger  ->  device and engine  ->  shared-memory registry  ->  model
 //   repository  ->  metrics exporter  ->  gRPC server  ->  HTTP routes, gRPC listener watchdog,
-//   HTTP server  ->  model loads (ready)  ->  SIGTERM/SIGINT/SIGUSR1  ->  drain
+//   HTTP server  ->  model loads (ready), repository poller  ->  SIGTERM/SIGINT/SIGUSR1  ->  drain
 //
 // The order matters, and each phase's comment says why (e.g. metrics before the models load, so
 // that a scrape during a long load sees the process; ports open before the loads, so that
@@ -13,7 +13,8 @@
 // they are destroyed in the reverse one: every part outlives the parts that borrow it.
 //
 // One per process, on main's thread. Not thread-safe; the threads it starts (logger, engine,
-// exporter, watchdog, gRPC and HTTP I/O) are stopped by the drain and the destructor.
+// exporter, watchdog, repository poller, gRPC and HTTP I/O) are stopped by the drain and the
+// destructor.
 
 #include <signal.h>
 #include <sys/resource.h>
@@ -53,6 +54,7 @@ class ListenerWatchdog;
 class MetricsExporter;
 class ModelRepository;
 class NvmlGpuSource;
+class RepositoryPoller;
 struct ServerFlags;
 
 class ServerProcess {
@@ -125,6 +127,9 @@ class ServerProcess {
   std::unique_ptr<MetricsExporter> metrics_;
   bool explicit_mode_ = false;  // --model-control-mode=explicit
   std::unique_ptr<InferenceService> service_;
+  // --model-control-mode=poll: submits to the service's control thread, so it is declared after
+  // (destroyed before) the service; the drain stops it first.
+  std::unique_ptr<RepositoryPoller> poller_;
   std::unique_ptr<grpc::Server> grpc_server_;
   int grpc_port_ = 0;
   std::unique_ptr<ListenerWatchdog> watchdog_;
