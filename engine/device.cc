@@ -1,5 +1,6 @@
 #include "engine/device.h"
 
+#include "absl/status/status.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -40,7 +41,12 @@ absl::StatusOr<DeviceSelection> SelectDevice(absl::string_view flag) {
   int count = 0;
   if (flag == "auto") {
     absl::StatusOr<std::string> gpus = ProbeGpus(&count);
-    if (!gpus.ok()) {
+    if (absl::IsNotFound(gpus.status())) {
+      // The ordinary case of a machine without a GPU: one calm line, no CUDA error text (which
+      // reads like a fault to an operator who never asked for a GPU). --device=cuda:N keeps it.
+      selection.description = "device=auto: no GPU found; models run on the CPU backend";
+    } else if (!gpus.ok()) {
+      // A GPU that is there but unusable (an old driver, a broken install): the detail helps.
       selection.description = absl::StrCat("device=auto: no usable GPU (", gpus.status().message(),
                                            "); models run on the CPU backend");
     } else {

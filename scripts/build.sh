@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# build.sh - configure and build sluice into build/ (or $SLUICE_BUILD_DIR).
+# build.sh - configure and build sluice into build/ (or $SLUICE_BUILD_DIR); all targets, or those
+# named in $SLUICE_BUILD_TARGETS.
 # Installs missing Debian packages first (scripts/bootstrap.sh). CUDA code is built when the CUDA
 # toolkit is present (/usr/local/cuda or nvcc on PATH); otherwise the CPU backend alone.
 set -euo pipefail
@@ -22,4 +23,8 @@ if ! command -v nvcc >/dev/null 2>&1 && [[ -x /usr/local/cuda/bin/nvcc ]]; then
   cmake_args+=(-DCMAKE_CUDA_COMPILER=/usr/local/cuda/bin/nvcc)
 fi
 cmake "${cmake_args[@]}" "$@"
-cmake --build "$BUILD_DIR" -j "$JOBS"
+# SLUICE_BUILD_TARGETS (space-separated CMake targets; scripts/run.sh sets the serving ones): build
+# only those. Unset: every target, tests included.
+targets=()
+for target in ${SLUICE_BUILD_TARGETS:-}; do targets+=(--target "$target"); done
+cmake --build "$BUILD_DIR" -j "$JOBS" "${targets[@]}"

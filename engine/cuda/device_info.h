@@ -17,8 +17,9 @@ struct DeviceInfo {
   size_t total_memory_bytes = 0;
 };
 
-// The visible devices; an error (naming the CUDA call and its message, e.g. "no CUDA-capable
-// device is detected" or an insufficient driver) when there are none.
+// The visible devices. NotFound ("no GPU found (...)", CUDA's words in the parentheses) on a
+// machine without a GPU: no device, or no NVIDIA driver loaded at all. Any other failure (e.g. a
+// driver too old for a GPU that is there) is Internal, naming the CUDA call and its message.
 absl::StatusOr<std::vector<DeviceInfo>> ListDevices();
 
 }  // namespace sluice::engine::cuda
