@@ -1,8 +1,12 @@
 #include "server/main/server_flags.h"
 
 #include <cstdint>
+#include <string>
 
 #include "CLI/CLI.hpp"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "common/byte_size.h"
 
 namespace sluice::server {
 namespace {
@@ -18,6 +22,38 @@ constexpr const char* kHttpGroup = "HTTP/REST";
 constexpr const char* kLoggingGroup = "Logging and metrics";
 constexpr const char* kSharedMemoryGroup = "Shared memory";
 constexpr const char* kShutdownGroup = "Shutdown";
+
+// Byte-size flags (issue 34.5): every *-bytes flag takes transform(ByteSizeRange(min, max)) in
+// place of check(CLI::Range), type_name("SIZE"), and default_str(FormatByteSize(default)) in
+// place of capture_default_str(), so --help shows "=4 GiB", not "=4294967296". Input accepts units
+// ("64MiB", "4GiB", "512KiB"; a plain number is bytes; common/byte_size.h); a transform runs
+// before CLI11 converts the text and leaves the plain byte count behind. A value outside
+// [min_bytes, max_bytes] is refused with both bounds written with units.
+CLI::Validator ByteSizeRange(int64_t min_bytes, int64_t max_bytes) {
+  const std::string range =
+      absl::StrCat("[", FormatByteSize(min_bytes), " - ", FormatByteSize(max_bytes), "]");
+  return CLI::Validator(
+      [min_bytes, max_bytes, range](std::string& text) -> std::string {
+        absl::StatusOr<int64_t> bytes = ParseByteSize(text);
+        if (!bytes.ok()) return std::string(bytes.status().message());
+        if (*bytes < min_bytes || *bytes > max_bytes) {
+          return absl::StrCat(text, " is outside ", range);
+        }
+        text = absl::StrCat(*bytes);
+        return std::string();
+      },
+      absl::StrCat("in ", range));
+}
+
+// Booleans read true/false in --help (CLI11 writes a bool's default as 0/1).
+void ShowBooleansAsWords(CLI::App& app) {
+  for (CLI::Option* option : app.get_options()) {
+    if (option->get_type_name() != "BOOLEAN") continue;
+    const std::string shown = option->get_default_str();
+    if (shown == "0") option->default_str("false");
+    if (shown == "1") option->default_str("true");
+  }
+}
 
 // The gRPC port, its message size, and what one connection may do (streams, keep-alive, pings,
 // resets).
@@ -36,8 +72,9 @@ void AddGrpcConnectionFlags(CLI::App& app, ServerFlags& flags) {
                  "Largest gRPC message received or sent, and largest HTTP request body: a larger "
                  "request is refused (RESOURCE_EXHAUSTED; HTTP 413) before it is read into memory")
       ->envname("SLUICE_GRPC_MAX_MESSAGE_BYTES")
-      ->check(CLI::Range(int64_t{1024}, int64_t{2147483647}))
-      ->capture_default_str()
+      ->transform(ByteSizeRange(int64_t{1024}, int64_t{2147483647}))
+      ->type_name("SIZE")
+      ->default_str(FormatByteSize(flags.grpc_max_message_bytes))
       ->group(kNetworkGroup);
   app.add_option("--grpc-max-concurrent-streams", flags.grpc_max_concurrent_streams,
                  "Most calls one client connection may have open at once (HTTP/2 "
@@ -122,30 +159,34 @@ void AddGrpcWatchdogAndMemoryFlags(CLI::App& app, ServerFlags& flags) {
                  "With --grpc-allow-compressed-requests: the most memory one compressed request "
                  "may inflate to")
       ->envname("SLUICE_GRPC_MAX_INFLATED_MESSAGE_BYTES")
-      ->check(CLI::Range(int64_t{1} << 20, int64_t{1} << 40))
-      ->capture_default_str()
+      ->transform(ByteSizeRange(int64_t{1} << 20, int64_t{1} << 40))
+      ->type_name("SIZE")
+      ->default_str(FormatByteSize(flags.grpc_max_inflated_message_bytes))
       ->group(kNetworkGroup);
   app.add_option("--grpc-memory-quota-bytes", flags.grpc_memory_quota_bytes,
                  "gRPC resource quota: the memory gRPC's transport may hold (read and write "
                  "buffers, call arenas) for all connections together; near it gRPC drops new "
                  "connections and cancels the streams holding the most")
       ->envname("SLUICE_GRPC_MEMORY_QUOTA_BYTES")
-      ->check(CLI::Range(int64_t{16} << 20, int64_t{1} << 44))
-      ->capture_default_str()
+      ->transform(ByteSizeRange(int64_t{16} << 20, int64_t{1} << 44))
+      ->type_name("SIZE")
+      ->default_str(FormatByteSize(flags.grpc_memory_quota_bytes))
       ->group(kNetworkGroup);
   app.add_option("--grpc-max-stream-pending-bytes", flags.grpc_max_stream_pending_bytes,
                  "Bytes one ModelStreamInfer stream may hold in requests being served and answers "
                  "not yet written before the server stops reading from it")
       ->envname("SLUICE_GRPC_MAX_STREAM_PENDING_BYTES")
-      ->check(CLI::Range(int64_t{1} << 16, int64_t{1} << 40))
-      ->capture_default_str()
+      ->transform(ByteSizeRange(int64_t{1} << 16, int64_t{1} << 40))
+      ->type_name("SIZE")
+      ->default_str(FormatByteSize(flags.grpc_max_stream_pending_bytes))
       ->group(kNetworkGroup);
   app.add_option("--grpc-max-pending-stream-bytes-total", flags.grpc_max_pending_stream_bytes_total,
                  "The same over all streams together: past it, every stream that holds anything "
                  "stops reading until its answers are written")
       ->envname("SLUICE_GRPC_MAX_PENDING_STREAM_BYTES_TOTAL")
-      ->check(CLI::Range(int64_t{1} << 16, int64_t{1} << 44))
-      ->capture_default_str()
+      ->transform(ByteSizeRange(int64_t{1} << 16, int64_t{1} << 44))
+      ->type_name("SIZE")
+      ->default_str(FormatByteSize(flags.grpc_max_pending_stream_bytes_total))
       ->group(kNetworkGroup);
 }
 
@@ -210,8 +251,9 @@ void AddRepositoryFlags(CLI::App& app, ServerFlags& flags) {
                  "Largest config.pbtxt read; a larger one, or one that is not a regular file, is "
                  "that model's load error")
       ->envname("SLUICE_MAX_CONFIG_BYTES")
-      ->check(CLI::Range(int64_t{1024}, int64_t{1} << 30))
-      ->capture_default_str()
+      ->transform(ByteSizeRange(int64_t{1024}, int64_t{1} << 30))
+      ->type_name("SIZE")
+      ->default_str(FormatByteSize(flags.max_config_bytes))
       ->group(kRepositoryGroup);
   app.add_option("--allow-symlinks-out-of-repository", flags.allow_symlinks_out_of_repository,
                  "Follow a model folder, config.pbtxt, version folder or version file that is a "
@@ -271,15 +313,17 @@ void AddBatchingFlags(CLI::App& app, ServerFlags& flags) {
                  "Largest input or output a model config may declare, in bytes at its "
                  "max_batch_size (fixed dims)")
       ->envname("SLUICE_MAX_TENSOR_BYTES")
-      ->check(CLI::Range(int64_t{1}, int64_t{1} << 50))
-      ->capture_default_str()
+      ->transform(ByteSizeRange(int64_t{1}, int64_t{1} << 50))
+      ->type_name("SIZE")
+      ->default_str(FormatByteSize(flags.load_limits.max_tensor_bytes))
       ->group(kBatchingGroup);
   app.add_option("--max-batch-bytes", flags.load_limits.max_batch_bytes,
                  "Largest batch a model config may declare: every input and output at its "
                  "max_batch_size, in bytes")
       ->envname("SLUICE_MAX_BATCH_BYTES")
-      ->check(CLI::Range(int64_t{1}, int64_t{1} << 50))
-      ->capture_default_str()
+      ->transform(ByteSizeRange(int64_t{1}, int64_t{1} << 50))
+      ->type_name("SIZE")
+      ->default_str(FormatByteSize(flags.load_limits.max_batch_bytes))
       ->group(kBatchingGroup);
   app.add_option("--max-model-instances", flags.load_limits.max_instances,
                  "Most instances (instance_group count) one model version may have")
@@ -298,8 +342,9 @@ void AddBatchingFlags(CLI::App& app, ServerFlags& flags) {
                  "Most memory one model version's load may allocate up front (warm-up batches, "
                  "backend scratch, weights), in bytes")
       ->envname("SLUICE_MAX_MODEL_LOAD_BYTES")
-      ->check(CLI::Range(int64_t{1}, int64_t{1} << 50))
-      ->capture_default_str()
+      ->transform(ByteSizeRange(int64_t{1}, int64_t{1} << 50))
+      ->type_name("SIZE")
+      ->default_str(FormatByteSize(flags.load_limits.max_load_bytes))
       ->group(kBatchingGroup);
 }
 
@@ -388,23 +433,26 @@ void AddHttpFlags(CLI::App& app, ServerFlags& flags) {
                  "Largest HTTP request body (the lower of this and --max-request-bytes applies): "
                  "a larger one is answered 413 from its Content-Length, before it is read")
       ->envname("SLUICE_HTTP_MAX_BODY_BYTES")
-      ->check(CLI::Range(int64_t{1024}, int64_t{1} << 40))
-      ->capture_default_str()
+      ->transform(ByteSizeRange(int64_t{1024}, int64_t{1} << 40))
+      ->type_name("SIZE")
+      ->default_str(FormatByteSize(flags.http_max_body_bytes))
       ->group(kHttpGroup);
   app.add_option("--http-max-inflight-bytes", flags.http_max_inflight_bytes,
                  "HTTP request bodies held at once, all connections together (being read, queued, "
                  "running, being answered); a request that does not fit is answered 503 with "
                  "Retry-After before its body is read. At least the largest body")
       ->envname("SLUICE_HTTP_MAX_INFLIGHT_BYTES")
-      ->check(CLI::Range(int64_t{1024}, int64_t{1} << 42))
-      ->capture_default_str()
+      ->transform(ByteSizeRange(int64_t{1024}, int64_t{1} << 42))
+      ->type_name("SIZE")
+      ->default_str(FormatByteSize(flags.http_max_inflight_bytes))
       ->group(kHttpGroup);
   app.add_option("--http-max-json-bytes", flags.http_max_json_bytes,
                  "Largest JSON part of an HTTP infer request (it is parsed on an I/O thread); a "
                  "larger one is answered 413. Large tensors go in the binary tensor extension")
       ->envname("SLUICE_HTTP_MAX_JSON_BYTES")
-      ->check(CLI::Range(int64_t{1024}, int64_t{1} << 32))
-      ->capture_default_str()
+      ->transform(ByteSizeRange(int64_t{1024}, int64_t{1} << 32))
+      ->type_name("SIZE")
+      ->default_str(FormatByteSize(flags.http_max_json_bytes))
       ->group(kHttpGroup);
   app.add_option("--text-max-client-batch-size", flags.text_max_client_batch_size,
                  "Inputs of one TEI /embed or /predict request, texts of one TEI /rerank (TEI's "
@@ -502,8 +550,9 @@ void AddSharedMemoryFlags(CLI::App& app, ServerFlags& flags) {
                  "unregistered but still used by a request, and output regions' writable "
                  "mappings); a registration past it is refused")
       ->envname("SLUICE_SHARED_MEMORY_MAX_BYTES")
-      ->check(CLI::Range(int64_t{0}, int64_t{1} << 50))
-      ->capture_default_str()
+      ->transform(ByteSizeRange(int64_t{0}, int64_t{1} << 50))
+      ->type_name("SIZE")
+      ->default_str(FormatByteSize(flags.shared_memory_max_bytes))
       ->group(kSharedMemoryGroup);
 }
 
@@ -530,6 +579,7 @@ void AddServerFlags(CLI::App& app, ServerFlags& flags) {
   AddLoggingAndMetricsFlags(app, flags);
   AddSharedMemoryFlags(app, flags);
   AddShutdownFlags(app, flags);
+  ShowBooleansAsWords(app);
 }
 
 }  // namespace sluice::server
