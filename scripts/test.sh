@@ -8,5 +8,15 @@ cd "$(dirname "$0")/.."
 test_python=$(scripts/python-env.sh)
 scripts/build.sh -DSLUICE_TEST_PYTHON="$test_python"
 BUILD_DIR=${SLUICE_BUILD_DIR:-build}
+root=$PWD
 cd "$BUILD_DIR"
-ctest --output-on-failure -j "${SLUICE_TEST_JOBS:-2}" --timeout 600
+# CTest says only "Skipped"; the summary after it quotes each skipped test's reason
+# (scripts/ctest-skips.py reads CTest's JUnit report).
+junit=$PWD/Testing/ctest-junit.xml
+rm -f "$junit"
+status=0
+ctest --output-on-failure -j "${SLUICE_TEST_JOBS:-2}" --timeout 600 --output-junit "$junit" || status=$?
+if [[ -f $junit ]]; then
+  python3 "$root/scripts/ctest-skips.py" "$junit" || true
+fi
+exit "$status"
