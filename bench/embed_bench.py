@@ -106,7 +106,7 @@ def report(work):
     servers = sorted({k[3] for k in cells}, key=lambda s: (s != "sluice", s))
     print("\n| set | sentences / request | connections | " +
           " | ".join(f"{s}: sentences/s (p50 / p99 ms)" for s in servers) +
-          " | sluice / best infinity (p50 ratio) |")
+          " | sluice / best peer (p50 ratio) |")
     print("|---" * (len(servers) + 4) + "|")
     for key in sorted({k[:3] for k in cells},
                       key=lambda k: (list(SETS).index(k[0]), k[1], k[2])):
@@ -121,7 +121,8 @@ def report(work):
             p99 = statistics.median(v[2] for v in values) / 1000
             rates[s], p50s[s] = rate, p50
             row.append(f"{rate:.0f} ({p50:.1f} / {p99:.1f})")
-        others = [s for s in rates if s != "sluice"]
+        others = [s for s in rates if s.startswith("infinity")] or \
+            [s for s in rates if s != "sluice"]
         ratio = "-"
         if others and "sluice" in rates:
             best = max(others, key=lambda s: rates[s])

@@ -10,9 +10,11 @@
 #
 #   scripts/bench-embed.sh [--rounds 2] [--seconds 20] [--connections "1 16 64"]
 #                          [--sets "short medium long"] [--batches "1 32"]
-#                          [--engines "torch optimum"] [--cpus LIST]
+#                          [--engines "torch optimum"] [--cpus LIST] [--baseline BIN]
 #
-# --cpus runs every server (and wrk) under `taskset -c LIST`, e.g. 0 for one core. Prints one
+# --cpus runs every server (and wrk) under `taskset -c LIST`, e.g. 0 for one core. --baseline
+# also serves the folder with another sluice-server binary (an older build: a regression check),
+# reported as sluice-baseline; --engines "" leaves infinity out. Prints one
 # table: sentences/s, p50, p99 per cell, sluice / best infinity, then start-up time and peak RSS.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -24,6 +26,7 @@ SETS="short medium long"
 BATCHES="1 32"
 ENGINES="torch optimum"
 CPUS=""
+BASELINE=""
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --rounds) ROUNDS=$2; shift 2 ;;
@@ -33,6 +36,7 @@ while [[ $# -gt 0 ]]; do
     --batches) BATCHES=$2; shift 2 ;;
     --engines) ENGINES=$2; shift 2 ;;
     --cpus) CPUS=$2; shift 2 ;;
+    --baseline) BASELINE=$2; shift 2 ;;
     -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
     *) echo "unknown argument $1" >&2; exit 2 ;;
   esac
@@ -68,6 +72,7 @@ cp -r "$FOLDER" "$INFINITY_FOLDER"
 rm -rf "$INFINITY_FOLDER/onnx" "$INFINITY_FOLDER/openvino"  # one .onnx file: infinity takes it
 if [[ " $ENGINES " == *" optimum "* ]]; then
   "$INFINITY_VENV/bin/optimum-cli" export onnx --model "$FOLDER" --task feature-extraction \
+    --library-name transformers \
     "$WORK/onnx-export" >"$WORK/onnx-export.log" 2>&1
   cp "$WORK/onnx-export/model.onnx" "$INFINITY_FOLDER/model.onnx"
 fi
@@ -92,14 +97,31 @@ wait_http "http://127.0.0.1:$SLUICE_PORT/v2/health/ready" 120
 echo "startup server=sluice seconds=$(echo "$(date +%s.%N) - $start" | bc)" >>"$WORK/results.txt"
 URL[sluice]="http://127.0.0.1:$SLUICE_PORT/v1/embeddings"
 SERVERS="sluice"
+if [[ -n "$BASELINE" ]]; then
+  port=$(free_port)
+  start=$(date +%s.%N)
+  "${PIN[@]}" "$BASELINE" --model-repository="$WORK/models" --http-address=127.0.0.1 \
+    --http-port="$port" --grpc-address=127.0.0.1 --grpc-port=0 --metrics-port=0 \
+    >"$WORK/sluice-baseline.log" 2>&1 &
+  PIDS+=($!); PID[sluice-baseline]=$!
+  wait_http "http://127.0.0.1:$port/v2/health/ready" 120
+  echo "startup server=sluice-baseline seconds=$(echo "$(date +%s.%N) - $start" | bc)" \
+    >>"$WORK/results.txt"
+  URL[sluice-baseline]="http://127.0.0.1:$port/v1/embeddings"
+  SERVERS="$SERVERS sluice-baseline"
+fi
 for engine in $ENGINES; do
   port=$(free_port)
   start=$(date +%s.%N)
   # From inside the folder, as "." : infinity 0.0.78 hands optimum the ONNX file's path as it
   # globbed it, which optimum only finds when it is relative to the model folder.
+  # The folder's 1_Pooling says mean pooling; infinity's optimum engine does not read it (it pools
+  # the CLS token unless told), its torch engine does (through sentence-transformers).
+  pooling=()
+  [[ $engine != optimum ]] || pooling=(--pooling-method mean)
   (cd "$INFINITY_FOLDER" && exec "${PIN[@]}" "$INFINITY_VENV/bin/infinity_emb" v2 --model-id . \
     --served-model-name minilm --engine "$engine" --port "$port" --url-prefix "" \
-    --batch-size 32 --no-bettertransformer) >"$WORK/infinity-$engine.log" 2>&1 &
+    --batch-size 32 --no-bettertransformer "${pooling[@]}") >"$WORK/infinity-$engine.log" 2>&1 &
   PIDS+=($!); PID[infinity-$engine]=$!
   if wait_http "http://127.0.0.1:$port/health" 300; then
     echo "startup server=infinity-$engine seconds=$(echo "$(date +%s.%N) - $start" | bc)" \
@@ -132,11 +154,31 @@ done = function(summary, latency, requests)
     summary.errors.status + bad))
 end
 EOF
+# Before each cell, every server must be idle: a server still computing requests queued by the
+# previous cell's closed connections would slow the next cell's server (measured: infinity kept
+# both cores busy for seconds after a 64-connection cell of 32-sentence requests).
+cpu_ticks() {  # the servers' user + system clock ticks, together
+  local total=0 pid
+  for pid in "${PID[@]}"; do
+    [[ -r /proc/$pid/stat ]] || continue
+    total=$((total + $(awk '{print $14 + $15}' "/proc/$pid/stat")))
+  done
+  echo "$total"
+}
+wait_idle() {  # until the servers use < 5% of a core over half a second, 120 s at most
+  local deadline=$((SECONDS + 120)) before after
+  while [[ $SECONDS -lt $deadline ]]; do
+    before=$(cpu_ticks); sleep 0.5; after=$(cpu_ticks)
+    [[ $((after - before)) -gt 2 ]] || return 0
+  done
+  echo "servers still busy after 120 s" >&2
+}
 for round in $(seq 1 "$ROUNDS"); do
   for set in $SETS; do
     for batch in $BATCHES; do
       for connections in $CONNECTIONS; do
         for server in $SERVERS; do
+          wait_idle
           line=$(BODIES="$WORK/$set-$batch.bodies" "${PIN[@]}" wrk -t1 -c"$connections" \
                    -d"${SECONDS_PER_CELL}s" --timeout 120s -s "$WORK/post.lua" "${URL[$server]}" |
                  grep '^RESULT')
