@@ -117,10 +117,29 @@ done = function(summary, latency, requests)
     summary.errors.status + bad))
 end
 EOF
+# Before each cell, every server must be idle (a server still computing the previous cell's
+# queued requests would slow the next one's): < 5% of a core over half a second, 120 s at most.
+cpu_ticks() {
+  local total=0 pid
+  for pid in "${PIDS[@]}"; do
+    [[ -r /proc/$pid/stat ]] || continue
+    total=$((total + $(awk '{print $14 + $15}' "/proc/$pid/stat")))
+  done
+  echo "$total"
+}
+wait_idle() {
+  local deadline=$((SECONDS + 120)) before after
+  while [[ $SECONDS -lt $deadline ]]; do
+    before=$(cpu_ticks); sleep 0.5; after=$(cpu_ticks)
+    [[ $((after - before)) -gt 2 ]] || return 0
+  done
+  echo "servers still busy after 120 s" >&2
+}
 : >"$WORK/results.txt"
 for round in $(seq 1 "$ROUNDS"); do
   for connections in $CONNECTIONS; do
     for server in $SERVERS; do
+      wait_idle
       line=$(wrk -t1 -c"$connections" -d"${SECONDS_PER_CELL}s" --timeout 120s -s "$WORK/post.lua" \
                "${URL[$server]}" | grep '^RESULT')
       echo "round=$round server=$server connections=$connections $line" | tee -a "$WORK/results.txt"
