@@ -196,6 +196,10 @@ class LevelRunner {
 
     const SteadyClock::time_point level_start = SteadyClock::now();
     generator->Start();
+    levels_after_ = level_count - 1 - index;
+    level_end_at_most_ =
+        level_start +
+        std::chrono::milliseconds(options_.warmup_ms + options_.max_windows * options_.window_ms);
 
     // Warm-up: not measured, but counted in the totals.
     progress.phase = "warm-up";
@@ -210,6 +214,8 @@ class LevelRunner {
       const SteadyClock::time_point window_start = SteadyClock::now();
       if (window_start >= deadline_ || budget_.exhausted()) break;
       progress.phase = absl::StrCat("window ", w + 1, "/", options_.max_windows);
+      level_end_at_most_ =
+          window_start + std::chrono::milliseconds((options_.max_windows - w) * options_.window_ms);
       WaitUntil(std::min(window_start + std::chrono::milliseconds(options_.window_ms), deadline_),
                 collector, progress);
       MeasuredWindow window;
@@ -292,6 +298,12 @@ class LevelRunner {
     const WindowCollector::Peek peek = collector.PeekCurrent();
     progress.current_succeeded = peek.succeeded;
     progress.current_failed = peek.failed;
+    const SteadyClock::time_point now = SteadyClock::now();
+    const auto ms = [](SteadyClock::duration d) {
+      return std::chrono::duration_cast<std::chrono::milliseconds>(d).count();
+    };
+    progress.remaining_at_most_ms = RemainingAtMostMs(ms(level_end_at_most_ - now), levels_after_,
+                                                      options_, ms(deadline_ - now));
     options_.on_progress(progress);
   }
 
@@ -347,10 +359,44 @@ class LevelRunner {
   const RunOptions& options_;
   RequestBudget& budget_;
   const SteadyClock::time_point deadline_;
+  // For Progress::remaining_at_most_ms: when the current level ends at the latest, and how many
+  // levels follow it. Only RunLoad's thread touches them.
+  SteadyClock::time_point level_end_at_most_{};
+  int levels_after_ = 0;
   std::atomic<uint64_t> next_send_{0};
 };
 
 }  // namespace
+
+int64_t RemainingAtMostMs(int64_t level_left_ms, int levels_after, const RunOptions& options,
+                          int64_t deadline_left_ms) {
+  const int64_t per_level = options.warmup_ms + options.max_windows * options.window_ms;
+  const int64_t planned =
+      std::max<int64_t>(level_left_ms, 0) + std::max(levels_after, 0) * per_level;
+  return std::min(planned, std::max<int64_t>(deadline_left_ms, 0));
+}
+
+std::string FormatProgressLine(const Progress& p) {
+  std::string line =
+      absl::StrFormat("[%d/%d] %s, %s: %d ok, %d failed", p.level_index + 1, p.level_count,
+                      p.level_label, p.phase, p.current_succeeded, p.current_failed);
+  if (p.last_window_rps > 0) {
+    absl::StrAppendFormat(&line, " | last window %.1f req/s, p99 %.3f ms", p.last_window_rps,
+                          p.last_window_p99_us / 1e3);
+  }
+  if (p.remaining_at_most_ms >= 0) {
+    // An upper bound, said as one: levels usually turn stable before --max-windows.
+    const int64_t s = (p.remaining_at_most_ms + 999) / 1000;
+    if (s >= 3600) {
+      absl::StrAppendFormat(&line, " | ETA <= %dh%02dm", s / 3600, s % 3600 / 60);
+    } else if (s >= 60) {
+      absl::StrAppendFormat(&line, " | ETA <= %dm%02ds", s / 60, s % 60);
+    } else {
+      absl::StrAppendFormat(&line, " | ETA <= %ds", s);
+    }
+  }
+  return line;
+}
 
 absl::StatusOr<RunResult> RunLoad(client::InferenceClient& client,
                                   std::shared_ptr<const inference::ModelInferRequest> request,

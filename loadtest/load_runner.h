@@ -68,6 +68,10 @@ struct Progress {
   int64_t current_failed = 0;
   double last_window_rps = 0;  // 0 before the first window
   double last_window_p99_us = 0;
+  // The run's time left at most, in ms (RemainingAtMostMs): this level's windows still allowed,
+  // then every later level's warm-up and --max-windows, capped by --max-duration-s. A level that
+  // turns stable, or --max-requests, ends it sooner. -1: not known yet.
+  int64_t remaining_at_most_ms = -1;
 };
 
 // One request to send, and the real tokens it carries (the request's token count for a sequence
@@ -226,6 +230,17 @@ struct RunResult {
 absl::StatusOr<RunResult> RunLoad(client::InferenceClient& client,
                                   std::shared_ptr<const inference::ModelInferRequest> request,
                                   const RunOptions& options);
+
+// The bound in Progress::remaining_at_most_ms: `level_left_ms` (what the current level may still
+// take), then `levels_after` levels of options.warmup_ms + options.max_windows *
+// options.window_ms each, capped at `deadline_left_ms` (the time to --max-duration-s). Negative
+// inputs count as 0; never negative.
+[[nodiscard]] int64_t RemainingAtMostMs(int64_t level_left_ms, int levels_after,
+                                        const RunOptions& options, int64_t deadline_left_ms);
+
+// The live progress line (without the terminal's carriage return): "[2/5] concurrency 8, window
+// 3/10: 1200 ok, 0 failed | last window 410.2 req/s, p99 3.120 ms | ETA <= 1m05s".
+std::string FormatProgressLine(const Progress& progress);
 
 // The stability rule on its own: true if `windows` has at least kStabilityWindows entries and,
 // over the last kStabilityWindows, throughput and p99 each stay within `percent` of their mean.

@@ -249,13 +249,7 @@ std::string AvailableModels(client::InferenceClient& client) {
 }
 
 void PrintProgress(const Progress& p) {
-  std::string line =
-      absl::StrFormat("[%d/%d] %s, %s: %d ok, %d failed", p.level_index + 1, p.level_count,
-                      p.level_label, p.phase, p.current_succeeded, p.current_failed);
-  if (p.last_window_rps > 0) {
-    absl::StrAppendFormat(&line, " | last window %.1f req/s, p99 %.3f ms", p.last_window_rps,
-                          p.last_window_p99_us / 1e3);
-  }
+  const std::string line = FormatProgressLine(p);
   std::fprintf(stderr, "\r\033[K%s", line.c_str());
   std::fflush(stderr);
 }

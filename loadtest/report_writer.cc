@@ -157,8 +157,10 @@ std::string LineChart(absl::string_view title, absl::string_view x_title, absl::
                           "<text x=\"%g\" y=\"%.1f\" class=\"ytick\">%g</text>\n",
                           kLeft, y, kLeft + kPlotWidth, y, kLeft - 6, y + 4, v);
   }
-  // X ticks.
+  // X ticks: at most about 12 labels, so that a time series of many windows stays legible.
+  const size_t label_every = std::max<size_t>(1, (n + 11) / 12);
   for (size_t i = 0; i < n; ++i) {
+    if (i % label_every != 0 && i + 1 != n) continue;
     absl::StrAppendFormat(&svg, "<text x=\"%.1f\" y=\"%g\" class=\"xtick\">%s</text>\n", x_at(i),
                           kTop + kPlotHeight + 18, HtmlEscape(x_labels[i]));
   }
@@ -202,6 +204,37 @@ std::string LineChart(absl::string_view title, absl::string_view x_title, absl::
   }
   svg += "</svg>\n";
   return svg;
+}
+
+// Throughput and p99 of every measured window, in run order, against the measured time at each
+// window's end (warm-ups and drains are not measured, so they are not on the axis), with the
+// level in each point's tooltip label. Empty when no window was measured.
+std::string OverTimeCharts(const RunResult& result, bool open) {
+  std::vector<std::string> labels;
+  Series rps{"completed req/s", "#1f77b4", {}};
+  Series p99{"p99 ms", "#ff7f0e", {}};
+  double t = 0;
+  for (const LevelResult& level : result.levels) {
+    for (const WindowSummary& w : level.windows) {
+      t += w.duration_s;
+      labels.push_back(absl::StrFormat("%.1f s", t));
+      rps.values.push_back(w.throughput_rps);
+      p99.values.push_back(w.p99_us / 1e3);
+    }
+  }
+  if (labels.empty()) return "";
+  std::string html = absl::StrCat(
+      "<h2>Over time</h2>\n<p>One point per measured window, levels in run order (",
+      absl::StrJoin(result.levels, ", ",
+                    [open](std::string* out, const LevelResult& level) {
+                      absl::StrAppend(out, LevelName(open), " ", LevelLabel(level, open), ": ",
+                                      level.windows.size(), " windows");
+                    }),
+      ").</p>\n<div class=\"charts\">\n");
+  html += LineChart("Throughput over time", "measured time", "requests per second", labels, {rps});
+  html += LineChart("p99 latency over time", "measured time", "milliseconds", labels, {p99});
+  html += "</div>\n";
+  return html;
 }
 
 json LatencyJson(const LatencySummary& l) {
@@ -443,6 +476,13 @@ std::string FormatHtml(const ReportContext& context, const RunResult& result) {
       "table{border-collapse:collapse;font-size:0.85em}\n"
       "th,td{border:1px solid #ccc;padding:3px 7px;text-align:right}\n"
       "th{background:#f3f3f3}td.l,th.l{text-align:left}\n"
+      // The results table has up to 21 columns: its headers wrap (\"server queue us\" on two
+      // lines), numbers do not, and the error text wraps, so that it fits 1,400 px; a narrower
+      // window scrolls the table rather than clipping it.
+      ".wide{max-width:100%;overflow-x:auto}\n"
+      "table.results th{white-space:normal;vertical-align:bottom;min-width:3.5em}\n"
+      "table.results td{white-space:nowrap}table.results td.l{white-space:normal;"
+      "min-width:12em}\n"
       ".charts{display:flex;flex-wrap:wrap;gap:16px}\n"
       "svg{border:1px solid #ddd;background:#fff}\n"
       "svg .grid{stroke:#e6e6e6}svg .axis{stroke:#555}\n"
@@ -479,7 +519,9 @@ std::string FormatHtml(const ReportContext& context, const RunResult& result) {
       LineChart("Throughput", LevelName(open), "requests per second", x_labels, throughput_series);
   html += LineChart("Latency percentiles", LevelName(open), "milliseconds", x_labels,
                     {p50, p90, p99, p999});
-  html += "</div>\n<h2>Results</h2>\n<table>\n<tr>";
+  html += "</div>\n";
+  html += OverTimeCharts(result, open);
+  html += "<h2>Results</h2>\n<div class=\"wide\"><table class=\"results\">\n<tr>";
   std::vector<std::string> headers = {open ? "rate/s" : "concurrency",
                                       "req/s",
                                       "infer/s",
@@ -534,7 +576,7 @@ std::string FormatHtml(const ReportContext& context, const RunResult& result) {
     absl::StrAppend(&html, "<td class=\"l\">", HtmlEscape(ErrorCounts(level)), "</td></tr>\n");
   }
   html +=
-      "</table>\n<p>Latency is measured by the client per request (send to answer), over the "
+      "</table></div>\n<p>Latency is measured by the client per request (send to answer), over the "
       "last windows of each level; server columns are ModelStatistics averages per request "
       "over the same windows.</p>\n</body>\n</html>\n";
   return html;

@@ -112,7 +112,7 @@ TEST(ReportWriterTest, HtmlIsSelfContainedWithCharts) {
   for (size_t at = html.find("<svg"); at != std::string::npos; at = html.find("<svg", at + 1)) {
     ++charts;
   }
-  EXPECT_EQ(charts, 2u);
+  EXPECT_EQ(charts, 4u);  // by level: throughput, latency; over time: throughput, p99
   EXPECT_THAT(html, HasSubstr("</svg>"));
   EXPECT_THAT(html, HasSubstr("<polyline"));
   EXPECT_THAT(html, HasSubstr("mo&lt;del&gt;"));
@@ -122,6 +122,38 @@ TEST(ReportWriterTest, HtmlIsSelfContainedWithCharts) {
   EXPECT_THAT(html, Not(HasSubstr("href=")));
   EXPECT_THAT(html, Not(HasSubstr("@import")));
   EXPECT_THAT(html, HasSubstr("Stopped early"));
+}
+
+TEST(ReportWriterTest, HtmlHasThroughputAndLatencyOverTimeOnePointPerWindow) {
+  const std::string html = FormatHtml(Context(false), Result(false));
+  const size_t over_time = html.find("<h2>Over time</h2>");
+  ASSERT_NE(over_time, std::string::npos);
+  EXPECT_THAT(html, HasSubstr("concurrency 1: 3 windows, concurrency 2: 3 windows, concurrency 4: "
+                              "3 windows"));
+  const std::string section = html.substr(over_time, html.find("<h2>Results</h2>") - over_time);
+  auto count = [&](const std::string& needle) {
+    size_t n = 0;
+    for (size_t at = section.find(needle); at != std::string::npos;
+         at = section.find(needle, at + 1)) {
+      ++n;
+    }
+    return n;
+  };
+  // 3 levels x 3 windows of 0.5 s: 9 points per chart, the last at 4.5 s of measured time.
+  EXPECT_EQ(count("<title>completed req/s at "), 9u);
+  EXPECT_EQ(count("<title>p99 ms at "), 9u);
+  EXPECT_THAT(section, HasSubstr("<title>completed req/s at 4.5 s: 198</title>"));
+  EXPECT_THAT(section, HasSubstr("<title>p99 ms at 0.5 s: 0.9</title>"));
+  EXPECT_THAT(section, HasSubstr("Throughput over time"));
+  EXPECT_THAT(section, HasSubstr("p99 latency over time"));
+}
+
+TEST(ReportWriterTest, HtmlResultsTableWrapsHeadersAndScrollsRatherThanClips) {
+  const std::string html = FormatHtml(Context(true), Result(true));
+  EXPECT_THAT(html, HasSubstr("<div class=\"wide\"><table class=\"results\">"));
+  EXPECT_THAT(html, HasSubstr(".wide{max-width:100%;overflow-x:auto}"));
+  EXPECT_THAT(html, HasSubstr("table.results th{white-space:normal"));
+  EXPECT_THAT(html, HasSubstr("</table></div>"));
 }
 
 TEST(ReportWriterTest, ConsoleTableShowsLevelsErrorsAndTotals) {
