@@ -50,8 +50,9 @@ absl::StatusOr<std::unique_ptr<NvmlGpuSource>> NvmlGpuSource::Open() {
   auto api = std::make_unique<Api>();
   api->library = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
   if (api->library == nullptr) {
-    return absl::UnavailableError(
-        absl::StrCat("no NVML (libnvidia-ml.so.1 comes with the NVIDIA driver): ", dlerror()));
+    // The common case on a machine without a GPU: say so plainly; dlerror() adds nothing there.
+    dlerror();
+    return absl::UnavailableError("no NVIDIA driver here (its libnvidia-ml.so.1 is not installed)");
   }
   auto load = [&](auto& fn, const char* name) {
     fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(dlsym(api->library, name));
