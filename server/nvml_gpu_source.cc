@@ -2,6 +2,8 @@
 
 #include <dlfcn.h>
 
+#include <cstring>
+
 #include "absl/strings/str_cat.h"
 
 namespace sluice::server {
@@ -50,9 +52,14 @@ absl::StatusOr<std::unique_ptr<NvmlGpuSource>> NvmlGpuSource::Open() {
   auto api = std::make_unique<Api>();
   api->library = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
   if (api->library == nullptr) {
-    // The common case on a machine without a GPU: say so plainly; dlerror() adds nothing there.
-    dlerror();
-    return absl::UnavailableError("no NVIDIA driver here (its libnvidia-ml.so.1 is not installed)");
+    // The common case, a machine without the driver, in plain words; dlerror()'s text only where
+    // the library is there but would not load.
+    const char* why = dlerror();
+    if (why == nullptr || std::strstr(why, "cannot open shared object file") != nullptr) {
+      return absl::UnavailableError(
+          "no NVIDIA driver here (its libnvidia-ml.so.1 is not installed)");
+    }
+    return absl::UnavailableError(absl::StrCat("libnvidia-ml.so.1 (NVML) did not load: ", why));
   }
   auto load = [&](auto& fn, const char* name) {
     fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(dlsym(api->library, name));
