@@ -376,8 +376,10 @@ def hf_encode(tok, items, one_by_one):
 
 
 def sluice_encode(binary, corpus_path, tokenizer_path):
-    """sluice-tokenize on the corpus with one tokenizer.json (reference_test.py's runner)."""
-    return reference_test.sluice_encode(binary, corpus_path, [f"--tokenizer={tokenizer_path}"])
+    """sluice-tokenize on the corpus with one tokenizer.json (reference_test.py's runner): ids and
+    type ids, as hf_encode gives them (offsets are compared by reference_test.py)."""
+    encoded = reference_test.sluice_encode(binary, corpus_path, [f"--tokenizer={tokenizer_path}"])
+    return [None if e is None else (e[0], e[1]) for e in encoded]
 
 
 def main():

@@ -108,7 +108,8 @@ def sluice_encode(binary, corpus_path, args):
     out = []
     for line in run.stdout.decode().splitlines():
         r = json.loads(line)
-        out.append(None if "error" in r else (r["ids"], r["type_ids"], r["offsets"]))
+        # Offsets only where the caller asked sluice-tokenize for them (--offsets).
+        out.append(None if "error" in r else (r["ids"], r["type_ids"], r.get("offsets")))
     return out
 
 
