@@ -196,6 +196,25 @@ TEST_F(EncoderModelTest, CompletesConfigFromCheckpoint) {
               HasSubstr("max_batch_tokens"));
 }
 
+// The README's three-line config batches: an encoder without a dynamic_batching block gets one with
+// no queue delay (work-conserving); a config's own block is kept as it is.
+TEST_F(EncoderModelTest, BatchesByDefaultUnlessTheConfigSaysOtherwise) {
+  absl::StatusOr<ModelConfig> plain = CompleteEncoderConfig(Spec(Write(TinyBert())));
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  ASSERT_TRUE(plain->dynamic_batching.has_value());
+  EXPECT_EQ(plain->dynamic_batching->max_queue_delay, std::chrono::microseconds(0));
+  EXPECT_TRUE(plain->dynamic_batching->preferred_batch_sizes.empty());
+
+  ModelConfig own;
+  own.dynamic_batching = DynamicBatchingConfig{.max_queue_delay = std::chrono::microseconds(500),
+                                               .preferred_batch_sizes = {4}};
+  absl::StatusOr<ModelConfig> kept = CompleteEncoderConfig(Spec(Write(TinyBert()), own));
+  ASSERT_TRUE(kept.ok()) << kept.status();
+  ASSERT_TRUE(kept->dynamic_batching.has_value());
+  EXPECT_EQ(kept->dynamic_batching->max_queue_delay, std::chrono::microseconds(500));
+  EXPECT_EQ(kept->dynamic_batching->preferred_batch_sizes, std::vector<int>{4});
+}
+
 TEST_F(EncoderModelTest, LoadErrorsNameTensorAndShapes) {
   Checkpoint missing = TinyBert();
   missing.tensors.erase("encoder.layer.1.output.dense.bias");
