@@ -22,6 +22,13 @@ fi
 if ! command -v nvcc >/dev/null 2>&1 && [[ -x /usr/local/cuda/bin/nvcc ]]; then
   cmake_args+=(-DCMAKE_CUDA_COMPILER=/usr/local/cuda/bin/nvcc)
 fi
+# CUDA code is built wherever nvcc is, GPU or not, so that it keeps compiling and linking; the
+# caller may say otherwise (scripts/run.sh: SLUICE_ENABLE_CUDA=OFF where no GPU is usable).
+if [[ -n ${SLUICE_ENABLE_CUDA:-} ]]; then
+  cmake_args+=(-DSLUICE_ENABLE_CUDA="$SLUICE_ENABLE_CUDA")
+elif command -v nvcc >/dev/null 2>&1 || [[ -x /usr/local/cuda/bin/nvcc ]]; then
+  cmake_args+=(-DSLUICE_ENABLE_CUDA=ON)
+fi
 cmake "${cmake_args[@]}" "$@"
 # SLUICE_BUILD_TARGETS (space-separated CMake targets; scripts/run.sh sets the serving ones): build
 # only those. Unset: every target, tests included.

@@ -7,7 +7,7 @@
 # Only the serving targets are built (the server, the client, the load tester and the model
 # tools), not the tests, fuzzers or benchmarks: scripts/test.sh builds everything. The compiler's
 # output goes to a log file whose path is printed; the terminal shows one progress line, and the
-# log's tail when the build fails.
+# log's tail when the build fails. Where no GPU is usable the CUDA backend is left out too.
 #
 #   scripts/run.sh --print-targets   print the CMake targets it builds, one a line, and exit
 set -euo pipefail
@@ -50,6 +50,14 @@ show_progress() {
     fi
   done
 }
+# Without a usable GPU (no NVIDIA device node, no working nvidia-smi) the CUDA backend is not
+# built: the server could not use it, and its compile is a tenth of the wait. scripts/test.sh
+# builds it wherever nvcc is. SLUICE_ENABLE_CUDA=ON|OFF decides instead.
+if [[ -z ${SLUICE_ENABLE_CUDA:-} ]] && [[ ! -e /dev/nvidiactl ]] &&
+  ! nvidia-smi -L >/dev/null 2>&1; then
+  export SLUICE_ENABLE_CUDA=OFF
+  echo "no GPU here: building the CPU backend only (the server serves on the CPU)" >&2
+fi
 # A foreground pipeline, so that Ctrl-C stops the build too.
 set +e
 SLUICE_BUILD_TARGETS="${SERVE_TARGETS[*]}" scripts/build.sh 2>&1 | tee "$log" | show_progress

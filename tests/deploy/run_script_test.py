@@ -2,7 +2,8 @@
 
 1. `run.sh --print-targets` lists existing executable targets, and none of them is a test, a
    benchmark or a fuzzer: no CTest command runs one of them, and no name says test/bench/fuzz.
-2. sluice-server started with --device=auto on a machine without a GPU logs one calm line ("no GPU
+2. A RelWithDebInfo build compiles with line tables only (SLUICE_DEBUG_INFO=lines).
+3. sluice-server started with --device=auto on a machine without a GPU logs one calm line ("no GPU
    found; models run on the CPU backend") and none of CUDA's error text (a driver "insufficient"
    for the runtime, the failing cudaGetDeviceCount call). Skipped on a machine with a GPU.
 """
@@ -42,6 +43,25 @@ def check_targets(repo, build_dir):
         assert re.search(rf"\b{re.escape(t)}\b", listed), f"no CMake target {t} in {build_dir}"
     print(f"run.sh builds {len(targets)} targets: {' '.join(targets)}; none of "
           f"{len(test_programs)} test programs")
+
+
+def check_line_tables(build_dir):
+    """A RelWithDebInfo build compiles C++ with line tables only (-g1 / -gline-tables-only after
+    CMake's -g), the fresh-clone saving of issue 34.4; SLUICE_DEBUG_INFO=full keeps -g."""
+    cache = open(os.path.join(build_dir, "CMakeCache.txt"), encoding="utf-8").read()
+    build_type = re.search(r"^CMAKE_BUILD_TYPE:STRING=(.*)$", cache, re.M).group(1)
+    debug_info = re.search(r"^SLUICE_DEBUG_INFO:STRING=(.*)$", cache, re.M).group(1)
+    if build_type != "RelWithDebInfo" or debug_info != "lines":
+        print(f"SKIP line-tables check: {build_type} build, SLUICE_DEBUG_INFO={debug_info}")
+        return
+    commands = json.load(open(os.path.join(build_dir, "compile_commands.json"), encoding="utf-8"))
+    cxx = [c for c in commands if c["file"].endswith(".cc")]
+    assert cxx, "no C++ compile in compile_commands.json"
+    for c in cxx:
+        levels = re.findall(r"(?<!\S)-g(?:\S*)", c["command"])
+        assert levels and levels[-1] in ("-g1", "-gline-tables-only"), \
+            f"{c['file']} compiles with debug flags {levels}, not line tables last"
+    print(f"{len(cxx)} C++ files compile with line tables only ({levels[-1]})")
 
 
 def gpu_present():
@@ -86,6 +106,7 @@ def main():
     parser.add_argument("--server", required=True)
     args = parser.parse_args()
     check_targets(args.repo, args.build_dir)
+    check_line_tables(args.build_dir)
     check_no_gpu_log(args.server, os.path.join(args.repo, "models"))
     print("PASS")
 
