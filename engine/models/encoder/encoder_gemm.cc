@@ -62,6 +62,8 @@ bool Bf16Supported() {
 }
 
 #if !SLUICE_ENCODER_AVX2
+double Bf16Speedup() { return 0.0; }
+
 void Bf16PanelGemm(const float*, int64_t, int64_t, const uint16_t*, int64_t, int, int, const float*,
                    float*, int64_t) {
   CHECK(false && "the BF16 GEMM is not built for this CPU architecture");

@@ -136,6 +136,13 @@ const GemmKernel* Avx512();
 // 7 subleaf 1, EAX bit 5), on x86-64 builds by GCC or Clang. False elsewhere.
 bool Bf16Supported();
 
+// The peak rate of AVX-512 BF16's dot product (VDPBF16PS, 2 multiply-adds per lane) over AVX-512F
+// FMA's (1 per lane) on this CPU, measured once (a few ms, on the first call): ~0.5 on this
+// project's Intel Emerald Rapids VM (its VDPBF16PS issues at a quarter of the FMA's instruction
+// rate), so that BF16 without AMX is slower there than FP32. 0 where !Bf16Supported(). `precision:
+// auto` reads it.
+double Bf16Speedup();
+
 // The BF16 product (REQUIRES Bf16Supported()): y[rows, n] (row stride ldy) = x[rows, k] (row
 // stride ldx) rounded to BF16 x W^T (+ bias[n]), W's first n columns at `panels` in the kBf16
 // layout with `panel_stride` 16-bit values between panels. Each y element is the sum over k in

@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <random>
 #include <string>
 #include <vector>
@@ -186,32 +187,53 @@ ModelConfig WithPrecision(const std::string& value) {
 
 TEST(EncoderPrecisionTest, ParsesEachValueAndRefusesBf16WhereTheCpuLacksIt) {
   for (const bool has_bf16 : {false, true}) {
-    auto absent = ParseCpuPrecision(WithPrecision(""), has_bf16);
+    auto absent = ParseCpuPrecision(WithPrecision(""), has_bf16, 2.0);
     ASSERT_TRUE(absent.ok());
     EXPECT_EQ(absent->format, WeightFormat::kFp32);
     EXPECT_EQ(absent->summary, "precision fp32 (the default)");
-    auto fp32 = ParseCpuPrecision(WithPrecision("fp32"), has_bf16);
+    auto fp32 = ParseCpuPrecision(WithPrecision("fp32"), has_bf16, 2.0);
     ASSERT_TRUE(fp32.ok());
     EXPECT_EQ(fp32->format, WeightFormat::kFp32);
-    auto automatic = ParseCpuPrecision(WithPrecision("auto"), has_bf16);
-    ASSERT_TRUE(automatic.ok());
-    EXPECT_EQ(automatic->format, has_bf16 ? WeightFormat::kBf16 : WeightFormat::kFp32);
-    EXPECT_NE(automatic->summary.find(has_bf16 ? "auto: the CPU has AVX512_BF16"
-                                               : "auto: the CPU lacks AVX512_BF16"),
-              std::string::npos)
-        << automatic->summary;
-    auto bad = ParseCpuPrecision(WithPrecision("BF16"), has_bf16);
+    auto bad = ParseCpuPrecision(WithPrecision("BF16"), has_bf16, 2.0);
     EXPECT_TRUE(absl::IsInvalidArgument(bad.status()));
     EXPECT_EQ(bad.status().message(),
               "parameter 'precision' = 'BF16' must be one of fp32, bf16, auto");
   }
-  auto bf16 = ParseCpuPrecision(WithPrecision("bf16"), true);
+  auto bf16 = ParseCpuPrecision(WithPrecision("bf16"), true, 0.5);
   ASSERT_TRUE(bf16.ok());
   EXPECT_EQ(bf16->format, WeightFormat::kBf16);
-  auto refused = ParseCpuPrecision(WithPrecision("bf16"), false);
+  auto refused = ParseCpuPrecision(WithPrecision("bf16"), false, 0.0);
   EXPECT_TRUE(absl::IsInvalidArgument(refused.status()));
   EXPECT_NE(refused.status().message().find("needs a CPU with AVX512_BF16"), std::string::npos)
       << refused.status();
+}
+
+TEST(EncoderPrecisionTest, AutoTakesBf16OnlyWhereItIsFaster) {
+  auto lacks = ParseCpuPrecision(WithPrecision("auto"), false, 0.0);
+  ASSERT_TRUE(lacks.ok());
+  EXPECT_EQ(lacks->format, WeightFormat::kFp32);
+  EXPECT_EQ(lacks->summary, "precision fp32 (auto: the CPU lacks AVX512_BF16)");
+  auto slower = ParseCpuPrecision(WithPrecision("auto"), true, 0.497);
+  ASSERT_TRUE(slower.ok());
+  EXPECT_EQ(slower->format, WeightFormat::kFp32);
+  EXPECT_EQ(slower->summary,
+            "precision fp32 (auto: the CPU has AVX512_BF16, but its BF16 dot product peaks at "
+            "0.50x its FP32 FMA rate, under 1.20x)");
+  auto faster = ParseCpuPrecision(WithPrecision("auto"), true, 1.96);
+  ASSERT_TRUE(faster.ok());
+  EXPECT_EQ(faster->format, WeightFormat::kBf16);
+  EXPECT_NE(faster->summary.find("precision bf16 (auto: the CPU has AVX512_BF16, its BF16 dot "
+                                 "product peaks at 1.96x"),
+            std::string::npos)
+      << faster->summary;
+}
+
+TEST_F(EncoderGemmBf16ShapesTest, Bf16SpeedupIsMeasuredOnce) {
+  const double speedup = gemm::Bf16Speedup();
+  EXPECT_GT(speedup, 0.1);
+  EXPECT_LT(speedup, 10.0);
+  EXPECT_EQ(gemm::Bf16Speedup(), speedup);
+  std::printf("BF16 dot product / FP32 FMA peak rate on this CPU: %.2fx\n", speedup);
 }
 
 }  // namespace

@@ -8,7 +8,10 @@
 //          (encoder_gemm_bf16.cc); attention's two products, LayerNorm, softmax, GELU, pooling
 //          and the heads stay FP32. Refused (a load error) on a CPU without AVX512_BF16: a model
 //          asked for by name is not silently served in another precision.
-//   auto   bf16 where the CPU has AVX512_BF16, else fp32, with the reason in the load log.
+//   auto   bf16 where the CPU has AVX512_BF16 and its BF16 dot product peaks at >= 1.2x its FP32
+//          FMA rate (gemm::Bf16Speedup, measured at the first load), else fp32; the choice and
+//          the measured ratio in the load log. On Intel CPUs without an AMX kernel (this slice)
+//          BF16 measured 0.5x, so auto is fp32 there; the default stays fp32 everywhere.
 //
 // The GPU's own parameter is compute_type (encoder_batch.h); `precision` concerns the CPU backend.
 
@@ -29,11 +32,16 @@ struct CpuPrecision {
   std::string summary;
 };
 
-// The config's `precision`, on a CPU that has (bf16_supported) or lacks AVX512_BF16.
-// InvalidArgument naming the parameter for an unknown value, and for bf16 where the CPU lacks it.
-absl::StatusOr<CpuPrecision> ParseCpuPrecision(const ModelConfig& config, bool bf16_supported);
+// auto takes bf16 from this ratio of BF16 to FP32 peak rates up.
+inline constexpr double kAutoBf16MinSpeedup = 1.2;
 
-// The same on this CPU (gemm::Bf16Supported()).
+// The config's `precision`, on a CPU that has (bf16_supported) or lacks AVX512_BF16, whose BF16
+// dot product peaks at `bf16_speedup` x its FP32 FMA rate. InvalidArgument naming the parameter
+// for an unknown value, and for bf16 where the CPU lacks it.
+absl::StatusOr<CpuPrecision> ParseCpuPrecision(const ModelConfig& config, bool bf16_supported,
+                                               double bf16_speedup);
+
+// The same on this CPU (gemm::Bf16Supported(), gemm::Bf16Speedup() where auto asks).
 absl::StatusOr<CpuPrecision> ParseCpuPrecision(const ModelConfig& config);
 
 }  // namespace sluice::engine::models::encoder
