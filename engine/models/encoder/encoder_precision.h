@@ -13,7 +13,8 @@
 //          the measured ratio in the load log. On Intel CPUs without an AMX kernel (this slice)
 //          BF16 measured 0.5x, so auto is fp32 there; the default stays fp32 everywhere.
 //
-// The GPU's own parameter is compute_type (encoder_batch.h); `precision` concerns the CPU backend.
+// The GPU's own parameter is compute_type (encoder_batch.h); `precision` concerns the CPU backend
+// (a GPU instance of a bf16 model uploads PackedWeights::Unpack(), the BF16 values widened).
 
 #include <string>
 
