@@ -17,7 +17,9 @@
 // forces; "packed_cold": cycling through copies larger than the last-level cache, as the forward
 // pass meets its weights), and OpenBLAS with the weights [N, K] read transposed ("nt", as the
 // forward pass called it before) and pre-transposed ([K, N]: "nn"), by CPU time, and the OpenBLAS
-// core type and packed variant in use.
+// core type and packed variant in use; where the CPU has AVX512_BF16 also the BF16 GEMM on weights
+// packed in BF16 ("packed_bf16", "packed_bf16_cold": encoder_gemm_bf16.cc). --precision sets the
+// model's `precision` parameter (fp32, bf16, auto) for the forward-pass rounds.
 //
 //   echo "32 128 2" | build/bench/sluice-encoder-bench --model-dir /tmp/bert_base/1
 
@@ -120,13 +122,15 @@ double GemmGflops(int m, int n, int k, bool transposed, double seconds) {
 // packed beforehand (as at load), for `seconds` of CPU time. `cold`: each call takes the next of
 // enough copies of W (>= 96 MiB together, more than the last-level cache) that W comes from
 // memory, as in the encoder, where a layer's weights were last read a whole forward pass ago.
-double PackedGemmGflops(int m, int n, int k, double seconds, bool cold) {
+double PackedGemmGflops(
+    int m, int n, int k, double seconds, bool cold,
+    engine::models::encoder::WeightFormat format = engine::models::encoder::WeightFormat::kFp32) {
   using engine::models::encoder::PackedWeights;
   std::vector<float> a(static_cast<size_t>(m) * k, 0.5f), w(static_cast<size_t>(n) * k, 0.25f);
   std::vector<float> c(static_cast<size_t>(m) * n);
   const int64_t copies = cold ? (int64_t{96} << 20) / (int64_t{n} * k * 4) + 1 : 1;
   std::vector<PackedWeights> packed;
-  for (int64_t i = 0; i < copies; ++i) packed.push_back(PackedWeights::Pack(w, n, k));
+  for (int64_t i = 0; i < copies; ++i) packed.push_back(PackedWeights::Pack(w, n, k, format));
   size_t next = 0;
   auto run = [&] {
     engine::models::encoder::PackedGemm(a.data(), m, packed[next], nullptr, c.data());
@@ -149,12 +153,18 @@ int Main(int argc, char** argv) {
                  "alone, as the one-thread figures against PyTorch and ONNX Runtime are taken)")
       ->check(CLI::Range(1, 1024))
       ->capture_default_str();
+  std::string precision = "fp32";
+  app.add_option("--precision", precision,
+                 "the model's `precision` parameter: fp32, bf16 (AVX512_BF16 CPUs) or auto")
+      ->check(CLI::IsMember({"fp32", "bf16", "auto"}))
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
 
   engine::ModelSpec spec;
   spec.config.name = "encoder";
   spec.config.backend = "encoder";
   spec.config.max_batch_size = max_batch;
+  spec.config.parameters["precision"] = precision;
   spec.version_path = model_dir;
   if (threads > 1) spec.compute_pool = std::make_shared<engine::ComputePool>(threads);
   const double rss_before = ResidentMib();
@@ -189,6 +199,7 @@ int Main(int argc, char** argv) {
                           layers * (4 * hidden * hidden + 2 * hidden * inter)) *
       4 / (1 << 20);
   std::cout << nlohmann::json{{"load_s", load_s},
+                              {"precision", (*model)->LoadSummary()},
                               {"rss_mib", ResidentMib()},
                               {"rss_before_mib", rss_before},
                               {"weights_mib", weight_mib}}
@@ -218,6 +229,7 @@ int Main(int argc, char** argv) {
       const int h = static_cast<int>(hidden);
       const int i = static_cast<int>(inter);
       nlohmann::json shapes = nlohmann::json::array();
+      const bool bf16 = engine::models::encoder::gemm::Bf16Supported();
       for (const auto& [name, n, k] :
            {std::tuple{"qkv", 3 * h, h}, std::tuple{"attention_out", h, h},
             std::tuple{"intermediate", i, h}, std::tuple{"output", h, i}}) {
@@ -229,6 +241,13 @@ int Main(int argc, char** argv) {
                           {"nn_gflops", GemmGflops(tokens, n, k, false, seconds)},
                           {"packed_gflops", PackedGemmGflops(tokens, n, k, seconds, false)},
                           {"packed_cold_gflops", PackedGemmGflops(tokens, n, k, seconds, true)}});
+        if (bf16) {
+          using engine::models::encoder::WeightFormat;
+          shapes.back()["packed_bf16_gflops"] =
+              PackedGemmGflops(tokens, n, k, seconds, false, WeightFormat::kBf16);
+          shapes.back()["packed_bf16_cold_gflops"] =
+              PackedGemmGflops(tokens, n, k, seconds, true, WeightFormat::kBf16);
+        }
       }
       std::cout << nlohmann::json{{"core", openblas_get_corename()},
                                   {"packed", engine::models::encoder::gemm::Get().name},

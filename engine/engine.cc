@@ -173,8 +173,10 @@ absl::StatusOr<std::shared_ptr<Engine::LoadedModel>> Engine::Build(const ModelSp
                    CreateExecutors(spec, *loaded->model, factory_options));
   for (const auto& executor : executors) loaded->executors.push_back(executor.get());
   loaded->scheduler->Start(std::move(executors));
+  const std::string model_summary = loaded->model->LoadSummary();
   LOG_INFO(options_.logger, "model '", config.name, "' version ", spec.version, ": ",
-           SchedulingSummary(given.config, config, spec.compute_pool.get()));
+           SchedulingSummary(given.config, config, spec.compute_pool.get()),
+           model_summary.empty() ? "" : "; ", model_summary);
   return loaded;
 }
 

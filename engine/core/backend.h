@@ -51,6 +51,8 @@ class Model {
   virtual const ModelConfig& config() const = 0;
   // `index` is the instance's number in [0, instance_count).
   virtual absl::StatusOr<std::unique_ptr<ModelInstance>> CreateInstance(int index) = 0;
+  // What the load chose that the load log should name (the encoder's CPU precision), or empty.
+  virtual std::string LoadSummary() const { return ""; }
 
   // Models whose inputs the generic binding (engine/request_validation.h) cannot describe
   // (optional inputs, a choice of data types, checks of the values) return true and bind requests

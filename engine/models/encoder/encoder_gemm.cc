@@ -4,6 +4,10 @@
 #include <cstdlib>
 #include <cstring>
 
+#if SLUICE_ENCODER_AVX2
+#include <cpuid.h>
+#endif
+
 #include "common/check.h"
 
 namespace sluice::engine::models::encoder {
@@ -39,6 +43,32 @@ const GemmKernel* Avx512() {
   return nullptr;
 #endif
 }
+
+bool Bf16Supported() {
+#if SLUICE_ENCODER_AVX2
+  static const bool supported = [] {
+    if (!__builtin_cpu_supports("avx512f") || !__builtin_cpu_supports("avx512bw") ||
+        !__builtin_cpu_supports("avx512vl")) {
+      return false;
+    }
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    if (__get_cpuid_count(7, 1, &eax, &ebx, &ecx, &edx) == 0) return false;
+    return (eax & (1u << 5)) != 0;  // AVX512_BF16
+  }();
+  return supported;
+#else
+  return false;
+#endif
+}
+
+#if !SLUICE_ENCODER_AVX2
+double Bf16Speedup() { return 0.0; }
+
+void Bf16PanelGemm(const float*, int64_t, int64_t, const uint16_t*, int64_t, int, int, const float*,
+                   float*, int64_t) {
+  CHECK(false && "the BF16 GEMM is not built for this CPU architecture");
+}
+#endif
 
 const GemmKernel& Get() {
   static const GemmKernel& chosen = []() -> const GemmKernel& {
@@ -107,11 +137,44 @@ void PackTransposedPanels(const float* v, int64_t ldv, int k, int n, float* out)
   }
 }
 
-PackedWeights PackedWeights::Pack(const std::vector<float>& w, int n, int k) {
+uint16_t RoundToBf16(float value) {
+  uint32_t bits = 0;
+  std::memcpy(&bits, &value, 4);
+  if ((bits & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((bits >> 16) | 0x40);
+  bits += 0x7fffu + ((bits >> 16) & 1u);
+  return static_cast<uint16_t>(bits >> 16);
+}
+
+float Bf16ToFloat(uint16_t value) {
+  const uint32_t bits = uint32_t{value} << 16;
+  float out = 0;
+  std::memcpy(&out, &bits, 4);
+  return out;
+}
+
+PackedWeights PackedWeights::Pack(const std::vector<float>& w, int n, int k, WeightFormat format) {
   CHECK(n > 0 && k > 0 && static_cast<int64_t>(w.size()) == int64_t{n} * k);
   PackedWeights packed;
   packed.n_ = n;
   packed.k_ = k;
+  packed.format_ = format;
+  if (format == WeightFormat::kBf16) {
+    const int64_t values = packed.bytes() / 2;
+    packed.bf16_.reset(new (std::align_val_t{64}) uint16_t[static_cast<size_t>(values)]);
+    uint16_t* out = packed.bf16_.get();
+    for (int panel = 0; panel < packed.panels(); ++panel) {
+      for (int q = 0; q < packed.bf16_pairs(); ++q) {
+        for (int c = 0; c < kPanelWidth; ++c) {
+          const int row = panel * kPanelWidth + c;
+          for (int p = 2 * q; p < 2 * q + 2; ++p) {
+            *out++ = row < n && p < k ? RoundToBf16(w[static_cast<size_t>(int64_t{row} * k + p)])
+                                      : uint16_t{0};
+          }
+        }
+      }
+    }
+    return packed;
+  }
   const int64_t floats = packed.bytes() / 4;
   packed.data_.reset(new (std::align_val_t{64}) float[static_cast<size_t>(floats)]);
   PackPanels(w.data(), k, n, k, packed.data_.get());
@@ -120,6 +183,17 @@ PackedWeights PackedWeights::Pack(const std::vector<float>& w, int n, int k) {
 
 std::vector<float> PackedWeights::Unpack() const {
   std::vector<float> w(static_cast<size_t>(int64_t{n_} * k_));
+  if (format_ == WeightFormat::kBf16) {
+    for (int row = 0; row < n_; ++row) {
+      const uint16_t* panel =
+          bf16_data() + (row / kPanelWidth) * bf16_panel_stride() + 2 * (row % kPanelWidth);
+      for (int p = 0; p < k_; ++p) {
+        w[static_cast<size_t>(int64_t{row} * k_ + p)] =
+            Bf16ToFloat(panel[(p / 2) * 2 * kPanelWidth + p % 2]);
+      }
+    }
+    return w;
+  }
   for (int row = 0; row < n_; ++row) {
     const float* panel = data() + (row / kPanelWidth) * panel_stride() + row % kPanelWidth;
     for (int p = 0; p < k_; ++p)
@@ -191,6 +265,11 @@ void PanelGemm(const gemm::GemmKernel& kernel, const float* x, int64_t ldx, int6
 
 void PackedGemm(const gemm::GemmKernel& kernel, const float* x, int64_t rows,
                 const PackedWeights& w, const float* bias, float* y) {
+  if (w.format() == WeightFormat::kBf16) {
+    gemm::Bf16PanelGemm(x, w.k(), rows, w.bf16_data(), w.bf16_panel_stride(), w.n(), w.k(), bias, y,
+                        w.n());
+    return;
+  }
   PanelGemm(kernel, x, w.k(), rows, w.data(), w.n(), w.k(), bias, y, w.n());
 }
 
@@ -225,6 +304,13 @@ void PackedGemm(ComputePool* pool, const gemm::GemmKernel& g, const float* x, in
     if (end_panel <= first_panel) return;
     const int col = first_panel * kPanelWidth;
     const int n = std::min(w.n(), end_panel * kPanelWidth) - col;
+    if (w.format() == WeightFormat::kBf16) {
+      gemm::Bf16PanelGemm(x + r0 * w.k(), w.k(), r,
+                          w.bf16_data() + first_panel * w.bf16_panel_stride(),
+                          w.bf16_panel_stride(), n, w.k(), bias != nullptr ? bias + col : nullptr,
+                          y + r0 * w.n() + col, w.n());
+      return;
+    }
     PanelGemm(g, x + r0 * w.k(), w.k(), r, w.data() + first_panel * stride, n, w.k(),
               bias != nullptr ? bias + col : nullptr, y + r0 * w.n() + col, w.n());
   });

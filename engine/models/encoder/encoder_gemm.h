@@ -43,33 +43,62 @@ namespace sluice::engine::models::encoder {
 
 inline constexpr int kPanelWidth = 16;
 
+// How PackedWeights holds W. kBf16 (a model's `precision: bf16`, issue 36): each panel is
+// ceil(K / 2) rows of 16 pairs of BF16 values (lane c of pair row q holds W[j*16 + c][2q] in its
+// low half and W[j*16 + c][2q + 1] in its high half, K padded with a zero to even), 64 bytes per
+// pair row, the operand layout of AVX-512 BF16's VDPBF16PS; rounded to nearest even at Pack.
+// Half the bytes of kFp32. PackedGemm on kBf16 weights converts X to BF16 per row block and
+// accumulates in FP32 (encoder_gemm_bf16.cc).
+enum class WeightFormat : int { kFp32, kBf16 };
+
 // W [N, K] in panels (see the file comment). Move-only; immutable after Pack.
 class PackedWeights {
  public:
   PackedWeights() = default;
   // Packs row-major `w` ([n, k], nn.Linear's layout). REQUIRES w.size() == n * k, n, k > 0.
-  static PackedWeights Pack(const std::vector<float>& w, int n, int k);
+  static PackedWeights Pack(const std::vector<float>& w, int n, int k,
+                            WeightFormat format = WeightFormat::kFp32);
 
   int n() const { return n_; }
   int k() const { return k_; }
   int panels() const { return (n_ + kPanelWidth - 1) / kPanelWidth; }
   // Floats from one panel to the next.
   int64_t panel_stride() const { return int64_t{k_} * kPanelWidth; }
+  // The FP32 panels (null for kBf16 weights).
   const float* data() const { return data_.get(); }
+  WeightFormat format() const { return format_; }
+  // kBf16: the BF16 panels (16-bit values, see WeightFormat), null for kFp32; pair rows per
+  // panel, and 16-bit values from one panel to the next.
+  const uint16_t* bf16_data() const { return bf16_.get(); }
+  int bf16_pairs() const { return (k_ + 1) / 2; }
+  int64_t bf16_panel_stride() const { return int64_t{bf16_pairs()} * 2 * kPanelWidth; }
   bool empty() const { return n_ == 0; }
   // Bytes held (the padding of a last partial panel included).
-  int64_t bytes() const { return int64_t{panels()} * panel_stride() * 4; }
-  // Back to row-major [n, k] (tests; a backend that needs the plain layout).
+  int64_t bytes() const {
+    return format_ == WeightFormat::kBf16 ? int64_t{panels()} * bf16_panel_stride() * 2
+                                          : int64_t{panels()} * panel_stride() * 4;
+  }
+  // Back to row-major [n, k] (tests; a backend that needs the plain layout). kBf16: the BF16
+  // values widened.
   std::vector<float> Unpack() const;
 
  private:
   struct AlignedDelete {
-    void operator()(float* p) const { ::operator delete[](p, std::align_val_t{64}); }
+    template <typename T>
+    void operator()(T* p) const {
+      ::operator delete[](p, std::align_val_t{64});
+    }
   };
   int n_ = 0;
   int k_ = 0;
+  WeightFormat format_ = WeightFormat::kFp32;
   std::unique_ptr<float[], AlignedDelete> data_;
+  std::unique_ptr<uint16_t[], AlignedDelete> bf16_;
 };
+
+// FP32 -> BF16, rounded to nearest even (NaN stays a quiet NaN), and back.
+uint16_t RoundToBf16(float value);
+float Bf16ToFloat(uint16_t value);
 
 namespace gemm {
 
@@ -103,6 +132,25 @@ const GemmKernel& Generic();
 const GemmKernel* Avx2Fma();
 const GemmKernel* Avx512();
 
+// Whether this CPU runs the BF16 GEMM (kBf16 weights): AVX-512F/BW/VL and AVX512_BF16 (CPUID leaf
+// 7 subleaf 1, EAX bit 5), on x86-64 builds by GCC or Clang. False elsewhere.
+bool Bf16Supported();
+
+// The peak rate of AVX-512 BF16's dot product (VDPBF16PS, 2 multiply-adds per lane) over AVX-512F
+// FMA's (1 per lane) on this CPU, measured once (a few ms, on the first call): ~0.5 on this
+// project's Intel Emerald Rapids VM (its VDPBF16PS issues at a quarter of the FMA's instruction
+// rate), so that BF16 without AMX is slower there than FP32. 0 where !Bf16Supported(). `precision:
+// auto` reads it.
+double Bf16Speedup();
+
+// The BF16 product (REQUIRES Bf16Supported()): y[rows, n] (row stride ldy) = x[rows, k] (row
+// stride ldx) rounded to BF16 x W^T (+ bias[n]), W's first n columns at `panels` in the kBf16
+// layout with `panel_stride` 16-bit values between panels. Each y element is the sum over k in
+// increasing pairs, in FP32, whatever `rows` is (a row's result does not depend on its
+// batch-mates).
+void Bf16PanelGemm(const float* x, int64_t ldx, int64_t rows, const uint16_t* panels,
+                   int64_t panel_stride, int n, int k, const float* bias, float* y, int64_t ldy);
+
 }  // namespace gemm
 
 // Writes the [n, k] matrix w (row stride ldw) into `out` in PackedWeights' panel layout:
@@ -123,7 +171,8 @@ void PanelGemm(const gemm::GemmKernel& kernel, const float* x, int64_t ldx, int6
                const float* panels, int n, int k, const float* bias, float* y, int64_t ldy);
 
 // y[rows, w.n()] (row stride w.n()) = x[rows, w.k()] (row stride w.k()) x W^T (+ bias[w.n()] per
-// row where bias is not null), on the calling thread, with `kernel`.
+// row where bias is not null), on the calling thread, with `kernel` (kFp32 weights; kBf16 weights
+// run gemm::Bf16PanelGemm whatever `kernel` is).
 void PackedGemm(const gemm::GemmKernel& kernel, const float* x, int64_t rows,
                 const PackedWeights& w, const float* bias, float* y);
 // The same with gemm::Get().

@@ -16,6 +16,7 @@
 #include "engine/models/encoder/encoder_forward.h"
 #include "engine/models/encoder/encoder_gemm.h"
 #include "engine/models/encoder/encoder_network.h"
+#include "engine/models/encoder/encoder_precision.h"
 #include "text/tokenizer.h"
 
 namespace sluice::engine::models {
@@ -53,13 +54,13 @@ absl::StatusOr<encoder::EncoderLoadOptions> LoadOptions(const ModelConfig& confi
   for (const auto& [key, value] : config.parameters) {
     // compute_type, allow_tf32 and cuda_buckets concern the GPU only; checked on every backend
     // (encoder::ParseGpuOptions) so that a typo fails the load wherever the model runs.
-    if (key != kMaxBatchTokensParam && key != kNormalizeParam &&
+    if (key != kMaxBatchTokensParam && key != kNormalizeParam && key != encoder::kPrecisionParam &&
         key != encoder::kComputeTypeParam && key != encoder::kAllowTf32Param &&
         key != encoder::kCudaBucketsParam) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("unknown parameter '", key, "' (known: ", kMaxBatchTokensParam, ", ",
-                       kNormalizeParam, ", ", encoder::kComputeTypeParam, ", ",
-                       encoder::kAllowTf32Param, ", ", encoder::kCudaBucketsParam, ")"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "unknown parameter '", key, "' (known: ", kMaxBatchTokensParam, ", ", kNormalizeParam,
+          ", ", encoder::kPrecisionParam, ", ", encoder::kComputeTypeParam, ", ",
+          encoder::kAllowTf32Param, ", ", encoder::kCudaBucketsParam, ")"));
     }
   }
   auto it = config.parameters.find(std::string(kNormalizeParam));
@@ -70,6 +71,8 @@ absl::StatusOr<encoder::EncoderLoadOptions> LoadOptions(const ModelConfig& confi
     }
     options.normalize = it->second == "true";
   }
+  ASSIGN_OR_RETURN(const encoder::CpuPrecision precision, encoder::ParseCpuPrecision(config));
+  options.weight_format = precision.format;
   return options;
 }
 
@@ -358,6 +361,10 @@ class EncoderModel final : public Model {
         pool_(std::move(pool)) {}
 
   const ModelConfig& config() const override { return config_; }
+  std::string LoadSummary() const override {
+    absl::StatusOr<encoder::CpuPrecision> precision = encoder::ParseCpuPrecision(config_);
+    return precision.ok() ? absl::StrCat("CPU ", precision->summary) : "";
+  }
   const std::shared_ptr<const EncoderNetwork>& network() const { return net_; }
   absl::StatusOr<std::unique_ptr<ModelInstance>> CreateInstance(int) override {
     return std::make_unique<EncoderInstance>(config_, net_, pool_);

@@ -404,6 +404,7 @@ absl::StatusOr<std::shared_ptr<EncoderNetwork>> Describe(const fs::path& folder,
   RETURN_IF_ERROR(ReadConfigJson(folder, *net));
   RETURN_IF_ERROR(ReadSentenceTransformersFiles(folder, *net));
   if (options.normalize.has_value()) net->normalize = *options.normalize;
+  net->weight_format = options.weight_format;
   RETURN_IF_ERROR(DescribeHeads(file, *net));
   net->weight_bytes = WeightBytes(*net);
   if (net->weight_bytes > options.max_weight_bytes) {
@@ -457,14 +458,14 @@ absl::Status ReadWeights(const SafetensorsFile& file, EncoderNetwork& net) {
       qkv_weight.insert(qkv_weight.end(), weight.begin(), weight.end());
       layer.qkv_bias.insert(layer.qkv_bias.end(), bias.begin(), bias.end());
     }
-    layer.qkv_weight =
-        PackedWeights::Pack(qkv_weight, static_cast<int>(3 * h), static_cast<int>(h));
+    layer.qkv_weight = PackedWeights::Pack(qkv_weight, static_cast<int>(3 * h), static_cast<int>(h),
+                                           net.weight_format);
     qkv_weight = {};
     {
       ASSIGN_OR_RETURN(std::vector<float> weight,
                        w.Get(p + "attention.output.dense.weight", {h, h}));
       layer.attention_out_weight =
-          PackedWeights::Pack(weight, static_cast<int>(h), static_cast<int>(h));
+          PackedWeights::Pack(weight, static_cast<int>(h), static_cast<int>(h), net.weight_format);
     }
     ASSIGN_OR_RETURN(layer.attention_out_bias, w.Get(p + "attention.output.dense.bias", {h}));
     ASSIGN_OR_RETURN(layer.attention_norm_gamma,
@@ -473,14 +474,14 @@ absl::Status ReadWeights(const SafetensorsFile& file, EncoderNetwork& net) {
     {
       ASSIGN_OR_RETURN(std::vector<float> weight,
                        w.Get(p + "intermediate.dense.weight", {inter, h}));
-      layer.intermediate_weight =
-          PackedWeights::Pack(weight, static_cast<int>(inter), static_cast<int>(h));
+      layer.intermediate_weight = PackedWeights::Pack(weight, static_cast<int>(inter),
+                                                      static_cast<int>(h), net.weight_format);
     }
     ASSIGN_OR_RETURN(layer.intermediate_bias, w.Get(p + "intermediate.dense.bias", {inter}));
     {
       ASSIGN_OR_RETURN(std::vector<float> weight, w.Get(p + "output.dense.weight", {h, inter}));
-      layer.output_weight =
-          PackedWeights::Pack(weight, static_cast<int>(h), static_cast<int>(inter));
+      layer.output_weight = PackedWeights::Pack(weight, static_cast<int>(h),
+                                                static_cast<int>(inter), net.weight_format);
     }
     ASSIGN_OR_RETURN(layer.output_bias, w.Get(p + "output.dense.bias", {h}));
     ASSIGN_OR_RETURN(layer.output_norm_gamma, w.Get(p + "output.LayerNorm.weight", {h}));

@@ -133,8 +133,12 @@ struct EncoderNetwork {
   // The precision of the checkpoint's weights when they all share one (kFp16, kBf16: the FP32
   // arrays hold exactly those values widened), kFp32 otherwise. A GPU backend computes in it.
   DataType stored_dtype = DataType::kFp32;
-  // Bytes of the FP32 arrays above (for load limits and the memory figures).
+  // Bytes of the FP32 arrays above (for load limits and the memory figures), as if every weight
+  // were FP32 (the BF16 layers' weights take half of theirs).
   int64_t weight_bytes = 0;
+  // How the four linear layers of every encoder layer are packed (EncoderLoadOptions::
+  // weight_format: kBf16 for a model's `precision: bf16`).
+  WeightFormat weight_format = WeightFormat::kFp32;
 
   int head_size() const { return hidden / heads; }
   int embedding_size() const { return hidden * pooling.count(); }
@@ -146,6 +150,9 @@ struct EncoderLoadOptions {
   // Largest tensor element count accepted before conversion (a bound on what a broken or hostile
   // config.json / header can make the load allocate).
   int64_t max_weight_bytes = int64_t{16} << 30;
+  // How the encoder layers' four linear layers are packed for the CPU GEMM: kBf16 (the model's
+  // `precision: bf16`; REQUIRES gemm::Bf16Supported() to run it) rounds them to BF16 at load.
+  WeightFormat weight_format = WeightFormat::kFp32;
 };
 
 // Reads config.json and the sentence-transformers files of `folder` without the weights: the
