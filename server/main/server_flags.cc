@@ -114,9 +114,10 @@ void AddGrpcConnectionFlags(CLI::App& app, ServerFlags& flags) {
       ->capture_default_str()
       ->group(kNetworkGroup);
   app.add_option("--grpc-max-resets-per-second", flags.grpc_max_resets_per_second,
-                 "A plaintext connection whose client resets more of its new streams before ending "
-                 "them (HEADERS + RST_STREAM) than this in one second is closed: gRPC 1.51 has no "
-                 "limit of its own (rapid reset, "
+                 "A plaintext connection whose client resets more of its new streams than this in "
+                 "one second (before ending them, HEADERS + RST_STREAM, or right after sending "
+                 "them whole, HEADERS + DATA + RST_STREAM in one read) is sent GOAWAY "
+                 "ENHANCE_YOUR_CALM and closed: gRPC 1.51 has no limit of its own (rapid reset, "
                  "CVE-2023-44487); 0 turns the check off. TLS connections are not inspected")
       ->envname("SLUICE_GRPC_MAX_RESETS_PER_SECOND")
       ->check(CLI::Range(0, 1 << 24))
