@@ -181,6 +181,15 @@ void AddGrpcWatchdogAndMemoryFlags(CLI::App& app, ServerFlags& flags) {
       ->type_name("SIZE")
       ->default_str(FormatByteSize(flags.grpc_max_stream_pending_bytes))
       ->group(kNetworkGroup);
+  app.add_option("--grpc-max-connection-pending-bytes", flags.grpc_max_connection_pending_bytes,
+                 "The same over all ModelStreamInfer streams of one connection together: past it, "
+                 "every stream of that connection that holds anything stops reading until its "
+                 "answers are written (a client that never reads its answers holds at most this)")
+      ->envname("SLUICE_GRPC_MAX_CONNECTION_PENDING_BYTES")
+      ->transform(ByteSizeRange(int64_t{1} << 16, int64_t{1} << 40))
+      ->type_name("SIZE")
+      ->default_str(FormatByteSize(flags.grpc_max_connection_pending_bytes))
+      ->group(kNetworkGroup);
   app.add_option("--grpc-max-pending-stream-bytes-total", flags.grpc_max_pending_stream_bytes_total,
                  "The same over all streams together: past it, every stream that holds anything "
                  "stops reading until its answers are written")
