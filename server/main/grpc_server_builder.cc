@@ -105,6 +105,12 @@ void SetConnectionPolicy(const ServerFlags& flags, grpc::ServerBuilder& builder)
   // when the deadline has passed on arrival. Clients still enforce their own deadlines (a
   // cancelled call reaches the reactors' OnCancel as before).
   builder.AddChannelArgument(GRPC_ARG_ENABLE_DEADLINE_CHECKS, 0);
+  // With its bandwidth-delay probe gRPC grows every stream's receive window whether or not the
+  // application reads, so a client that never reads its answers could park tens of MiB of
+  // requests per stream in gRPC beyond --grpc-max-connection-pending-bytes (4 streams: +143 MiB
+  // on loopback, issue 37). Off, a stream's window is 64 KiB plus what a pending read asks for,
+  // and flow control holds the client once the stream stops reading.
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_BDP_PROBE, flags.grpc_bdp_probe ? 1 : 0);
 }
 
 // The connection cap (process_wide_accept_guard.h): a descriptor ceiling below the fd limit,

@@ -190,6 +190,15 @@ void AddGrpcWatchdogAndMemoryFlags(CLI::App& app, ServerFlags& flags) {
       ->type_name("SIZE")
       ->default_str(FormatByteSize(flags.grpc_max_connection_pending_bytes))
       ->group(kNetworkGroup);
+  app.add_option("--grpc-bdp-probe", flags.grpc_bdp_probe,
+                 "Let gRPC grow each stream's receive window to its bandwidth-delay estimate "
+                 "(faster large messages over high-latency links); off, a stream's window is 64 "
+                 "KiB plus what the server is reading, so a client whose stream stopped being "
+                 "read is held by HTTP/2 flow control. On, such a client can make gRPC buffer "
+                 "tens of MiB per stream beyond --grpc-max-connection-pending-bytes")
+      ->envname("SLUICE_GRPC_BDP_PROBE")
+      ->capture_default_str()
+      ->group(kNetworkGroup);
   app.add_option("--grpc-max-pending-stream-bytes-total", flags.grpc_max_pending_stream_bytes_total,
                  "The same over all streams together: past it, every stream that holds anything "
                  "stops reading until its answers are written")
