@@ -1,5 +1,6 @@
 #include "server/grpc_service.h"
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <memory>
@@ -167,10 +168,28 @@ InferenceService::ModelStreamInfer(grpc::CallbackServerContext* context) {
   stream_options.max_in_flight = options_.max_stream_in_flight;
   stream_options.active_calls = &options_.serving->grpc_infer_calls();
   stream_options.max_pending_bytes = options_.max_stream_pending_bytes;
+  stream_options.max_connection_pending_bytes = options_.max_connection_pending_bytes;
+  stream_options.connection_pending_bytes = ConnectionPendingBytes(context->peer());
   stream_options.max_total_pending_bytes = options_.max_pending_stream_bytes_total;
   stream_options.total_pending_bytes = &stream_pending_bytes_;
   stream_options.shared_memory = options_.shared_memory;
   return NewStreamInferReactor(engine_, context, stream_options);
+}
+
+std::shared_ptr<std::atomic<int64_t>> InferenceService::ConnectionPendingBytes(
+    const std::string& peer) {
+  common::MutexLock lock(&connections_mu_);
+  std::weak_ptr<std::atomic<int64_t>>& entry = connection_pending_bytes_[peer];
+  std::shared_ptr<std::atomic<int64_t>> counter = entry.lock();
+  if (counter == nullptr) {
+    counter = std::make_shared<std::atomic<int64_t>>(0);
+    entry = counter;
+  }
+  if (connection_pending_bytes_.size() >= sweep_at_) {
+    std::erase_if(connection_pending_bytes_, [](const auto& e) { return e.second.expired(); });
+    sweep_at_ = std::max<size_t>(64, 2 * connection_pending_bytes_.size());
+  }
+  return counter;
 }
 
 grpc::ServerUnaryReactor* InferenceService::ModelConfig(

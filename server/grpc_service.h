@@ -6,8 +6,11 @@
 
 #include <atomic>
 #include <chrono>
+#include <memory>
 #include <string>
+#include <unordered_map>
 
+#include "common/mutex.h"
 #include "engine/engine.h"
 #include "proto/grpc_service.grpc.pb.h"
 #include "server/model_control.h"
@@ -32,6 +35,9 @@ struct ServiceOptions {
   // Bytes a stream may hold (requests being served plus answers not yet written) before the
   // server stops reading from it (--grpc-max-stream-pending-bytes).
   int64_t max_stream_pending_bytes = int64_t{64} << 20;
+  // The same over all streams of one connection (one peer address) together; past it a stream
+  // of it holding anything stops reading (--grpc-max-connection-pending-bytes).
+  int64_t max_connection_pending_bytes = int64_t{64} << 20;
   // The same over all streams together; past it a stream holding anything stops reading.
   int64_t max_pending_stream_bytes_total = int64_t{1} << 30;
   // The process's liveness, readiness and open-call counts (ServerLive and ServerReady answer it;
@@ -138,8 +144,17 @@ class InferenceService final : public inference::GRPCInferenceService::CallbackS
   engine::Engine* const engine_;
   ModelRepository* const repository_;
   const ServiceOptions options_;
+  // The counter of bytes held by the streams of the connection `peer` (grpc::ServerContext::peer,
+  // the client's address and port: one per connection), shared by those streams.
+  std::shared_ptr<std::atomic<int64_t>> ConnectionPendingBytes(const std::string& peer);
+
   // Bytes held by all streams together (StreamInferOptions::total_pending_bytes).
   std::atomic<int64_t> stream_pending_bytes_{0};
+  common::Mutex connections_mu_;
+  // Each connection's counter while a stream of it lives; expired entries are swept as it grows.
+  std::unordered_map<std::string, std::weak_ptr<std::atomic<int64_t>>> connection_pending_bytes_
+      ABSL_GUARDED_BY(connections_mu_);
+  size_t sweep_at_ ABSL_GUARDED_BY(connections_mu_) = 64;
   // Runs load/unload off the RPC threads; declared last so that it stops first.
   ModelControl control_;
 };

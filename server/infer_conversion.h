@@ -36,11 +36,11 @@ absl::StatusOr<int64_t> ParseModelVersion(const std::string& version);
 // this first).
 absl::Status CheckRequestNames(const inference::ModelInferRequest& message);
 
-// How much earlier than gRPC's own deadline timer the engine answers a request that expires in
-// its queue. When gRPC 1.51's timer fires first it ends the stream (trailers DEADLINE_EXCEEDED +
-// RST_STREAM), and the Finish() the call still needs then makes gRPC send a second trailers
-// (CANCELLED) + RST_STREAM on the closed stream (RFC 9113 5.1; seen on 18 of 20 such calls).
-// Answering first ends the call normally, once. Longer than the engine's wake-up jitter.
+// How much earlier than the call's deadline the engine answers a request that expires in its
+// queue, so that the client gets the server's DEADLINE_EXCEEDED before its own timer fires. (It
+// was first meant to beat gRPC 1.51's server deadline timer, whose ending of the stream made the
+// Finish() after it send a second trailers + RST_STREAM; that timer is now off,
+// GRPC_ARG_ENABLE_DEADLINE_CHECKS in server/main/grpc_server_builder.cc.)
 inline constexpr std::chrono::milliseconds kAnswerBeforeGrpcDeadline{20};
 
 // A gRPC deadline (system clock; time_point::max() for none) on the steady clock the engine

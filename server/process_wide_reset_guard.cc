@@ -40,9 +40,12 @@ struct Connection {
   uint64_t payload_left = 0;     // bytes of the current frame's payload still to skip
   int64_t window_start_ms = -1;  // start of the current one-second window
   int resets_in_window = 0;
-  uint32_t recent_ids[kRecentStreams] = {};  // 0: empty (stream 0 is the connection)
-  bool recent_ended[kRecentStreams] = {};    // the client sent END_STREAM on it
+  uint32_t recent_ids[kRecentStreams] = {};   // 0: empty (stream 0 is the connection)
+  bool recent_ended[kRecentStreams] = {};     // the client sent END_STREAM on it
+  uint64_t recent_read[kRecentStreams] = {};  // the read (`reads` then) that brought its HEADERS
   int recent_next = 0;
+  uint64_t reads = 0;    // recvmsg calls that returned bytes, this one included
+  bool closing = false;  // past the cap: gRPC was shown the PINGs that make it send GOAWAY
 };
 
 uint32_t StreamId(const uint8_t* header) {
@@ -51,7 +54,10 @@ uint32_t StreamId(const uint8_t* header) {
          0x7fffffffu;
 }
 
-// Records a client frame; returns whether it is a reset that counts (premature). REQUIRES: mu.
+// Records a client frame; returns whether it is a reset that counts (premature): one on a stream
+// the client had not ended, or one that arrives in the same read as the stream's HEADERS (the
+// client sent HEADERS, DATA and RST_STREAM back to back, without waiting for anything: the
+// attack with whole requests). REQUIRES: mu.
 bool Observe(Connection& c, uint8_t type, uint8_t flags, uint32_t stream) {
   if (stream == 0) return false;
   if (type == kHeadersType || type == kDataType) {
@@ -64,6 +70,7 @@ bool Observe(Connection& c, uint8_t type, uint8_t flags, uint32_t stream) {
     if (type == kHeadersType) {  // a new stream
       c.recent_ids[c.recent_next] = stream;
       c.recent_ended[c.recent_next] = (flags & kEndStreamFlag) != 0;
+      c.recent_read[c.recent_next] = c.reads;
       c.recent_next = (c.recent_next + 1) % kRecentStreams;
     }
     return false;
@@ -72,7 +79,7 @@ bool Observe(Connection& c, uint8_t type, uint8_t flags, uint32_t stream) {
   for (int k = 0; k < kRecentStreams; ++k) {
     if (c.recent_ids[k] == stream) {
       c.recent_ids[k] = 0;
-      return !c.recent_ended[k];
+      return !c.recent_ended[k] || c.recent_read[k] == c.reads;
     }
   }
   return false;
@@ -91,11 +98,16 @@ int64_t NowMs() {
 
 enum class Verdict { kKeep, kUntrack, kClose };
 
+// Where a frame header that began in an earlier read (or iovec) starts: before `data`.
+constexpr size_t kHeaderBeganEarlier = ~size_t{0};
+
 // Feeds `size` bytes read from the connection; on kClose, `*cut` is the offset in `data` of the
-// frame that went past the cap (gRPC is shown the bytes before it). REQUIRES: mu held.
+// frame that went past the cap (gRPC is shown the bytes before it), or kHeaderBeganEarlier.
+// REQUIRES: mu held.
 Verdict Feed(Connection& c, const uint8_t* data, size_t size, int cap, size_t* cut) {
   size_t i = 0;
-  size_t frame_start = 0;  // where the frame header being collected starts in `data`
+  // Where the frame header being collected starts in `data`.
+  size_t frame_start = c.header_bytes > 0 ? kHeaderBeganEarlier : 0;
   while (i < size) {
     if (c.preface_seen < kClientPrefaceBytes) {
       if (data[i] != static_cast<uint8_t>(kClientPreface[c.preface_seen])) {
@@ -123,7 +135,7 @@ Verdict Feed(Connection& c, const uint8_t* data, size_t size, int cap, size_t* c
       c.resets_in_window = 0;
     }
     if (++c.resets_in_window > cap) {
-      *cut = frame_start;  // 0 when the header began in an earlier read
+      *cut = frame_start;
       return Verdict::kClose;
     }
   }
@@ -145,6 +157,45 @@ Close LibcClose() {
                                       ? &__interceptor_close
                                       : reinterpret_cast<Close>(dlsym(RTLD_NEXT, "close"));
   return libc_close;
+}
+
+// What gRPC is shown in place of the frame past the cap: PING frames, more within one read than
+// --grpc-min-client-ping-interval-ms allows (the server sets GRPC_ARG_HTTP2_MAX_PING_STRIKES to 2,
+// grpc_server_builder.cc), so that gRPC itself sends GOAWAY ENHANCE_YOUR_CALM ("too_many_pings")
+// and closes the connection once the GOAWAY is written: gRPC 1.51 has no other way to close one
+// connection with a GOAWAY, and nothing outside its writer may add a frame to the socket safely.
+// Each: length 8, type PING, no flags, stream 0, 8 bytes of opaque data.
+constexpr char kPingFrame[] = "\x00\x00\x08\x06\x00\x00\x00\x00\x00sluice!!";
+constexpr size_t kPingFrameBytes = sizeof(kPingFrame) - 1;  // without the NUL
+constexpr int kInjectedPings = 8;
+constexpr size_t kInjectedPingBytes = kInjectedPings * kPingFrameBytes;
+
+// Copies `size` bytes to the buffers of `message` from byte `offset` on. REQUIRES: they fit.
+void WriteToIovecs(const msghdr& message, size_t offset, const char* bytes, size_t size) {
+  for (size_t v = 0; v < message.msg_iovlen && size > 0; ++v) {
+    const size_t len = message.msg_iov[v].iov_len;
+    if (offset >= len) {
+      offset -= len;
+      continue;
+    }
+    const size_t n = std::min(len - offset, size);
+    std::memcpy(static_cast<char*>(message.msg_iov[v].iov_base) + offset, bytes, n);
+    bytes += n;
+    size -= n;
+    offset = 0;
+  }
+}
+
+// Writes the kInjectedPings PING frames to the buffers of `message` from byte `offset` on; false
+// (nothing written) where they do not fit.
+bool InjectPings(const msghdr& message, size_t offset) {
+  size_t capacity = 0;
+  for (size_t v = 0; v < message.msg_iovlen; ++v) capacity += message.msg_iov[v].iov_len;
+  if (offset + kInjectedPingBytes > capacity) return false;
+  for (int k = 0; k < kInjectedPings; ++k) {
+    WriteToIovecs(message, offset + k * kPingFrameBytes, kPingFrame, kPingFrameBytes);
+  }
+  return true;
 }
 
 }  // namespace
@@ -173,30 +224,38 @@ extern "C" ssize_t recvmsg(int fd, msghdr* message, int flags) {
   using namespace sluice::server;  // NOLINT: the file's own namespace, from extern "C"
   const ssize_t read = LibcRecvMsg()(fd, message, flags);
   const int cap = max_resets.load(std::memory_order_relaxed);
-  if (read <= 0 || cap <= 0) return read;
+  if (read <= 0 || cap <= 0 || (flags & (MSG_PEEK | MSG_ERRQUEUE)) != 0) return read;
   std::lock_guard<std::mutex> lock(mu);
   auto it = connections->find(fd);
   if (it == connections->end()) return read;
+  Connection& c = it->second;
+  if (c.closing) return 0;  // gRPC is closing it (GOAWAY): the client's further bytes are dropped
+  ++c.reads;
   size_t left = static_cast<size_t>(read);
   size_t seen = 0;  // bytes in the iovecs before the current one
   size_t cut = 0;
   Verdict verdict = Verdict::kKeep;
   for (size_t v = 0; v < message->msg_iovlen && left > 0; ++v) {
     const size_t size = std::min(left, message->msg_iov[v].iov_len);
-    verdict = Feed(it->second, static_cast<const uint8_t*>(message->msg_iov[v].iov_base), size, cap,
-                   &cut);
+    verdict = Feed(c, static_cast<const uint8_t*>(message->msg_iov[v].iov_base), size, cap, &cut);
     if (verdict != Verdict::kKeep) break;
     seen += size;
     left -= size;
   }
   if (verdict == Verdict::kUntrack) connections->erase(it);
   if (verdict == Verdict::kClose) {
-    connections->erase(it);
     closed_connections.fetch_add(1, std::memory_order_relaxed);
-    // gRPC is shown the frames before the one past the cap, then end-of-stream, and closes the
-    // connection; what the client sent after them is dropped.
+    // gRPC is shown the frames before the one past the cap, then PING frames that make it send
+    // GOAWAY (ENHANCE_YOUR_CALM) and close the connection; what the client sent after them is
+    // dropped. Where the PINGs do not fit (or the cut frame's header began in an earlier read),
+    // the socket is shut down instead: gRPC then reads end-of-stream and closes, without GOAWAY.
+    if (cut != kHeaderBeganEarlier && InjectPings(*message, seen + cut)) {
+      c.closing = true;
+      return static_cast<ssize_t>(seen + cut + kInjectedPingBytes);
+    }
+    connections->erase(it);
     shutdown(fd, SHUT_RDWR);
-    return static_cast<ssize_t>(seen + cut);
+    return static_cast<ssize_t>(cut == kHeaderBeganEarlier ? seen : seen + cut);
   }
   return read;
 }

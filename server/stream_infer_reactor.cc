@@ -1,5 +1,6 @@
 #include "server/stream_infer_reactor.h"
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <deque>
@@ -11,6 +12,7 @@
 #include "absl/base/thread_annotations.h"
 #include "common/mutex.h"
 #include "server/infer_conversion.h"
+#include "server/memory_release.h"
 
 namespace sluice::server {
 namespace {
@@ -21,9 +23,11 @@ using std::chrono::steady_clock;
 // written in completion order (each carries its request id), one write in flight at a time as
 // gRPC requires. Reading pauses while max_in_flight answers are outstanding, or while the stream
 // holds max_pending_bytes (requests being served plus answers not yet written; a count alone let
-// 512 answers of any size pile up), or while all streams together hold max_total_pending_bytes
-// and this one holds anything, so a client that never reads cannot make the server buffer
-// without bound. The reactor deletes itself in
+// 512 answers of any size pile up), or while all streams of its connection together hold
+// max_connection_pending_bytes, or all streams together max_total_pending_bytes, and this one
+// holds anything, so a client that never reads cannot make the server buffer without bound (4
+// streams of a client that never read held 4 x 64 MiB before the per-connection bound). A stream
+// that held much gives the allocator's free memory back when it ends. The reactor deletes itself in
 // OnDone, which gRPC calls only after Finish(); Finish() waits for every submitted request.
 class StreamInferReactor final
     : public grpc::ServerBidiReactor<inference::ModelInferRequest,
@@ -150,7 +154,16 @@ class StreamInferReactor final
   // The client cancelled the stream or went away: what it still has queued will not run.
   void OnCancel() override { cancelled_->store(true, std::memory_order_relaxed); }
 
-  void OnDone() override { delete this; }
+  void OnDone() override {
+    bool release = false;
+    {
+      common::MutexLock lock(&mu_);
+      release = options_.release_memory_after_bytes > 0 &&
+                peak_pending_bytes_ >= options_.release_memory_after_bytes;
+    }
+    delete this;  // frees the answers it still held
+    if (release) ReleaseFreeMemory();
+  }
 
  private:
   void StartNextRead() {
@@ -196,6 +209,11 @@ class StreamInferReactor final
   bool MayReadLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (InFlightLocked() >= options_.max_in_flight) return false;
     if (pending_bytes_ >= options_.max_pending_bytes) return false;
+    if (options_.connection_pending_bytes != nullptr && InFlightLocked() > 0 &&
+        options_.connection_pending_bytes->load(std::memory_order_relaxed) >=
+            options_.max_connection_pending_bytes) {
+      return false;
+    }
     if (options_.total_pending_bytes != nullptr && InFlightLocked() > 0 &&
         options_.total_pending_bytes->load(std::memory_order_relaxed) >=
             options_.max_total_pending_bytes) {
@@ -207,6 +225,10 @@ class StreamInferReactor final
   // REQUIRES: mu_ held (or the reactor being destroyed: clang does not check destructors).
   void AddPendingBytes(int64_t delta) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     pending_bytes_ += delta;
+    peak_pending_bytes_ = std::max(peak_pending_bytes_, pending_bytes_);
+    if (options_.connection_pending_bytes != nullptr) {
+      options_.connection_pending_bytes->fetch_add(delta, std::memory_order_relaxed);
+    }
     if (options_.total_pending_bytes != nullptr) {
       options_.total_pending_bytes->fetch_add(delta, std::memory_order_relaxed);
     }
@@ -234,8 +256,9 @@ class StreamInferReactor final
   std::deque<inference::ModelStreamInferResponse> writes_ ABSL_GUARDED_BY(mu_);
   // ByteSizeLong of each of writes_.
   std::deque<int64_t> write_bytes_ ABSL_GUARDED_BY(mu_);
-  int outstanding_ ABSL_GUARDED_BY(mu_) = 0;        // submitted, not answered
-  int64_t pending_bytes_ ABSL_GUARDED_BY(mu_) = 0;  // outstanding requests + writes_
+  int outstanding_ ABSL_GUARDED_BY(mu_) = 0;             // submitted, not answered
+  int64_t pending_bytes_ ABSL_GUARDED_BY(mu_) = 0;       // outstanding requests + writes_
+  int64_t peak_pending_bytes_ ABSL_GUARDED_BY(mu_) = 0;  // the most pending_bytes_ has been
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
   bool reads_done_ ABSL_GUARDED_BY(mu_) = false;
   bool read_paused_ ABSL_GUARDED_BY(mu_) = false;

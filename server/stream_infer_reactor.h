@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <memory>
 
 #include "engine/engine.h"
 #include "grpcpp/grpcpp.h"
@@ -23,6 +24,16 @@ struct StreamInferOptions {
   // Bytes the stream may hold (serialized size of its requests being served plus its answers
   // not yet written) before it stops reading.
   int64_t max_pending_bytes = int64_t{64} << 20;
+  // Bytes all streams of one connection together may hold (summed in *connection_pending_bytes)
+  // before every stream of it that holds anything stops reading: a client cannot multiply
+  // max_pending_bytes by opening streams.
+  int64_t max_connection_pending_bytes = int64_t{64} << 20;
+  // The connection's sum, shared by its streams; nullable (no per-connection bound).
+  std::shared_ptr<std::atomic<int64_t>> connection_pending_bytes;
+  // A stream that held at least this many bytes at once gives the allocator's free memory back to
+  // the system when it ends (ReleaseFreeMemory), so that a client that made the server buffer
+  // does not leave its RSS behind; 0: never.
+  int64_t release_memory_after_bytes = int64_t{8} << 20;
   // Bytes all streams together may hold (summed in *total_pending_bytes) before every stream
   // that holds anything stops reading.
   int64_t max_total_pending_bytes = int64_t{1} << 30;

@@ -114,9 +114,10 @@ void AddGrpcConnectionFlags(CLI::App& app, ServerFlags& flags) {
       ->capture_default_str()
       ->group(kNetworkGroup);
   app.add_option("--grpc-max-resets-per-second", flags.grpc_max_resets_per_second,
-                 "A plaintext connection whose client resets more of its new streams before ending "
-                 "them (HEADERS + RST_STREAM) than this in one second is closed: gRPC 1.51 has no "
-                 "limit of its own (rapid reset, "
+                 "A plaintext connection whose client resets more of its new streams than this in "
+                 "one second (before ending them, HEADERS + RST_STREAM, or right after sending "
+                 "them whole, HEADERS + DATA + RST_STREAM in one read) is sent GOAWAY "
+                 "ENHANCE_YOUR_CALM and closed: gRPC 1.51 has no limit of its own (rapid reset, "
                  "CVE-2023-44487); 0 turns the check off. TLS connections are not inspected")
       ->envname("SLUICE_GRPC_MAX_RESETS_PER_SECOND")
       ->check(CLI::Range(0, 1 << 24))
@@ -179,6 +180,24 @@ void AddGrpcWatchdogAndMemoryFlags(CLI::App& app, ServerFlags& flags) {
       ->transform(ByteSizeRange(int64_t{1} << 16, int64_t{1} << 40))
       ->type_name("SIZE")
       ->default_str(FormatByteSize(flags.grpc_max_stream_pending_bytes))
+      ->group(kNetworkGroup);
+  app.add_option("--grpc-max-connection-pending-bytes", flags.grpc_max_connection_pending_bytes,
+                 "The same over all ModelStreamInfer streams of one connection together: past it, "
+                 "every stream of that connection that holds anything stops reading until its "
+                 "answers are written (a client that never reads its answers holds at most this)")
+      ->envname("SLUICE_GRPC_MAX_CONNECTION_PENDING_BYTES")
+      ->transform(ByteSizeRange(int64_t{1} << 16, int64_t{1} << 40))
+      ->type_name("SIZE")
+      ->default_str(FormatByteSize(flags.grpc_max_connection_pending_bytes))
+      ->group(kNetworkGroup);
+  app.add_option("--grpc-bdp-probe", flags.grpc_bdp_probe,
+                 "Let gRPC grow each stream's receive window to its bandwidth-delay estimate "
+                 "(faster large messages over high-latency links); off, a stream's window is 64 "
+                 "KiB plus what the server is reading, so a client whose stream stopped being "
+                 "read is held by HTTP/2 flow control. On, such a client can make gRPC buffer "
+                 "tens of MiB per stream beyond --grpc-max-connection-pending-bytes")
+      ->envname("SLUICE_GRPC_BDP_PROBE")
+      ->capture_default_str()
       ->group(kNetworkGroup);
   app.add_option("--grpc-max-pending-stream-bytes-total", flags.grpc_max_pending_stream_bytes_total,
                  "The same over all streams together: past it, every stream that holds anything "

@@ -48,6 +48,8 @@ struct ServerFlags {
   int64_t grpc_max_inflated_message_bytes = int64_t{64} << 20;
   int64_t grpc_memory_quota_bytes = int64_t{4} << 30;
   int64_t grpc_max_stream_pending_bytes = int64_t{64} << 20;
+  int64_t grpc_max_connection_pending_bytes = int64_t{64} << 20;
+  bool grpc_bdp_probe = false;
   int64_t grpc_max_pending_stream_bytes_total = int64_t{1} << 30;
 
   // TLS, for the gRPC and HTTP ports alike: PEM file paths (none: plaintext).

@@ -301,6 +301,7 @@ int ServerProcess::StartGrpc() {
   service_options.serving = &serving_;
   service_options.model_control_queue_size = flags_.model_control_queue_size;
   service_options.max_stream_pending_bytes = flags_.grpc_max_stream_pending_bytes;
+  service_options.max_connection_pending_bytes = flags_.grpc_max_connection_pending_bytes;
   service_options.max_pending_stream_bytes_total = flags_.grpc_max_pending_stream_bytes_total;
   service_options.shared_memory = shared_memory_.get();
   service_ = std::make_unique<InferenceService>(engine_.get(), repository_.get(), service_options);

@@ -115,7 +115,8 @@ class Connection:
         self.h2.initiate_connection()
         self.h2.increment_flow_control_window(1 << 30)
         self.raw = bytearray()
-        self.frames = []  # (type name, stream id, flags, headers or None) in arrival order
+        # (type name, stream id, flags, headers or None, time, hyperframe frame) in arrival order
+        self.frames = []
         self.decoder = hpack.Decoder()
         self.events = []
         self.h2_failed = None
@@ -168,7 +169,7 @@ class Connection:
                                 v.decode() if isinstance(v, bytes) else v)
                                for k, v in self.decoder.decode(bytes(frame.data)))
             self.frames.append((type(frame).__name__, frame.stream_id, set(frame.flags), headers,
-                                time.time()))
+                                time.time(), frame))
 
     def pump_for(self, seconds):
         end = time.time() + seconds
