@@ -29,7 +29,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "tools"))
 import make_encoder_checkpoint  # noqa: E402
 from encoder_reference_test import (CHECKPOINTS, MAX_SEQ, VOCAB, Reference,  # noqa: E402
-                                    assert_outputs_match, packed_lengths)
+                                    assert_outputs_match, has_pooler, packed_lengths)
 
 ARGS = None
 WORST = {}
@@ -94,8 +94,7 @@ class EncoderEngineReferenceTest(unittest.TestCase):
                 make_encoder_checkpoint.write_checkpoint(folder, max_positions=MAX_SEQ, **options)
                 reference = Reference(folder, bool(options.get("classifier")))
                 outputs = ["last_hidden_state", "embedding"]
-                if not options.get("no_pooler") and not (options.get("classifier") and
-                                                          options["arch"] == "roberta"):
+                if has_pooler(options):
                     outputs.append("pooler_output")
                 if options.get("classifier"):
                     # `score`: the logits through CrossEncoder's activation (issue 39).

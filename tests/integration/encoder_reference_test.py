@@ -2,11 +2,11 @@
 """The encoder backend (issue 19) against real references, through the real server over gRPC.
 
 - Random small checkpoints written by Hugging Face's transformers itself in its exact layout
-  (tools/make_encoder_checkpoint.py: BERT and RoBERTa; base models with and without pooler,
+  (tools/make_encoder_checkpoint.py: BERT, RoBERTa and DistilBERT; base models with and without pooler,
   sentence-transformers pooling and Normalize modules, classification heads; F32, F16, BF16;
   erf and tanh GELU) are served from a temporary model repository whose configs say only name,
   backend and max_batch_size, and every output is compared with transformers' BertModel /
-  RobertaModel / *ForSequenceClassification (and sentence-transformers for `embedding`) in FP32,
+  RobertaModel / DistilBertModel / *ForSequenceClassification (and sentence-transformers for `embedding`) in FP32,
   at 1e-5 relative (max |sluice - reference| / max |reference|; the issue asks 1e-4), at
   several ragged mixes: requests
   of different lengths in flight together, requests whose rows carry padding masks of different
@@ -34,7 +34,7 @@ import time
 import unittest
 
 import numpy as np
-import safetensors.numpy
+import safetensors.torch
 import sentence_transformers
 import torch
 import transformers
@@ -64,9 +64,22 @@ CHECKPOINTS = {
     "roberta_base": dict(arch="roberta", pooling="max,mean_sqrt_len", seed=4),
     "roberta_cls": dict(arch="roberta", classifier=2, pooling="mean", normalize=True, seed=5,
                         act="gelu_pytorch_tanh"),
+    # DistilBERT: its own config keys and tensor names, no token types; a sentence-transformers
+    # base model (mean + Normalize, as msmarco-distilbert) and a BF16 classifier (pre_classifier +
+    # ReLU head).
+    "distilbert_st": dict(arch="distilbert", pooling="mean", normalize=True, seed=6),
+    "distilbert_cls": dict(arch="distilbert", classifier=2, pooling="cls", dtype="bf16", seed=7),
 }
 VOCAB = 100
 MAX_SEQ = 64
+
+
+def has_pooler(options):
+    """Whether a CHECKPOINTS entry has pooler.dense: BERT's unless no_pooler (its classifier reads
+    it), RoBERTa's base model unless no_pooler; DistilBERT has none."""
+    if options["arch"] == "distilbert" or options.get("no_pooler"):
+        return False
+    return not (options["arch"] == "roberta" and options.get("classifier"))
 
 
 def rel_err(got, want):
@@ -104,17 +117,17 @@ def build_repository(root):
 
 def build_broken(root):
     """Checkpoints that must fail their load, each with what the message must name."""
-    base = os.path.join(root, "bert_base", "1")
-    tensors = safetensors.numpy.load_file(os.path.join(base, "model.safetensors"))
-
-    def variant(name, mutate_tensors=None, mutate_config=None, extra=""):
+    def variant(name, mutate_tensors=None, mutate_config=None, extra="", source="bert_base"):
+        base = os.path.join(root, source, "1")
+        # torch's reader: numpy has no bfloat16.
+        tensors = safetensors.torch.load_file(os.path.join(base, "model.safetensors"))
         folder = os.path.join(root, name, "1")
         shutil.copytree(base, folder)
         write_config(os.path.join(root, name), name, extra)
         if mutate_tensors:
             changed = dict(tensors)
             mutate_tensors(changed)
-            safetensors.numpy.save_file(changed, os.path.join(folder, "model.safetensors"))
+            safetensors.torch.save_file(changed, os.path.join(folder, "model.safetensors"))
         if mutate_config:
             path = os.path.join(folder, "config.json")
             with open(path) as f:
@@ -126,19 +139,28 @@ def build_broken(root):
     variant("broken_missing",
             mutate_tensors=lambda t: t.pop("encoder.layer.1.output.dense.bias"))
     variant("broken_shape", mutate_tensors=lambda t: t.__setitem__(
-        "encoder.layer.0.intermediate.dense.weight", np.zeros((60, 32), np.float32)))
+        "encoder.layer.0.intermediate.dense.weight", torch.zeros((60, 32))))
     variant("broken_type", mutate_config=lambda c: c.__setitem__("model_type", "gpt2"))
     variant("broken_act", mutate_config=lambda c: c.__setitem__("hidden_act", "swish"))
     variant("broken_declared",
             extra='output [ { name: "logits" data_type: TYPE_FP32 dims: [ 3 ] } ]\n')
+    variant("broken_distilbert_missing", source="distilbert_st",
+            mutate_tensors=lambda t: t.pop("transformer.layer.1.sa_layer_norm.weight"))
+    variant("broken_distilbert_head", source="distilbert_cls",
+            mutate_tensors=lambda t: t.pop("pre_classifier.weight"))
+    variant("broken_distilbert_sinusoidal", source="distilbert_st",
+            mutate_config=lambda c: c.__setitem__("sinusoidal_pos_embds", True))
 
 
 BROKEN = {
     "broken_missing": ["encoder.layer.1.output.dense.bias", "[32]"],
     "broken_shape": ["encoder.layer.0.intermediate.dense.weight", "[60,32]", "[64,32]"],
-    "broken_type": ["model_type 'gpt2'", "bert, roberta, xlm-roberta"],
+    "broken_type": ["model_type 'gpt2'", "bert, distilbert, roberta, xlm-roberta"],
     "broken_act": ["hidden_act 'swish'", "gelu"],
     "broken_declared": ["logits", "classification head"],
+    "broken_distilbert_missing": ["transformer.layer.1.sa_layer_norm.weight", "[32]"],
+    "broken_distilbert_head": ["pre_classifier.weight", "[32,32]"],
+    "broken_distilbert_sinusoidal": ["sinusoidal_pos_embds"],
 }
 
 
@@ -291,9 +313,8 @@ class EncoderReferenceTest(unittest.TestCase):
                 if options.get("classifier"):
                     expected.update({"logits", "score"})
                 # BertForSequenceClassification keeps its pooler (the head reads it); RoBERTa's
-                # has none.
-                if (not options.get("no_pooler") and
-                        not (options.get("classifier") and options["arch"] == "roberta")):
+                # has none, nor has DistilBERT.
+                if has_pooler(options):
                     expected.add("pooler_output")
                 self.assertEqual(set(outputs), expected)
                 with_types = options["arch"] == "bert"
@@ -402,6 +423,12 @@ class EncoderReferenceTest(unittest.TestCase):
         self.assertEqual({o["name"]: [int(d) for d in o["shape"]] for o in roberta["outputs"]},
                          {"last_hidden_state": [-1, -1, 32], "embedding": [-1, 64],
                           "pooler_output": [-1, 32]})
+        # DistilBERT has no token types: the completed config declares no token_type_ids.
+        distilbert = self.client.get_model_config("distilbert_cls", as_json=True)["config"]
+        self.assertEqual([i["name"] for i in distilbert["input"]], ["input_ids", "attention_mask"])
+        self.assertEqual({o["name"]: [int(d) for d in o["dims"]] for o in distilbert["output"]},
+                         {"last_hidden_state": [-1, 32], "embedding": [32], "logits": [2],
+                          "score": [2]})
         declared = self.client.get_model_config("bert_declared", as_json=True)["config"]
         self.assertEqual([(i["name"], i["data_type"]) for i in declared["input"]],
                          [("input_ids", "TYPE_INT32")])
@@ -431,6 +458,8 @@ class EncoderReferenceTest(unittest.TestCase):
              ["token_type_ids", "[0, 2)"]),
             ("roberta has no token types", "roberta_base", dict(ids=[[5, 6]], types=[[0, 0]]),
              ["token_type_ids"]),
+            ("distilbert has no token types", "distilbert_st",
+             dict(ids=[[5, 6]], types=[[0, 0]]), ["token_type_ids"]),
             ("batch over max_batch_size", "bert_base", dict(ids=np.ones((9, 2), np.int64)),
              ["input_ids", "max_batch_size"]),
         ]

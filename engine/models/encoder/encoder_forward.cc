@@ -314,11 +314,14 @@ void Logits(const EncoderNetwork& net, const PackedBatch& batch, EncoderWorkspac
     // BertForSequenceClassification: a Linear on pooler_output (dropout is off in eval).
     PoolerOutput(net, batch, ws, ws.head_.data());
   } else {
-    // RobertaClassificationHead: dense + tanh on the first token, then out_proj.
+    // RobertaClassificationHead: dense + tanh on the first token, then out_proj; DistilBERT's:
+    // pre_classifier + ReLU on the first token, then classifier.
     GatherFirstTokens(net, batch, ws.hidden_.data(), ws.first_tokens_.data());
     Linear(ws.first_tokens_.data(), sequences, h, net.classifier_dense_weight, h, ws.head_.data());
+    const bool relu = net.classifier == ClassifierKind::kDistilbert;
     for (int64_t i = 0; i < int64_t{sequences} * h; ++i) {
-      ws.head_[i] = std::tanh(ws.head_[i] + net.classifier_dense_bias[i % h]);
+      const float x = ws.head_[i] + net.classifier_dense_bias[i % h];
+      ws.head_[i] = relu ? std::max(x, 0.0f) : std::tanh(x);
     }
   }
   Linear(ws.head_.data(), sequences, h, net.classifier_weight, labels, out);
