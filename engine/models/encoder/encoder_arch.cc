@@ -14,6 +14,8 @@ constexpr ArchSpec kBertSpec{
     .reads_layer_norm_eps = true,
     .token_types = true,
     .positions_after_pad = false,
+    .fixed_padding_idx = -1,
+    .relative_attention_bias = false,
     .task_prefix = "bert.",
     .layer_prefix = "encoder.layer.",
     .query = "attention.self.query",
@@ -47,6 +49,8 @@ constexpr ArchSpec kDistilbertSpec{
     .reads_layer_norm_eps = false,
     .token_types = false,
     .positions_after_pad = false,
+    .fixed_padding_idx = -1,
+    .relative_attention_bias = false,
     .task_prefix = "distilbert.",
     .layer_prefix = "transformer.layer.",
     .query = "attention.q_lin",
@@ -59,15 +63,43 @@ constexpr ArchSpec kDistilbertSpec{
     .output_norm = "output_layer_norm",
 };
 
+// modeling_mpnet.py: MPNetEmbeddings (word + position with RoBERTa's positions, padding index 1,
+// no token types), MPNetLayer (attention.attn.{q,k,v,o}, attention.LayerNorm, then BERT's
+// intermediate/output), MPNetEncoder's relative_attention_bias shared by every layer.
+constexpr ArchSpec kMpnetSpec{
+    .arch = EncoderArch::kMpnet,
+    .hidden_key = "hidden_size",
+    .layers_key = "num_hidden_layers",
+    .heads_key = "num_attention_heads",
+    .intermediate_key = "intermediate_size",
+    .activation_key = "hidden_act",
+    .reads_layer_norm_eps = true,
+    .token_types = false,
+    .positions_after_pad = true,
+    .fixed_padding_idx = 1,
+    .relative_attention_bias = true,
+    .task_prefix = "mpnet.",
+    .layer_prefix = "encoder.layer.",
+    .query = "attention.attn.q",
+    .key = "attention.attn.k",
+    .value = "attention.attn.v",
+    .attention_out = "attention.attn.o",
+    .attention_norm = "attention.LayerNorm",
+    .intermediate = "intermediate.dense",
+    .output = "output.dense",
+    .output_norm = "output.LayerNorm",
+};
+
 }  // namespace
 
 const ArchSpec* FindArch(const std::string& model_type) {
   if (model_type == "bert") return &kBertSpec;
   if (model_type == "roberta" || model_type == "xlm-roberta") return &kRobertaSpec;
   if (model_type == "distilbert") return &kDistilbertSpec;
+  if (model_type == "mpnet") return &kMpnetSpec;
   return nullptr;
 }
 
-const char* SupportedModelTypes() { return "bert, distilbert, roberta, xlm-roberta"; }
+const char* SupportedModelTypes() { return "bert, distilbert, mpnet, roberta, xlm-roberta"; }
 
 }  // namespace sluice::engine::models::encoder

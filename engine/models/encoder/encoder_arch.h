@@ -23,8 +23,14 @@ struct ArchSpec {
   bool reads_layer_norm_eps;
   // Whether the embeddings add token types (type_vocab_size; none: no token_type_ids input).
   bool token_types;
-  // RoBERTa's positions: pads at pad_token_id, the others from pad_token_id + 1.
+  // RoBERTa's positions: pads at the padding index, the others from padding index + 1.
   bool positions_after_pad;
+  // The padding index of the positions when the code fixes it (MPNetEmbeddings: 1, whatever
+  // config.json's pad_token_id); -1: config.json's pad_token_id.
+  int fixed_padding_idx;
+  // MPNet: a relative position bias (T5's buckets) added to every layer's attention scores, from
+  // "encoder.relative_attention_bias.weight" [relative_attention_num_buckets, heads].
+  bool relative_attention_bias;
   // The prefix a task model (…ForSequenceClassification) puts before the encoder's tensors.
   const char* task_prefix;
   // Tensor names: layer l's are layer_prefix + l + "." + name (+ ".weight" / ".bias").
@@ -42,7 +48,7 @@ struct ArchSpec {
 // The entry of config.json's model_type; nullptr for an architecture the backend does not serve.
 const ArchSpec* FindArch(const std::string& model_type);
 
-// The model types FindArch knows, for error messages: "bert, distilbert, roberta, xlm-roberta".
+// The model types FindArch knows, for error messages: "bert, distilbert, mpnet, roberta, ...".
 const char* SupportedModelTypes();
 
 }  // namespace sluice::engine::models::encoder

@@ -45,7 +45,20 @@ void HeadAttention(const EncoderNetwork& net, const kernels::KernelTable& k,
   const float* v = q + 2 * h;
   PackPanels(key, ld, n, d, key_panels);
   PanelGemm(g, q, ld, n, key_panels, n, d, nullptr, scores, n);
-  k.masked_softmax(scores, mask_add + begin, n, n, scale);
+  float softmax_scale = scale;
+  if (!net.relative_position_bias.empty()) {
+    // MPNet: scores / sqrt(d) + the head's bias of key - query (row i reads the table from
+    // key - query = -i on), then the softmax unscaled.
+    const int m = net.max_sequence_length;
+    const float* bias = net.relative_position_bias.data() + int64_t{head} * (2 * m - 1) + (m - 1);
+    for (int i = 0; i < n; ++i) {
+      float* row = scores + int64_t{i} * n;
+      const float* row_bias = bias - i;
+      for (int j = 0; j < n; ++j) row[j] = row[j] * scale + row_bias[j];
+    }
+    softmax_scale = 1.0f;
+  }
+  k.masked_softmax(scores, mask_add + begin, n, n, softmax_scale);
   PackTransposedPanels(v, ld, n, d, value_panels);
   PanelGemm(g, scores, n, n, value_panels, d, n, nullptr, context + begin * h + head * d, h);
 }

@@ -4,7 +4,9 @@
 #include <malloc.h>
 #endif
 
+#include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -32,6 +34,27 @@ constexpr int64_t kMaxJsonFileBytes = int64_t{4} << 20;
 // models are far below: BERT-large has hidden 1024, 24 layers, intermediate 4096).
 constexpr int64_t kMaxDimension = 1 << 20;
 constexpr int64_t kMaxLayers = 512;
+// MPNetEncoder.compute_position_bias calls relative_position_bucket with num_buckets=32 and
+// max_distance=128, whatever config.json says.
+constexpr int kRelativeBuckets = 32;
+constexpr int kRelativeMaxDistance = 128;
+
+// MPNetEncoder.relative_position_bucket of key - query `relative`, in float32 as torch computes
+// it (the log branch truncates a float32 product; at its integer points, distances 16, 32 and 64,
+// the float32 values are exact).
+int RelativePositionBucket(int relative) {
+  const int half = kRelativeBuckets / 2;  // 16: one half for each direction
+  int n = -relative;
+  int bucket = n < 0 ? half : 0;
+  n = n < 0 ? -n : n;
+  const int max_exact = half / 2;  // 8
+  if (n < max_exact) return bucket + n;
+  const float scaled =
+      std::log(static_cast<float>(n) / static_cast<float>(max_exact)) /
+      static_cast<float>(std::log(static_cast<double>(kRelativeMaxDistance) / max_exact)) *
+      static_cast<float>(half - max_exact);
+  return bucket + std::min(max_exact + static_cast<int>(scaled), half - 1);
+}
 
 absl::StatusOr<std::string> ReadSmallFile(const fs::path& path) {
   std::error_code ec;
@@ -204,6 +227,17 @@ absl::Status ReadConfigJson(const fs::path& folder, EncoderNetwork& net) {
     ASSIGN_OR_RETURN(types, IntField(json, path, "type_vocab_size", 2, 0, 1 << 16));
   }
   ASSIGN_OR_RETURN(int64_t pad, IntField(json, path, "pad_token_id", 0, 0, vocab - 1));
+  if (spec->fixed_padding_idx >= 0) pad = spec->fixed_padding_idx;
+  if (spec->relative_attention_bias) {
+    ASSIGN_OR_RETURN(const int64_t buckets,
+                     IntField(json, path, "relative_attention_num_buckets", 32, 1, kMaxDimension));
+    if (buckets < kRelativeBuckets) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "'", path.string(), "': relative_attention_num_buckets ", buckets, " is under the ",
+          kRelativeBuckets, " buckets MPNetEncoder computes (compute_position_bias)"));
+    }
+    net.relative_attention_buckets = static_cast<int>(buckets);
+  }
   if (hidden % heads != 0) {
     return absl::InvalidArgumentError(absl::StrCat("'", path.string(), "': ", spec->hidden_key, " ",
                                                    hidden, " is not a multiple of ",
@@ -407,6 +441,10 @@ int64_t WeightBytes(const EncoderNetwork& net) {
   floats +=
       int64_t{net.layers} * (3 * h * h + 3 * h + h * h + h + 2 * h + i * h + i + h * i + h + 2 * h);
   if (net.has_pooler()) floats += h * h + h;
+  floats += int64_t{net.relative_attention_buckets} * net.heads;
+  if (net.relative_attention_buckets > 0) {
+    floats += int64_t{net.heads} * (2 * int64_t{net.max_sequence_length} - 1);
+  }
   if (net.classifier == ClassifierKind::kRoberta || net.classifier == ClassifierKind::kDistilbert) {
     floats += h * h + h;
   }
@@ -500,6 +538,21 @@ absl::Status ReadWeights(const SafetensorsFile& file, EncoderNetwork& net) {
     ASSIGN_OR_RETURN(layer.output_bias, w.Get(bias_of(spec.output), {h}));
     ASSIGN_OR_RETURN(layer.output_norm_gamma, w.Get(weight_of(spec.output_norm), {h}));
     ASSIGN_OR_RETURN(layer.output_norm_beta, w.Get(bias_of(spec.output_norm), {h}));
+  }
+  if (spec.relative_attention_bias) {
+    const int buckets = net.relative_attention_buckets;
+    ASSIGN_OR_RETURN(const std::vector<float> table,
+                     w.Get("encoder.relative_attention_bias.weight", {buckets, net.heads}));
+    const int m = net.max_sequence_length;
+    const int64_t width = 2 * int64_t{m} - 1;
+    net.relative_position_bias.resize(static_cast<size_t>(net.heads * width));
+    for (int r = -(m - 1); r <= m - 1; ++r) {
+      const int bucket = RelativePositionBucket(r);
+      for (int head = 0; head < net.heads; ++head) {
+        net.relative_position_bias[static_cast<size_t>(head * width + r + m - 1)] =
+            table[static_cast<size_t>(int64_t{bucket} * net.heads + head)];
+      }
+    }
   }
   if (net.has_pooler()) {
     ASSIGN_OR_RETURN(net.pooler_weight, w.Get("pooler.dense.weight", {h, h}));

@@ -3,10 +3,11 @@
 // The network of a BERT-family encoder, read from a Hugging Face checkpoint folder as
 // save_pretrained() and sentence-transformers write it:
 //
-//   config.json                 model_type (bert, roberta, xlm-roberta, distilbert), sizes,
+//   config.json                 model_type (bert, roberta, xlm-roberta, distilbert, mpnet), sizes,
 //                               hidden_act, eps... (DistilBERT's own keys: dim, n_layers...)
 //   model.safetensors           the weights (F32, F16 or BF16), with or without the "bert." /
-//                               "roberta." / "distilbert." prefix that task-head checkpoints add
+//                               "roberta." / "distilbert." / "mpnet." prefix that task-head
+//                               checkpoints add
 //   modules.json                (optional) sentence-transformers' module list: a Pooling module's
 //                               folder, whether a Normalize module follows
 //   1_Pooling/config.json       (optional) the pooling modes; CLS when there is none
@@ -37,6 +38,7 @@ enum class EncoderArch {
   kBert,     // model_type "bert": positions 0..n-1, token types
   kRoberta,  // "roberta", "xlm-roberta": positions offset by pad_token_id + 1, pads at pad_token_id
   kDistilbert,  // "distilbert": positions 0..n-1, no token types, LayerNorm eps fixed at 1e-12
+  kMpnet,  // "mpnet": RoBERTa's positions (padding index 1), no token types, relative position bias
 };
 
 // config.json's hidden_act. The two GELU forms differ by up to ~1e-3 and are never swapped.
@@ -82,7 +84,7 @@ enum class ScoreActivation { kSigmoid, kSoftmax, kIdentity };
 
 struct EncoderNetwork {
   // From config.json.
-  std::string model_type;  // as written: "bert", "roberta", "xlm-roberta", "distilbert"
+  std::string model_type;  // as written: "bert", "roberta", "xlm-roberta", "distilbert", "mpnet"
   EncoderArch arch = EncoderArch::kBert;
   int hidden = 0;
   int layers = 0;
@@ -113,6 +115,13 @@ struct EncoderNetwork {
   std::vector<float> embedding_norm_gamma;
   std::vector<float> embedding_norm_beta;
   std::vector<EncoderLayer> encoder_layers;
+  // MPNet (empty otherwise): the relative position bias every layer adds to its attention scores,
+  // by head and key - query: [heads, 2 * max_sequence_length - 1], entry (h, key - query +
+  // max_sequence_length - 1) = relative_attention_bias.weight[bucket(key - query), h], with
+  // MPNetEncoder.relative_position_bucket's 32 buckets (it passes 32 whatever config.json's
+  // relative_attention_num_buckets, which sizes the table: at least 32).
+  std::vector<float> relative_position_bias;
+  int relative_attention_buckets = 0;
 
   // pooler.dense (empty without): pooler_output = tanh(W h[CLS] + b).
   std::vector<float> pooler_weight;  // [H, H]

@@ -1,6 +1,7 @@
-// encoder_network.h: config.json of the architectures other than BERT's keys (DistilBERT's dim,
-// n_layers...), their load errors, and which heads a checkpoint's tensor names make. The numerics
-// against transformers are tests/integration/encoder_reference_test.py.
+// encoder_network.h: config.json of the architectures other than BERT (DistilBERT's own keys dim,
+// n_layers...; MPNet's fixed padding index and relative buckets), their load errors, and which
+// heads a checkpoint's tensor names make. The numerics against transformers are
+// tests/integration/encoder_reference_test.py.
 
 #include "engine/models/encoder/encoder_network.h"
 
@@ -110,7 +111,7 @@ TEST_F(EncoderNetworkTest, DistilbertConfigErrorsNameTheirKeys) {
   ASSERT_FALSE(net.ok());
   EXPECT_THAT(net.status().message(),
               HasSubstr("model_type 'gpt2' is not supported by the encoder backend (supported: "
-                        "bert, distilbert, roberta, xlm-roberta)"));
+                        "bert, distilbert, mpnet, roberta, xlm-roberta)"));
 }
 
 TEST_F(EncoderNetworkTest, DistilbertClassifierIsPreClassifierAndClassifier) {
@@ -131,6 +132,46 @@ TEST_F(EncoderNetworkTest, DistilbertClassifierIsPreClassifierAndClassifier) {
                  {"classifier.weight"}, {{2, 32}});
   ASSERT_FALSE(net.ok());
   EXPECT_THAT(net.status().message(), HasSubstr("no pooler"));
+}
+
+std::string MpnetConfig(const std::string& extra = "") {
+  return absl::StrCat(
+      R"({"model_type": "mpnet", "hidden_size": 32, "num_hidden_layers": 2,)",
+      R"( "num_attention_heads": 4, "intermediate_size": 64, "hidden_act": "gelu",)",
+      R"( "vocab_size": 100, "max_position_embeddings": 66, "layer_norm_eps": 1e-5,)",
+      R"( "relative_attention_num_buckets": 32, "pad_token_id": 1)", extra, "}");
+}
+
+TEST_F(EncoderNetworkTest, ReadsMpnetConfig) {
+  // MPNetEmbeddings' padding index is 1 whatever pad_token_id says; no token types even where
+  // config.json names a type_vocab_size.
+  auto net = Describe(MpnetConfig(R"(, "pad_token_id": 0, "type_vocab_size": 2)"));
+  ASSERT_TRUE(net.ok()) << net.status();
+  EXPECT_EQ((*net)->arch, EncoderArch::kMpnet);
+  EXPECT_EQ((*net)->pad_token_id, 1);
+  EXPECT_TRUE((*net)->positions_after_pad());
+  EXPECT_EQ((*net)->position_offset, 2);
+  EXPECT_EQ((*net)->max_sequence_length, 64);
+  EXPECT_FALSE((*net)->has_token_types());
+  EXPECT_EQ((*net)->layer_norm_eps, 1e-5f);
+  EXPECT_EQ((*net)->relative_attention_buckets, 32);
+  // MPNetForSequenceClassification: RoBERTa's head under "mpnet.".
+  net = Describe(MpnetConfig(),
+                 {"mpnet.embeddings.word_embeddings.weight", "classifier.dense.weight",
+                  "classifier.out_proj.weight"},
+                 {{100, 32}, {32, 32}, {3, 32}});
+  ASSERT_TRUE(net.ok()) << net.status();
+  EXPECT_EQ((*net)->classifier, ClassifierKind::kRoberta);
+  EXPECT_EQ((*net)->num_labels, 3);
+}
+
+TEST_F(EncoderNetworkTest, MpnetBucketsBelowWhatItsCodeComputesAreRefused) {
+  // compute_position_bias always asks for 32 buckets: a smaller table would be indexed past its
+  // end.
+  auto net = Describe(MpnetConfig(R"(, "relative_attention_num_buckets": 16)"));
+  ASSERT_FALSE(net.ok());
+  EXPECT_THAT(net.status().message(),
+              HasSubstr("relative_attention_num_buckets 16 is under the 32 buckets"));
 }
 
 }  // namespace
