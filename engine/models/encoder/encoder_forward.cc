@@ -48,7 +48,8 @@ void HeadAttention(const EncoderNetwork& net, const kernels::KernelTable& k,
   float softmax_scale = scale;
   if (!net.relative_position_bias.empty()) {
     // MPNet: scores / sqrt(d) + the head's bias of key - query (row i reads the table from
-    // key - query = -i on), then the softmax unscaled.
+    // key - query = -i on; |key - query| < n <= max_sequence_length, which request validation
+    // holds), then the softmax unscaled.
     const int m = net.max_sequence_length;
     const float* bias = net.relative_position_bias.data() + int64_t{head} * (2 * m - 1) + (m - 1);
     for (int i = 0; i < n; ++i) {
