@@ -2,13 +2,14 @@
 """Writes a small random BERT-family checkpoint in the exact Hugging Face layout, for the encoder
 backend's reference tests and benchmarks (issue 19).
 
-The weights come from transformers itself (BertModel, RobertaModel, *ForSequenceClassification,
-initialised from a seed, saved with save_pretrained: config.json + model.safetensors, names and
-prefixes exactly as Hugging Face writes them). Optionally a sentence-transformers head:
+The weights come from transformers itself (BertModel, RobertaModel, DistilBertModel, MPNetModel,
+*ForSequenceClassification, initialised from a seed, saved with save_pretrained: config.json +
+model.safetensors, names and prefixes exactly as Hugging Face writes them). Optionally a
+sentence-transformers head:
 modules.json, 1_Pooling/config.json, sentence_bert_config.json and a Normalize module.
 
-    make_encoder_checkpoint.py OUT --arch bert|roberta [--classifier N] [--pooling mean,cls]
-        [--normalize] [--dtype f32|f16|bf16] [--hidden 32 --layers 2 --heads 4 ...]
+    make_encoder_checkpoint.py OUT --arch bert|roberta|distilbert|mpnet [--classifier N]
+        [--pooling mean,cls] [--normalize] [--dtype f32|f16|bf16] [--hidden 32 --layers 2 --heads 4 ...]
 
 Used by tests/integration/encoder_reference_test.py and bench/encoder_bench.py; needs the pinned
 torch and transformers (tests/python-requirements.txt).
@@ -38,6 +39,23 @@ def build(args):
     if args.arch == "bert":
         config = transformers.BertConfig(type_vocab_size=args.type_vocab, **common)
         base, classifier = transformers.BertModel, transformers.BertForSequenceClassification
+    elif args.arch == "distilbert":
+        # DistilBertConfig's own keys (dim, n_layers...); LayerNorm eps is fixed at 1e-12 in
+        # modeling_distilbert.py and no token types.
+        config = transformers.DistilBertConfig(
+            dim=args.hidden, n_layers=args.layers, n_heads=args.heads, hidden_dim=args.intermediate,
+            activation=args.act, vocab_size=args.vocab, max_position_embeddings=args.max_positions,
+            initializer_range=args.init_range)
+        base = transformers.DistilBertModel
+        classifier = transformers.DistilBertForSequenceClassification
+    elif args.arch == "mpnet":
+        # all-mpnet-base-v2's architecture: RoBERTa's positions (padding index 1), no token
+        # types, the relative position bias (32 buckets).
+        config = transformers.MPNetConfig(pad_token_id=1, relative_attention_num_buckets=32,
+                                          **common)
+        config.max_position_embeddings = args.max_positions + 2
+        base = transformers.MPNetModel
+        classifier = transformers.MPNetForSequenceClassification
     else:
         config = transformers.RobertaConfig(type_vocab_size=1, pad_token_id=1, **common)
         config.max_position_embeddings = args.max_positions + 2
@@ -47,13 +65,15 @@ def build(args):
         config.id2label = {i: f"LABEL_{i}" for i in range(args.classifier)}
         config.label2id = {v: k for k, v in config.id2label.items()}
         model = classifier(config)
+    elif args.arch == "distilbert":
+        model = base(config)  # no pooler
     else:
         model = base(config, add_pooling_layer=not args.no_pooler)
     # Random LayerNorm parameters too (transformers initialises them to 1 and 0), so that a
     # swapped gamma/beta or a missing one cannot pass.
     with torch.no_grad():
         for name, param in model.named_parameters():
-            if "LayerNorm" in name:
+            if "LayerNorm" in name or "layer_norm" in name:
                 param.add_(torch.randn_like(param) * 0.1)
     model.eval()
     return model
@@ -88,7 +108,7 @@ def write_sentence_transformers(out, args):
 def make_parser():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("out")
-    parser.add_argument("--arch", choices=["bert", "roberta"], default="bert")
+    parser.add_argument("--arch", choices=["bert", "roberta", "distilbert", "mpnet"], default="bert")
     parser.add_argument("--classifier", type=int, default=0, help="labels of a classification head")
     parser.add_argument("--no-pooler", action="store_true", help="base model without pooler.dense")
     parser.add_argument("--pooling", default="", help="comma-separated: cls,max,mean,mean_sqrt_len")

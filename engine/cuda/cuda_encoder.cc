@@ -285,6 +285,15 @@ absl::StatusOr<std::unique_ptr<CudaEncoder>> CudaEncoder::Create(
     return absl::UnimplementedError(absl::StrCat(
         "hidden size ", shape.hidden, " is above the GPU kernels' limit of ", kMaxEncoderHidden));
   }
+  if (!shape.relative_position_bias.empty()) {
+    return absl::UnimplementedError(
+        "MPNet's relative position bias: the GPU attention kernel adds no bias");
+  }
+  if (shape.classifier == enc::ClassifierKind::kDistilbert) {
+    return absl::UnimplementedError(
+        "DistilBERT's classification head (pre_classifier + ReLU): the GPU runs BERT's and "
+        "RoBERTa's heads");
+  }
   if (shape.classifier == enc::ClassifierKind::kBert && !shape.has_pooler()) {
     return absl::UnimplementedError("a BERT classifier without pooler.dense");
   }

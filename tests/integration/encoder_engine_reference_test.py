@@ -29,7 +29,8 @@ sys.path.insert(0, os.path.dirname(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "tools"))
 import make_encoder_checkpoint  # noqa: E402
 from encoder_reference_test import (CHECKPOINTS, MAX_SEQ, VOCAB, Reference,  # noqa: E402
-                                    assert_outputs_match, packed_lengths)
+                                    PAD_ONE, assert_outputs_match, has_pooler,
+                                    packed_lengths)
 
 ARGS = None
 WORST = {}
@@ -94,14 +95,13 @@ class EncoderEngineReferenceTest(unittest.TestCase):
                 make_encoder_checkpoint.write_checkpoint(folder, max_positions=MAX_SEQ, **options)
                 reference = Reference(folder, bool(options.get("classifier")))
                 outputs = ["last_hidden_state", "embedding"]
-                if not options.get("no_pooler") and not (options.get("classifier") and
-                                                          options["arch"] == "roberta"):
+                if has_pooler(options):
                     outputs.append("pooler_output")
                 if options.get("classifier"):
                     # `score`: the logits through CrossEncoder's activation (issue 39).
                     outputs += ["logits", "score"]
                 with_types = options["arch"] == "bert"
-                low = 3 if options["arch"] == "roberta" else 0  # keep RoBERTa's pad id 1 out
+                low = 3 if options["arch"] in PAD_ONE else 0  # keep the pad id 1 out
                 driver = Driver(folder)
                 try:
                     # Mix 1: single sequences of six lengths at once, every output.
@@ -150,8 +150,8 @@ class EncoderEngineReferenceTest(unittest.TestCase):
                     for row, length in enumerate((20, 5, 1, 13)):
                         mask[row, :length] = 1
                     mask[0, 3] = 0
-                    if options["arch"] == "roberta":
-                        ids[0, 3] = 1  # a pad id inside: RoBERTa's positions skip it
+                    if options["arch"] in PAD_ONE:
+                        ids[0, 3] = 1  # a pad id inside: RoBERTa's (MPNet's) positions skip it
                     types = rng.integers(0, 2, size=ids.shape) if with_types else None
                     inputs = {"input_ids": (ids, "INT32"), "attention_mask": (mask, "INT32")}
                     if types is not None:

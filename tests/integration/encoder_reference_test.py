@@ -2,11 +2,11 @@
 """The encoder backend (issue 19) against real references, through the real server over gRPC.
 
 - Random small checkpoints written by Hugging Face's transformers itself in its exact layout
-  (tools/make_encoder_checkpoint.py: BERT and RoBERTa; base models with and without pooler,
+  (tools/make_encoder_checkpoint.py: BERT, RoBERTa, DistilBERT and MPNet; base models with and without pooler,
   sentence-transformers pooling and Normalize modules, classification heads; F32, F16, BF16;
   erf and tanh GELU) are served from a temporary model repository whose configs say only name,
   backend and max_batch_size, and every output is compared with transformers' BertModel /
-  RobertaModel / *ForSequenceClassification (and sentence-transformers for `embedding`) in FP32,
+  RobertaModel / DistilBertModel / MPNetModel / *ForSequenceClassification (and sentence-transformers for `embedding`) in FP32,
   at 1e-5 relative (max |sluice - reference| / max |reference|; the issue asks 1e-4), at
   several ragged mixes: requests
   of different lengths in flight together, requests whose rows carry padding masks of different
@@ -38,7 +38,7 @@ import time
 import unittest
 
 import numpy as np
-import safetensors.numpy
+import safetensors.torch
 import sentence_transformers
 import torch
 import transformers
@@ -58,6 +58,7 @@ TOLERANCE = 1e-5
 MINILM_TOLERANCE = 1e-4
 # Largest relative error seen per output, printed at the end (FP32 against FP32: ~1e-6).
 WORST = {}
+WORST_BY_MODEL = {}
 
 # Whether this CPU runs the BF16 GEMM (AVX512_BF16 with AVX-512BW/VL, as gemm::Bf16Supported).
 def cpu_has_bf16():
@@ -104,9 +105,28 @@ CHECKPOINTS = {
     "roberta_base": dict(arch="roberta", pooling="max,mean_sqrt_len", seed=4),
     "roberta_cls": dict(arch="roberta", classifier=2, pooling="mean", normalize=True, seed=5,
                         act="gelu_pytorch_tanh"),
+    # DistilBERT: its own config keys and tensor names, no token types; a sentence-transformers
+    # base model (mean + Normalize, as msmarco-distilbert) and a BF16 classifier (pre_classifier +
+    # ReLU head).
+    "distilbert_st": dict(arch="distilbert", pooling="mean", normalize=True, seed=6),
+    "distilbert_cls": dict(arch="distilbert", classifier=2, pooling="cls", dtype="bf16", seed=7),
+    # MPNet (all-mpnet-base-v2's architecture: mean + Normalize) with its relative position bias
+    # over sequences up to 64 tokens (every bucket of both directions), and an F16 classifier.
+    "mpnet_st": dict(arch="mpnet", pooling="mean", normalize=True, seed=8),
+    "mpnet_cls": dict(arch="mpnet", classifier=3, pooling="max", dtype="f16", seed=9),
 }
+# Architectures whose positions start after the padding id 1 (kept out of the random ids).
+PAD_ONE = ("roberta", "mpnet")
 VOCAB = 100
 MAX_SEQ = 64
+
+
+def has_pooler(options):
+    """Whether a CHECKPOINTS entry has pooler.dense: BERT's unless no_pooler (its classifier reads
+    it), RoBERTa's and MPNet's base models unless no_pooler; DistilBERT has none."""
+    if options["arch"] == "distilbert" or options.get("no_pooler"):
+        return False
+    return not (options["arch"] in PAD_ONE and options.get("classifier"))
 
 
 def rel_err(got, want):
@@ -148,17 +168,17 @@ def build_repository(root):
 
 def build_broken(root):
     """Checkpoints that must fail their load, each with what the message must name."""
-    base = os.path.join(root, "bert_base", "1")
-    tensors = safetensors.numpy.load_file(os.path.join(base, "model.safetensors"))
-
-    def variant(name, mutate_tensors=None, mutate_config=None, extra=""):
+    def variant(name, mutate_tensors=None, mutate_config=None, extra="", source="bert_base"):
+        base = os.path.join(root, source, "1")
+        # torch's reader: numpy has no bfloat16.
+        tensors = safetensors.torch.load_file(os.path.join(base, "model.safetensors"))
         folder = os.path.join(root, name, "1")
         shutil.copytree(base, folder)
         write_config(os.path.join(root, name), name, extra)
         if mutate_tensors:
             changed = dict(tensors)
             mutate_tensors(changed)
-            safetensors.numpy.save_file(changed, os.path.join(folder, "model.safetensors"))
+            safetensors.torch.save_file(changed, os.path.join(folder, "model.safetensors"))
         if mutate_config:
             path = os.path.join(folder, "config.json")
             with open(path) as f:
@@ -170,19 +190,34 @@ def build_broken(root):
     variant("broken_missing",
             mutate_tensors=lambda t: t.pop("encoder.layer.1.output.dense.bias"))
     variant("broken_shape", mutate_tensors=lambda t: t.__setitem__(
-        "encoder.layer.0.intermediate.dense.weight", np.zeros((60, 32), np.float32)))
+        "encoder.layer.0.intermediate.dense.weight", torch.zeros((60, 32))))
     variant("broken_type", mutate_config=lambda c: c.__setitem__("model_type", "gpt2"))
     variant("broken_act", mutate_config=lambda c: c.__setitem__("hidden_act", "swish"))
     variant("broken_declared",
             extra='output [ { name: "logits" data_type: TYPE_FP32 dims: [ 3 ] } ]\n')
+    variant("broken_distilbert_missing", source="distilbert_st",
+            mutate_tensors=lambda t: t.pop("transformer.layer.1.sa_layer_norm.weight"))
+    variant("broken_distilbert_head", source="distilbert_cls",
+            mutate_tensors=lambda t: t.pop("pre_classifier.weight"))
+    variant("broken_distilbert_sinusoidal", source="distilbert_st",
+            mutate_config=lambda c: c.__setitem__("sinusoidal_pos_embds", True))
+    variant("broken_mpnet_missing", source="mpnet_st",
+            mutate_tensors=lambda t: t.pop("encoder.relative_attention_bias.weight"))
+    variant("broken_mpnet_buckets", source="mpnet_st",
+            mutate_config=lambda c: c.__setitem__("relative_attention_num_buckets", 16))
 
 
 BROKEN = {
     "broken_missing": ["encoder.layer.1.output.dense.bias", "[32]"],
     "broken_shape": ["encoder.layer.0.intermediate.dense.weight", "[60,32]", "[64,32]"],
-    "broken_type": ["model_type 'gpt2'", "bert, roberta, xlm-roberta"],
+    "broken_type": ["model_type 'gpt2'", "bert, distilbert, mpnet, roberta, xlm-roberta"],
     "broken_act": ["hidden_act 'swish'", "gelu"],
     "broken_declared": ["logits", "classification head"],
+    "broken_distilbert_missing": ["transformer.layer.1.sa_layer_norm.weight", "[32]"],
+    "broken_distilbert_head": ["pre_classifier.weight", "[32,32]"],
+    "broken_distilbert_sinusoidal": ["sinusoidal_pos_embds"],
+    "broken_mpnet_missing": ["encoder.relative_attention_bias.weight", "[32,4]"],
+    "broken_mpnet_buckets": ["relative_attention_num_buckets 16"],
 }
 
 
@@ -285,6 +320,9 @@ class EncoderReferenceTest(unittest.TestCase):
     @classmethod
     def tearDownClass(cls):
         print(f"[encoder] largest relative errors: {WORST}", flush=True)
+        for name, worst in sorted(WORST_BY_MODEL.items()):
+            print(f"[encoder]   {name}: " +
+                  ", ".join(f"{o} {e:.1e}" for o, e in sorted(worst.items())), flush=True)
         cls.client.close()
         code = cls.server.stop()
         shutil.rmtree(cls.root, ignore_errors=True)
@@ -316,7 +354,12 @@ class EncoderReferenceTest(unittest.TestCase):
         for output in output_names:
             got[output] = result.as_numpy(output)
             self.assertIsNotNone(got[output], f"{name}: no output {output}")
-        assert_outputs_match(self, name, got, want, packed_lengths(mask), WORST)
+        worst = {}
+        assert_outputs_match(self, name, got, want, packed_lengths(mask), worst)
+        for output, err in worst.items():
+            WORST[output] = max(WORST.get(output, 0.0), err)
+            by_model = WORST_BY_MODEL.setdefault(name, {})
+            by_model[output] = max(by_model.get(output, 0.0), err)
 
     def execution_count(self, name):
         stats = self.client.get_inference_statistics(name, as_json=True)["model_stats"][0]
@@ -335,13 +378,12 @@ class EncoderReferenceTest(unittest.TestCase):
                 if options.get("classifier"):
                     expected.update({"logits", "score"})
                 # BertForSequenceClassification keeps its pooler (the head reads it); RoBERTa's
-                # has none.
-                if (not options.get("no_pooler") and
-                        not (options.get("classifier") and options["arch"] == "roberta")):
+                # has none, nor has DistilBERT.
+                if has_pooler(options):
                     expected.add("pooler_output")
                 self.assertEqual(set(outputs), expected)
                 with_types = options["arch"] == "bert"
-                low = 3 if options["arch"] == "roberta" else 0  # keep RoBERTa's pad id 1 out
+                low = 3 if options["arch"] in PAD_ONE else 0  # keep the pad id 1 out
                 # Mix 1: single sequences of many lengths in flight together: the token budget
                 # (ragged_batching) lets them share batches.
                 before = self.execution_count(name)
@@ -374,8 +416,8 @@ class EncoderReferenceTest(unittest.TestCase):
                 for row, length in enumerate((20, 5, 1, 13)):
                     mask[row, :length] = 1
                 mask[0, 3] = 0
-                if options["arch"] == "roberta":
-                    # A padding id inside a sequence: RoBERTa's positions skip it (position ids
+                if options["arch"] in PAD_ONE:
+                    # A padding id inside a sequence: RoBERTa's (and MPNet's) positions skip it (position ids
                     # come from input_ids != pad_token_id, as create_position_ids_from_input_ids).
                     ids[0, 3] = 1
                 types = rng.integers(0, 2, size=ids.shape) if with_types else None
@@ -489,6 +531,12 @@ class EncoderReferenceTest(unittest.TestCase):
         self.assertEqual({o["name"]: [int(d) for d in o["shape"]] for o in roberta["outputs"]},
                          {"last_hidden_state": [-1, -1, 32], "embedding": [-1, 64],
                           "pooler_output": [-1, 32]})
+        # DistilBERT has no token types: the completed config declares no token_type_ids.
+        distilbert = self.client.get_model_config("distilbert_cls", as_json=True)["config"]
+        self.assertEqual([i["name"] for i in distilbert["input"]], ["input_ids", "attention_mask"])
+        self.assertEqual({o["name"]: [int(d) for d in o["dims"]] for o in distilbert["output"]},
+                         {"last_hidden_state": [-1, 32], "embedding": [32], "logits": [2],
+                          "score": [2]})
         declared = self.client.get_model_config("bert_declared", as_json=True)["config"]
         self.assertEqual([(i["name"], i["data_type"]) for i in declared["input"]],
                          [("input_ids", "TYPE_INT32")])
@@ -518,6 +566,8 @@ class EncoderReferenceTest(unittest.TestCase):
              ["token_type_ids", "[0, 2)"]),
             ("roberta has no token types", "roberta_base", dict(ids=[[5, 6]], types=[[0, 0]]),
              ["token_type_ids"]),
+            ("distilbert has no token types", "distilbert_st",
+             dict(ids=[[5, 6]], types=[[0, 0]]), ["token_type_ids"]),
             ("batch over max_batch_size", "bert_base", dict(ids=np.ones((9, 2), np.int64)),
              ["input_ids", "max_batch_size"]),
         ]

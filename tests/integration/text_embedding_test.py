@@ -11,6 +11,9 @@
   token types of Hugging Face `tokenizers`' pair encoding (longest-first truncation included),
   and logits equal transformers' on them.
 - The same text over HTTP/REST (JSON and binary BYTES) gives the gRPC answer.
+- A DistilBERT embedder (random, written by transformers) with the same WordPiece tokenizer over
+  the OpenAI route /v1/embeddings: sentence-transformers' mean + Normalize of transformers'
+  DistilBertModel on the tokenizer's ids.
 - A full tokenizer pool answers RESOURCE_EXHAUSTED at once, and the server keeps serving.
 - sluice-client --text / --text-pair, sluice-client stats (the tokenizer's own entry in
   ModelStatistics, `minilm/tokenizer`) and sluice-loadtest --text-file.
@@ -100,6 +103,15 @@ class TextEmbeddingTest(unittest.TestCase):
         for name in ("tokenizer.json", "vocab.txt"):
             shutil.copy(os.path.join(ROOT, "models", "embedder", "1", name), cls.cross)
         write_config(os.path.join(cls.root, "cross"), "cross")
+        # A DistilBERT sentence embedder (mean + Normalize, random weights written by
+        # transformers) over the same WordPiece tokenizer: no token types on its inputs.
+        cls.distil = os.path.join(cls.root, "distil", "1")
+        make_encoder_checkpoint.write_checkpoint(cls.distil, arch="distilbert", vocab=4096,
+                                                 max_positions=128, pooling="mean",
+                                                 normalize=True, seed=12)
+        for name in ("tokenizer.json", "vocab.txt"):
+            shutil.copy(os.path.join(ROOT, "models", "embedder", "1", name), cls.distil)
+        write_config(os.path.join(cls.root, "distil"), "distil")
         cls.server = SluiceServer(ARGS.server, cls.root, extra_args=["--tokenizer-threads=2"],
                                   timeout_s=120)
         cls.client = grpcclient.InferenceServerClient(f"127.0.0.1:{cls.server.grpc_port}")
@@ -180,6 +192,30 @@ class TextEmbeddingTest(unittest.TestCase):
         self.assertTrue(np.any(types == 1))
         want = Reference(self.cross, True)(ids, mask, types)["logits"]
         self.assertLess(rel_err(result.as_numpy("logits"), want), TOLERANCE)
+
+    def test_distilbert_text_over_openai_embeddings(self):
+        hf = tokenizers.Tokenizer.from_file(os.path.join(self.distil, "tokenizer.json"))
+        strings = ["what is a queue?", "A queue holds requests until a batch is formed.", "ok"]
+        request = urllib.request.Request(
+            f"http://127.0.0.1:{self.server.http_port}/v1/embeddings",
+            data=json.dumps({"model": "distil", "input": strings,
+                             "encoding_format": "float"}).encode(),
+            headers={"Content-Type": "application/json"}, method="POST")
+        with urllib.request.urlopen(request, timeout=60) as response:
+            answer = json.loads(response.read())
+        got = np.array([d["embedding"] for d in answer["data"]], dtype=np.float32)
+        encodings = [hf.encode(text) for text in strings]
+        longest = max(len(e.ids) for e in encodings)
+        ids = np.zeros((len(strings), longest), np.int64)
+        mask = np.zeros_like(ids)
+        for r, e in enumerate(encodings):
+            ids[r, :len(e.ids)] = e.ids
+            mask[r, :len(e.ids)] = 1
+        want = Reference(self.distil, False)(ids, mask)["embedding"]
+        self.assertEqual(got.shape, (3, 32))
+        err = rel_err(got, want)
+        print(f"[text] distilbert /v1/embeddings relative error {err:.2e}", flush=True)
+        self.assertLess(err, TOLERANCE)
 
     def test_bad_text_requests_are_invalid_argument(self):
         ids = grpcclient.InferInput("input_ids", [1, 3], "INT64")

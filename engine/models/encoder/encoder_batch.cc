@@ -88,7 +88,7 @@ absl::StatusOr<RequestShape> PackRequest(const EncoderNetwork& net, const Reques
       batch.token_types.push_back(in.types == nullptr ? 0
                                                       : static_cast<int32_t>(IntAt(*in.types, i)));
       batch.attend.push_back(in.mask == nullptr || IntAt(*in.mask, i) != 0);
-      if (net.arch == EncoderArch::kRoberta) {
+      if (net.positions_after_pad()) {
         // create_position_ids_from_input_ids: pads sit at pad_token_id, the others count on from
         // pad_token_id + 1.
         if (id != net.pad_token_id) ++real;

@@ -92,6 +92,7 @@ TEST(PackRequestTest, PacksRowsUpToTheMasksLastOneWithRobertaPositions) {
   EncoderNetwork net;
   net.arch = EncoderArch::kRoberta;
   net.pad_token_id = 1;
+  net.position_offset = 2;  // pad_token_id + 1, as ReadConfigJson sets it for RoBERTa
   // Two rows of 4: the first with an inner pad (id 1, mask 0) and trailing padding, the second
   // full.
   const std::vector<std::byte> ids = Int64Bytes({5, 1, 7, 1, 8, 9, 10, 11});

@@ -45,7 +45,21 @@ void HeadAttention(const EncoderNetwork& net, const kernels::KernelTable& k,
   const float* v = q + 2 * h;
   PackPanels(key, ld, n, d, key_panels);
   PanelGemm(g, q, ld, n, key_panels, n, d, nullptr, scores, n);
-  k.masked_softmax(scores, mask_add + begin, n, n, scale);
+  float softmax_scale = scale;
+  if (!net.relative_position_bias.empty()) {
+    // MPNet: scores / sqrt(d) + the head's bias of key - query (row i reads the table from
+    // key - query = -i on; |key - query| < n <= max_sequence_length, which request validation
+    // holds), then the softmax unscaled.
+    const int m = net.max_sequence_length;
+    const float* bias = net.relative_position_bias.data() + int64_t{head} * (2 * m - 1) + (m - 1);
+    for (int i = 0; i < n; ++i) {
+      float* row = scores + int64_t{i} * n;
+      const float* row_bias = bias - i;
+      for (int j = 0; j < n; ++j) row[j] = row[j] * scale + row_bias[j];
+    }
+    softmax_scale = 1.0f;
+  }
+  k.masked_softmax(scores, mask_add + begin, n, n, softmax_scale);
   PackTransposedPanels(v, ld, n, d, value_panels);
   PanelGemm(g, scores, n, n, value_panels, d, n, nullptr, context + begin * h + head * d, h);
 }
@@ -314,11 +328,14 @@ void Logits(const EncoderNetwork& net, const PackedBatch& batch, EncoderWorkspac
     // BertForSequenceClassification: a Linear on pooler_output (dropout is off in eval).
     PoolerOutput(net, batch, ws, ws.head_.data());
   } else {
-    // RobertaClassificationHead: dense + tanh on the first token, then out_proj.
+    // RobertaClassificationHead: dense + tanh on the first token, then out_proj; DistilBERT's:
+    // pre_classifier + ReLU on the first token, then classifier.
     GatherFirstTokens(net, batch, ws.hidden_.data(), ws.first_tokens_.data());
     Linear(ws.first_tokens_.data(), sequences, h, net.classifier_dense_weight, h, ws.head_.data());
+    const bool relu = net.classifier == ClassifierKind::kDistilbert;
     for (int64_t i = 0; i < int64_t{sequences} * h; ++i) {
-      ws.head_[i] = std::tanh(ws.head_[i] + net.classifier_dense_bias[i % h]);
+      const float x = ws.head_[i] + net.classifier_dense_bias[i % h];
+      ws.head_[i] = relu ? std::max(x, 0.0f) : std::tanh(x);
     }
   }
   Linear(ws.head_.data(), sequences, h, net.classifier_weight, labels, out);

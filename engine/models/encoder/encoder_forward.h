@@ -9,13 +9,14 @@
 // linear layers give a row the same bits wherever it sits in the batch; tested to 1e-5 end to
 // end).
 //
-// Numerics as Hugging Face's BertModel / RobertaModel in FP32 (eval mode): word + position +
-// token-type embeddings and LayerNorm; per layer one fused QKV GEMM, scaled dot-product attention
-// with masked keys excluded (their softmax weight is exactly 0, as HF's additive finfo.min mask
-// gives), output projection with bias + residual + LayerNorm in one pass, intermediate GEMM with
-// bias + activation in one pass, output GEMM with bias + residual + LayerNorm in one pass. Those
-// passes and the softmax are encoder_kernels.h's vectorized kernels (AVX-512F or AVX2 + FMA where
-// the CPU has them); the QKV bias is the GEMM accumulators' starting value.
+// Numerics as Hugging Face's BertModel / RobertaModel / DistilBertModel / MPNetModel in FP32 (eval
+// mode): word + position (+ token-type) embeddings and LayerNorm; per layer one fused QKV GEMM,
+// scaled dot-product attention (MPNet: plus its relative position bias) with masked keys excluded
+// (their softmax weight is exactly 0, as HF's additive finfo.min mask gives), output projection
+// with bias + residual + LayerNorm in one pass, intermediate GEMM with bias + activation in one
+// pass, output GEMM with bias + residual + LayerNorm in one pass. Those passes and the softmax are
+// encoder_kernels.h's vectorized kernels (AVX-512F or AVX2 + FMA where the CPU has them); the QKV
+// bias is the GEMM accumulators' starting value.
 
 #include <cstdint>
 #include <vector>

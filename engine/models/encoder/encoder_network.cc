@@ -4,7 +4,9 @@
 #include <malloc.h>
 #endif
 
+#include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -17,6 +19,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
+#include "engine/models/encoder/encoder_arch.h"
 #include "engine/models/safetensors.h"
 #include "nlohmann/json.hpp"
 
@@ -31,6 +34,27 @@ constexpr int64_t kMaxJsonFileBytes = int64_t{4} << 20;
 // models are far below: BERT-large has hidden 1024, 24 layers, intermediate 4096).
 constexpr int64_t kMaxDimension = 1 << 20;
 constexpr int64_t kMaxLayers = 512;
+// MPNetEncoder.compute_position_bias calls relative_position_bucket with num_buckets=32 and
+// max_distance=128, whatever config.json says.
+constexpr int kRelativeBuckets = 32;
+constexpr int kRelativeMaxDistance = 128;
+
+// MPNetEncoder.relative_position_bucket of key - query `relative`, in float32 as torch computes
+// it (the log branch truncates a float32 product; at its integer points, distances 16, 32 and 64,
+// the float32 values are exact).
+int RelativePositionBucket(int relative) {
+  const int half = kRelativeBuckets / 2;  // 16: one half for each direction
+  int n = -relative;
+  int bucket = n < 0 ? half : 0;
+  n = n < 0 ? -n : n;
+  const int max_exact = half / 2;  // 8
+  if (n < max_exact) return bucket + n;
+  const float scaled =
+      std::log(static_cast<float>(n) / static_cast<float>(max_exact)) /
+      static_cast<float>(std::log(static_cast<double>(kRelativeMaxDistance) / max_exact)) *
+      static_cast<float>(half - max_exact);
+  return bucket + std::min(max_exact + static_cast<int>(scaled), half - 1);
+}
 
 absl::StatusOr<std::string> ReadSmallFile(const fs::path& path) {
   std::error_code ec;
@@ -166,16 +190,13 @@ absl::Status ReadConfigJson(const fs::path& folder, EncoderNetwork& net) {
   const fs::path path = folder / "config.json";
   ASSIGN_OR_RETURN(Json json, ReadJsonFile(path));
   ASSIGN_OR_RETURN(net.model_type, StringField(json, path, "model_type", std::nullopt));
-  if (net.model_type == "bert") {
-    net.arch = EncoderArch::kBert;
-  } else if (net.model_type == "roberta" || net.model_type == "xlm-roberta") {
-    net.arch = EncoderArch::kRoberta;
-  } else {
-    return absl::InvalidArgumentError(
-        absl::StrCat("'", path.string(), "': model_type '", net.model_type,
-                     "' is not supported by the encoder backend (supported: bert, roberta, "
-                     "xlm-roberta)"));
+  const ArchSpec* spec = FindArch(net.model_type);
+  if (spec == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "'", path.string(), "': model_type '", net.model_type,
+        "' is not supported by the encoder backend (supported: ", SupportedModelTypes(), ")"));
   }
+  net.arch = spec->arch;
   ASSIGN_OR_RETURN(const std::string position_type,
                    StringField(json, path, "position_embedding_type", "absolute"));
   if (position_type != "absolute") {
@@ -183,34 +204,56 @@ absl::Status ReadConfigJson(const fs::path& folder, EncoderNetwork& net) {
                                                    "': position_embedding_type '", position_type,
                                                    "' is not supported (only \"absolute\")"));
   }
+  if (BoolField(json, "sinusoidal_pos_embds")) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("'", path.string(),
+                     "': \"sinusoidal_pos_embds\": true is not supported (only learned position "
+                     "embeddings)"));
+  }
   ASSIGN_OR_RETURN(int64_t hidden,
-                   IntField(json, path, "hidden_size", std::nullopt, 1, kMaxDimension));
+                   IntField(json, path, spec->hidden_key, std::nullopt, 1, kMaxDimension));
   ASSIGN_OR_RETURN(int64_t layers,
-                   IntField(json, path, "num_hidden_layers", std::nullopt, 1, kMaxLayers));
+                   IntField(json, path, spec->layers_key, std::nullopt, 1, kMaxLayers));
   ASSIGN_OR_RETURN(int64_t heads,
-                   IntField(json, path, "num_attention_heads", std::nullopt, 1, kMaxDimension));
+                   IntField(json, path, spec->heads_key, std::nullopt, 1, kMaxDimension));
   ASSIGN_OR_RETURN(int64_t intermediate,
-                   IntField(json, path, "intermediate_size", std::nullopt, 1, kMaxDimension));
+                   IntField(json, path, spec->intermediate_key, std::nullopt, 1, kMaxDimension));
   ASSIGN_OR_RETURN(int64_t vocab,
                    IntField(json, path, "vocab_size", std::nullopt, 1, int64_t{1} << 24));
   ASSIGN_OR_RETURN(int64_t positions,
                    IntField(json, path, "max_position_embeddings", std::nullopt, 1, kMaxDimension));
-  ASSIGN_OR_RETURN(int64_t types, IntField(json, path, "type_vocab_size", 2, 0, 1 << 16));
-  ASSIGN_OR_RETURN(int64_t pad, IntField(json, path, "pad_token_id", 0, 0, vocab - 1));
-  if (hidden % heads != 0) {
-    return absl::InvalidArgumentError(absl::StrCat("'", path.string(), "': hidden_size ", hidden,
-                                                   " is not a multiple of num_attention_heads ",
-                                                   heads));
+  int64_t types = 0;
+  if (spec->token_types) {
+    ASSIGN_OR_RETURN(types, IntField(json, path, "type_vocab_size", 2, 0, 1 << 16));
   }
-  ASSIGN_OR_RETURN(net.activation_name, StringField(json, path, "hidden_act", "gelu"));
+  ASSIGN_OR_RETURN(int64_t pad, IntField(json, path, "pad_token_id", 0, 0, vocab - 1));
+  if (spec->fixed_padding_idx >= 0) pad = spec->fixed_padding_idx;
+  if (spec->relative_attention_bias) {
+    ASSIGN_OR_RETURN(const int64_t buckets,
+                     IntField(json, path, "relative_attention_num_buckets", 32, 1, kMaxDimension));
+    if (buckets < kRelativeBuckets) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "'", path.string(), "': relative_attention_num_buckets ", buckets, " is under the ",
+          kRelativeBuckets, " buckets MPNetEncoder computes (compute_position_bias)"));
+    }
+    net.relative_attention_buckets = static_cast<int>(buckets);
+  }
+  if (hidden % heads != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("'", path.string(), "': ", spec->hidden_key, " ",
+                                                   hidden, " is not a multiple of ",
+                                                   spec->heads_key, " ", heads));
+  }
+  ASSIGN_OR_RETURN(net.activation_name, StringField(json, path, spec->activation_key, "gelu"));
   absl::StatusOr<HiddenActivation> activation = ParseHiddenActivation(net.activation_name);
   if (!activation.ok()) {
     return absl::InvalidArgumentError(
         absl::StrCat("'", path.string(), "': ", activation.status().message()));
   }
   net.activation = *activation;
+  // DistilBERT's LayerNorms are nn.LayerNorm(dim, eps=1e-12) whatever config.json says.
+  net.layer_norm_eps = 1e-12f;
   auto eps = json.find("layer_norm_eps");
-  if (eps != json.end()) {
+  if (spec->reads_layer_norm_eps && eps != json.end()) {
     if (!eps->is_number() || eps->get<double>() <= 0 || eps->get<double>() > 1) {
       return absl::InvalidArgumentError(
           absl::StrCat("'", path.string(), "': \"layer_norm_eps\" must be a number in (0, 1]"));
@@ -225,7 +268,7 @@ absl::Status ReadConfigJson(const fs::path& folder, EncoderNetwork& net) {
   net.max_position_embeddings = static_cast<int>(positions);
   net.type_vocab_size = static_cast<int>(types);
   net.pad_token_id = static_cast<int>(pad);
-  if (net.arch == EncoderArch::kRoberta) {
+  if (spec->positions_after_pad) {
     net.position_offset = net.pad_token_id + 1;
     net.max_sequence_length = net.max_position_embeddings - net.position_offset;
     if (net.max_sequence_length < 1) {
@@ -325,19 +368,19 @@ class WeightSource {
   const std::string prefix_;
 };
 
-// The prefix of the encoder's tensors: "bert." / "roberta." when the checkpoint is a task model's.
-std::string DetectPrefix(const SafetensorsFile& file) {
-  for (const char* prefix : {"bert.", "roberta."}) {
-    if (file.Find(absl::StrCat(prefix, "embeddings.word_embeddings.weight")) != nullptr) {
-      return prefix;
-    }
+// The prefix of the encoder's tensors: the architecture's ("bert.", "distilbert."...) when the
+// checkpoint is a task model's, else none.
+std::string DetectPrefix(const SafetensorsFile& file, const EncoderNetwork& net) {
+  const char* prefix = FindArch(net.model_type)->task_prefix;
+  if (file.Find(absl::StrCat(prefix, "embeddings.word_embeddings.weight")) != nullptr) {
+    return prefix;
   }
   return "";
 }
 
 // Which heads the file holds, and the label count, from the header alone.
 absl::Status DescribeHeads(const SafetensorsFile& file, EncoderNetwork& net) {
-  const std::string prefix = DetectPrefix(file);
+  const std::string prefix = DetectPrefix(file, net);
   WeightSource source(file, prefix);
   if (source.FindEncoder("pooler.dense.weight") != nullptr) {
     net.pooler_weight.assign(1, 0.0f);  // marks presence until the weights are read
@@ -346,7 +389,13 @@ absl::Status DescribeHeads(const SafetensorsFile& file, EncoderNetwork& net) {
   if (const TensorView* out_proj = file.Find("classifier.out_proj.weight"); out_proj != nullptr) {
     net.classifier = ClassifierKind::kRoberta;
     classifier = out_proj;
-  } else if (const TensorView* linear = file.Find("classifier.weight"); linear != nullptr) {
+  } else if (const TensorView* linear = file.Find("classifier.weight");
+             linear != nullptr && net.arch == EncoderArch::kDistilbert) {
+    // DistilBertForSequenceClassification: pre_classifier (read with the weights; its absence is
+    // a load error naming it) + ReLU + classifier.
+    net.classifier = ClassifierKind::kDistilbert;
+    classifier = linear;
+  } else if (linear != nullptr) {
     net.classifier = ClassifierKind::kBert;
     classifier = linear;
     if (!net.has_pooler()) {
@@ -392,7 +441,13 @@ int64_t WeightBytes(const EncoderNetwork& net) {
   floats +=
       int64_t{net.layers} * (3 * h * h + 3 * h + h * h + h + 2 * h + i * h + i + h * i + h + 2 * h);
   if (net.has_pooler()) floats += h * h + h;
-  if (net.classifier == ClassifierKind::kRoberta) floats += h * h + h;
+  floats += int64_t{net.relative_attention_buckets} * net.heads;
+  if (net.relative_attention_buckets > 0) {
+    floats += int64_t{net.heads} * (2 * int64_t{net.max_sequence_length} - 1);
+  }
+  if (net.classifier == ClassifierKind::kRoberta || net.classifier == ClassifierKind::kDistilbert) {
+    floats += h * h + h;
+  }
   if (net.classifier != ClassifierKind::kNone) floats += int64_t{net.num_labels} * (h + 1);
   return floats * static_cast<int64_t>(sizeof(float));
 }
@@ -428,7 +483,8 @@ absl::StatusOr<SafetensorsFile> OpenWeights(const fs::path& folder) {
 }
 
 absl::Status ReadWeights(const SafetensorsFile& file, EncoderNetwork& net) {
-  WeightSource w(file, DetectPrefix(file));
+  const ArchSpec& spec = *FindArch(net.model_type);
+  WeightSource w(file, DetectPrefix(file, net));
   const int64_t h = net.hidden;
   const int64_t inter = net.intermediate;
   ASSIGN_OR_RETURN(net.word_embeddings,
@@ -444,17 +500,17 @@ absl::Status ReadWeights(const SafetensorsFile& file, EncoderNetwork& net) {
   net.encoder_layers.resize(net.layers);
   for (int l = 0; l < net.layers; ++l) {
     EncoderLayer& layer = net.encoder_layers[l];
-    const std::string p = absl::StrCat("encoder.layer.", l, ".");
+    const std::string p = absl::StrCat(spec.layer_prefix, l, ".");
+    const auto weight_of = [&](const char* linear) { return absl::StrCat(p, linear, ".weight"); };
+    const auto bias_of = [&](const char* linear) { return absl::StrCat(p, linear, ".bias"); };
     // The row-major matrices live only until they are packed (one at a time), so that the loaded
     // network holds each weight once.
     std::vector<float> qkv_weight;
     qkv_weight.reserve(static_cast<size_t>(3 * h * h));
     layer.qkv_bias.reserve(static_cast<size_t>(3 * h));
-    for (const char* part : {"query", "key", "value"}) {
-      ASSIGN_OR_RETURN(std::vector<float> weight,
-                       w.Get(absl::StrCat(p, "attention.self.", part, ".weight"), {h, h}));
-      ASSIGN_OR_RETURN(std::vector<float> bias,
-                       w.Get(absl::StrCat(p, "attention.self.", part, ".bias"), {h}));
+    for (const char* part : {spec.query, spec.key, spec.value}) {
+      ASSIGN_OR_RETURN(std::vector<float> weight, w.Get(weight_of(part), {h, h}));
+      ASSIGN_OR_RETURN(std::vector<float> bias, w.Get(bias_of(part), {h}));
       qkv_weight.insert(qkv_weight.end(), weight.begin(), weight.end());
       layer.qkv_bias.insert(layer.qkv_bias.end(), bias.begin(), bias.end());
     }
@@ -462,30 +518,42 @@ absl::Status ReadWeights(const SafetensorsFile& file, EncoderNetwork& net) {
                                            net.weight_format);
     qkv_weight = {};
     {
-      ASSIGN_OR_RETURN(std::vector<float> weight,
-                       w.Get(p + "attention.output.dense.weight", {h, h}));
+      ASSIGN_OR_RETURN(std::vector<float> weight, w.Get(weight_of(spec.attention_out), {h, h}));
       layer.attention_out_weight =
           PackedWeights::Pack(weight, static_cast<int>(h), static_cast<int>(h), net.weight_format);
     }
-    ASSIGN_OR_RETURN(layer.attention_out_bias, w.Get(p + "attention.output.dense.bias", {h}));
-    ASSIGN_OR_RETURN(layer.attention_norm_gamma,
-                     w.Get(p + "attention.output.LayerNorm.weight", {h}));
-    ASSIGN_OR_RETURN(layer.attention_norm_beta, w.Get(p + "attention.output.LayerNorm.bias", {h}));
+    ASSIGN_OR_RETURN(layer.attention_out_bias, w.Get(bias_of(spec.attention_out), {h}));
+    ASSIGN_OR_RETURN(layer.attention_norm_gamma, w.Get(weight_of(spec.attention_norm), {h}));
+    ASSIGN_OR_RETURN(layer.attention_norm_beta, w.Get(bias_of(spec.attention_norm), {h}));
     {
-      ASSIGN_OR_RETURN(std::vector<float> weight,
-                       w.Get(p + "intermediate.dense.weight", {inter, h}));
+      ASSIGN_OR_RETURN(std::vector<float> weight, w.Get(weight_of(spec.intermediate), {inter, h}));
       layer.intermediate_weight = PackedWeights::Pack(weight, static_cast<int>(inter),
                                                       static_cast<int>(h), net.weight_format);
     }
-    ASSIGN_OR_RETURN(layer.intermediate_bias, w.Get(p + "intermediate.dense.bias", {inter}));
+    ASSIGN_OR_RETURN(layer.intermediate_bias, w.Get(bias_of(spec.intermediate), {inter}));
     {
-      ASSIGN_OR_RETURN(std::vector<float> weight, w.Get(p + "output.dense.weight", {h, inter}));
+      ASSIGN_OR_RETURN(std::vector<float> weight, w.Get(weight_of(spec.output), {h, inter}));
       layer.output_weight = PackedWeights::Pack(weight, static_cast<int>(h),
                                                 static_cast<int>(inter), net.weight_format);
     }
-    ASSIGN_OR_RETURN(layer.output_bias, w.Get(p + "output.dense.bias", {h}));
-    ASSIGN_OR_RETURN(layer.output_norm_gamma, w.Get(p + "output.LayerNorm.weight", {h}));
-    ASSIGN_OR_RETURN(layer.output_norm_beta, w.Get(p + "output.LayerNorm.bias", {h}));
+    ASSIGN_OR_RETURN(layer.output_bias, w.Get(bias_of(spec.output), {h}));
+    ASSIGN_OR_RETURN(layer.output_norm_gamma, w.Get(weight_of(spec.output_norm), {h}));
+    ASSIGN_OR_RETURN(layer.output_norm_beta, w.Get(bias_of(spec.output_norm), {h}));
+  }
+  if (spec.relative_attention_bias) {
+    const int buckets = net.relative_attention_buckets;
+    ASSIGN_OR_RETURN(const std::vector<float> table,
+                     w.Get("encoder.relative_attention_bias.weight", {buckets, net.heads}));
+    const int m = net.max_sequence_length;
+    const int64_t width = 2 * int64_t{m} - 1;
+    net.relative_position_bias.resize(static_cast<size_t>(net.heads * width));
+    for (int r = -(m - 1); r <= m - 1; ++r) {
+      const int bucket = RelativePositionBucket(r);
+      for (int head = 0; head < net.heads; ++head) {
+        net.relative_position_bias[static_cast<size_t>(head * width + r + m - 1)] =
+            table[static_cast<size_t>(int64_t{bucket} * net.heads + head)];
+      }
+    }
   }
   if (net.has_pooler()) {
     ASSIGN_OR_RETURN(net.pooler_weight, w.Get("pooler.dense.weight", {h, h}));
@@ -500,6 +568,11 @@ absl::Status ReadWeights(const SafetensorsFile& file, EncoderNetwork& net) {
     ASSIGN_OR_RETURN(net.classifier_dense_bias, w.Get("classifier.dense.bias", {h}, true));
     ASSIGN_OR_RETURN(net.classifier_weight, w.Get("classifier.out_proj.weight", {labels, h}, true));
     ASSIGN_OR_RETURN(net.classifier_bias, w.Get("classifier.out_proj.bias", {labels}, true));
+  } else if (net.classifier == ClassifierKind::kDistilbert) {
+    ASSIGN_OR_RETURN(net.classifier_dense_weight, w.Get("pre_classifier.weight", {h, h}, true));
+    ASSIGN_OR_RETURN(net.classifier_dense_bias, w.Get("pre_classifier.bias", {h}, true));
+    ASSIGN_OR_RETURN(net.classifier_weight, w.Get("classifier.weight", {labels, h}, true));
+    ASSIGN_OR_RETURN(net.classifier_bias, w.Get("classifier.bias", {labels}, true));
   }
   return absl::OkStatus();
 }

@@ -3,9 +3,11 @@
 // The network of a BERT-family encoder, read from a Hugging Face checkpoint folder as
 // save_pretrained() and sentence-transformers write it:
 //
-//   config.json                 model_type (bert, roberta, xlm-roberta), sizes, hidden_act, eps...
+//   config.json                 model_type (bert, roberta, xlm-roberta, distilbert, mpnet), sizes,
+//                               hidden_act, eps... (DistilBERT's own keys: dim, n_layers...)
 //   model.safetensors           the weights (F32, F16 or BF16), with or without the "bert." /
-//                               "roberta." prefix that task-head checkpoints add
+//                               "roberta." / "distilbert." / "mpnet." prefix that task-head
+//                               checkpoints add
 //   modules.json                (optional) sentence-transformers' module list: a Pooling module's
 //                               folder, whether a Normalize module follows
 //   1_Pooling/config.json       (optional) the pooling modes; CLS when there is none
@@ -30,9 +32,13 @@
 
 namespace sluice::engine::models::encoder {
 
+// The architectures differ in config.json's keys, the tensors' names and the heads (described as
+// data in encoder_arch.h's table); the layers compute the same post-LayerNorm block.
 enum class EncoderArch {
   kBert,     // model_type "bert": positions 0..n-1, token types
   kRoberta,  // "roberta", "xlm-roberta": positions offset by pad_token_id + 1, pads at pad_token_id
+  kDistilbert,  // "distilbert": positions 0..n-1, no token types, LayerNorm eps fixed at 1e-12
+  kMpnet,  // "mpnet": RoBERTa's positions (padding index 1), no token types, relative position bias
 };
 
 // config.json's hidden_act. The two GELU forms differ by up to ~1e-3 and are never swapped.
@@ -53,8 +59,9 @@ struct PoolingModes {
 
 enum class ClassifierKind {
   kNone,
-  kBert,     // classifier.{weight,bias} on pooler_output
-  kRoberta,  // classifier.dense + tanh + classifier.out_proj on the first token's hidden state
+  kBert,        // classifier.{weight,bias} on pooler_output
+  kRoberta,     // classifier.dense + tanh + classifier.out_proj on the first token's hidden state
+  kDistilbert,  // pre_classifier + ReLU + classifier on the first token's hidden state
 };
 
 struct EncoderLayer {
@@ -77,7 +84,7 @@ enum class ScoreActivation { kSigmoid, kSoftmax, kIdentity };
 
 struct EncoderNetwork {
   // From config.json.
-  std::string model_type;  // as written: "bert", "roberta", "xlm-roberta"
+  std::string model_type;  // as written: "bert", "roberta", "xlm-roberta", "distilbert", "mpnet"
   EncoderArch arch = EncoderArch::kBert;
   int hidden = 0;
   int layers = 0;
@@ -96,6 +103,9 @@ struct EncoderNetwork {
   int max_sequence_length = 0;
   // Position id of a sequence's first token: 0 for BERT, pad_token_id + 1 for RoBERTa.
   int position_offset = 0;
+  // RoBERTa's positions (position_offset > 0): pads at pad_token_id, the others counting on from
+  // pad_token_id + 1, as create_position_ids_from_input_ids.
+  bool positions_after_pad() const { return position_offset > 0; }
   // Whether requests may carry token_type_ids (type_vocab_size > 1).
   bool has_token_types() const { return type_vocab_size > 1; }
 
@@ -105,6 +115,13 @@ struct EncoderNetwork {
   std::vector<float> embedding_norm_gamma;
   std::vector<float> embedding_norm_beta;
   std::vector<EncoderLayer> encoder_layers;
+  // MPNet (empty otherwise): the relative position bias every layer adds to its attention scores,
+  // by head and key - query: [heads, 2 * max_sequence_length - 1], entry (h, key - query +
+  // max_sequence_length - 1) = relative_attention_bias.weight[bucket(key - query), h], with
+  // MPNetEncoder.relative_position_bucket's 32 buckets (it passes 32 whatever config.json's
+  // relative_attention_num_buckets, which sizes the table: at least 32).
+  std::vector<float> relative_position_bias;
+  int relative_attention_buckets = 0;
 
   // pooler.dense (empty without): pooler_output = tanh(W h[CLS] + b).
   std::vector<float> pooler_weight;  // [H, H]
@@ -113,7 +130,7 @@ struct EncoderNetwork {
 
   ClassifierKind classifier = ClassifierKind::kNone;
   int num_labels = 0;
-  std::vector<float> classifier_dense_weight;  // RoBERTa head: [H, H]
+  std::vector<float> classifier_dense_weight;  // RoBERTa: dense; DistilBERT: pre_classifier [H, H]
   std::vector<float> classifier_dense_bias;
   std::vector<float> classifier_weight;  // [num_labels, H] (RoBERTa: out_proj)
   std::vector<float> classifier_bias;    // [num_labels]

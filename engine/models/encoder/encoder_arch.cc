@@ -1,0 +1,105 @@
+#include "engine/models/encoder/encoder_arch.h"
+
+namespace sluice::engine::models::encoder {
+namespace {
+
+// transformers' modeling_bert.py / modeling_roberta.py: BertLayer's names.
+constexpr ArchSpec kBertSpec{
+    .arch = EncoderArch::kBert,
+    .hidden_key = "hidden_size",
+    .layers_key = "num_hidden_layers",
+    .heads_key = "num_attention_heads",
+    .intermediate_key = "intermediate_size",
+    .activation_key = "hidden_act",
+    .reads_layer_norm_eps = true,
+    .token_types = true,
+    .positions_after_pad = false,
+    .fixed_padding_idx = -1,
+    .relative_attention_bias = false,
+    .task_prefix = "bert.",
+    .layer_prefix = "encoder.layer.",
+    .query = "attention.self.query",
+    .key = "attention.self.key",
+    .value = "attention.self.value",
+    .attention_out = "attention.output.dense",
+    .attention_norm = "attention.output.LayerNorm",
+    .intermediate = "intermediate.dense",
+    .output = "output.dense",
+    .output_norm = "output.LayerNorm",
+};
+
+constexpr ArchSpec WithRobertaPositions(ArchSpec spec) {
+  spec.arch = EncoderArch::kRoberta;
+  spec.positions_after_pad = true;
+  spec.task_prefix = "roberta.";
+  return spec;
+}
+constexpr ArchSpec kRobertaSpec = WithRobertaPositions(kBertSpec);
+
+// modeling_distilbert.py: Embeddings (word + position, no token types, LayerNorm eps 1e-12),
+// TransformerBlock (q_lin/k_lin/v_lin/out_lin, sa_layer_norm, ffn.lin1/lin2, output_layer_norm:
+// post-LayerNorm as BERT's layer).
+constexpr ArchSpec kDistilbertSpec{
+    .arch = EncoderArch::kDistilbert,
+    .hidden_key = "dim",
+    .layers_key = "n_layers",
+    .heads_key = "n_heads",
+    .intermediate_key = "hidden_dim",
+    .activation_key = "activation",
+    .reads_layer_norm_eps = false,
+    .token_types = false,
+    .positions_after_pad = false,
+    .fixed_padding_idx = -1,
+    .relative_attention_bias = false,
+    .task_prefix = "distilbert.",
+    .layer_prefix = "transformer.layer.",
+    .query = "attention.q_lin",
+    .key = "attention.k_lin",
+    .value = "attention.v_lin",
+    .attention_out = "attention.out_lin",
+    .attention_norm = "sa_layer_norm",
+    .intermediate = "ffn.lin1",
+    .output = "ffn.lin2",
+    .output_norm = "output_layer_norm",
+};
+
+// modeling_mpnet.py: MPNetEmbeddings (word + position with RoBERTa's positions, padding index 1,
+// no token types), MPNetLayer (attention.attn.{q,k,v,o}, attention.LayerNorm, then BERT's
+// intermediate/output), MPNetEncoder's relative_attention_bias shared by every layer.
+constexpr ArchSpec kMpnetSpec{
+    .arch = EncoderArch::kMpnet,
+    .hidden_key = "hidden_size",
+    .layers_key = "num_hidden_layers",
+    .heads_key = "num_attention_heads",
+    .intermediate_key = "intermediate_size",
+    .activation_key = "hidden_act",
+    .reads_layer_norm_eps = true,
+    .token_types = false,
+    .positions_after_pad = true,
+    .fixed_padding_idx = 1,
+    .relative_attention_bias = true,
+    .task_prefix = "mpnet.",
+    .layer_prefix = "encoder.layer.",
+    .query = "attention.attn.q",
+    .key = "attention.attn.k",
+    .value = "attention.attn.v",
+    .attention_out = "attention.attn.o",
+    .attention_norm = "attention.LayerNorm",
+    .intermediate = "intermediate.dense",
+    .output = "output.dense",
+    .output_norm = "output.LayerNorm",
+};
+
+}  // namespace
+
+const ArchSpec* FindArch(const std::string& model_type) {
+  if (model_type == "bert") return &kBertSpec;
+  if (model_type == "roberta" || model_type == "xlm-roberta") return &kRobertaSpec;
+  if (model_type == "distilbert") return &kDistilbertSpec;
+  if (model_type == "mpnet") return &kMpnetSpec;
+  return nullptr;
+}
+
+const char* SupportedModelTypes() { return "bert, distilbert, mpnet, roberta, xlm-roberta"; }
+
+}  // namespace sluice::engine::models::encoder

@@ -1,0 +1,54 @@
+#pragma once
+
+// What distinguishes the encoder architectures, as data: the config.json keys of their sizes, the
+// names of their tensors, how their positions count and whether they have token types. The
+// loader (encoder_network.cc) reads every architecture with one code path over this table; the
+// forward pass sees only EncoderNetwork's flags (positions offset, token types, head kind).
+
+#include <string>
+
+#include "engine/models/encoder/encoder_network.h"
+
+namespace sluice::engine::models::encoder {
+
+struct ArchSpec {
+  EncoderArch arch;
+  // config.json keys: BERT's hidden_size, num_hidden_layers...; DistilBERT's dim, n_layers...
+  const char* hidden_key;
+  const char* layers_key;
+  const char* heads_key;
+  const char* intermediate_key;
+  const char* activation_key;
+  // Whether config.json may set the LayerNorm eps (DistilBERT's is fixed at 1e-12 in its code).
+  bool reads_layer_norm_eps;
+  // Whether the embeddings add token types (type_vocab_size; none: no token_type_ids input).
+  bool token_types;
+  // RoBERTa's positions: pads at the padding index, the others from padding index + 1.
+  bool positions_after_pad;
+  // The padding index of the positions when the code fixes it (MPNetEmbeddings: 1, whatever
+  // config.json's pad_token_id); -1: config.json's pad_token_id.
+  int fixed_padding_idx;
+  // MPNet: a relative position bias (T5's buckets) added to every layer's attention scores, from
+  // "encoder.relative_attention_bias.weight" [relative_attention_num_buckets, heads].
+  bool relative_attention_bias;
+  // The prefix a task model (…ForSequenceClassification) puts before the encoder's tensors.
+  const char* task_prefix;
+  // Tensor names: layer l's are layer_prefix + l + "." + name (+ ".weight" / ".bias").
+  const char* layer_prefix;
+  const char* query;
+  const char* key;
+  const char* value;
+  const char* attention_out;
+  const char* attention_norm;
+  const char* intermediate;
+  const char* output;
+  const char* output_norm;
+};
+
+// The entry of config.json's model_type; nullptr for an architecture the backend does not serve.
+const ArchSpec* FindArch(const std::string& model_type);
+
+// The model types FindArch knows, for error messages: "bert, distilbert, mpnet, roberta, ...".
+const char* SupportedModelTypes();
+
+}  // namespace sluice::engine::models::encoder

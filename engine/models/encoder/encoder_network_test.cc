@@ -1,0 +1,178 @@
+// encoder_network.h: config.json of the architectures other than BERT (DistilBERT's own keys dim,
+// n_layers...; MPNet's fixed padding index and relative buckets), their load errors, and which
+// heads a checkpoint's tensor names make. The numerics against transformers are
+// tests/integration/encoder_reference_test.py.
+
+#include "engine/models/encoder/encoder_network.h"
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "engine/models/safetensors.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace sluice::engine::models::encoder {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+
+class EncoderNetworkTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           absl::StrCat("sluice_encoder_network_test_", ::getpid(), "_",
+                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  // config.json as given and a weights file holding `names` (F32 zeros of `shapes`).
+  std::string Write(const std::string& config, const std::vector<std::string>& names = {},
+                    const std::vector<Shape>& shapes = {}) {
+    std::ofstream(dir_ / "config.json") << config;
+    std::vector<std::vector<float>> data;
+    std::vector<TensorView> views;
+    data.reserve(names.size());
+    for (size_t i = 0; i < names.size(); ++i) {
+      int64_t n = 1;
+      for (int64_t d : shapes[i]) n *= d;
+      data.emplace_back(static_cast<size_t>(n), 0.0f);
+      views.push_back(TensorView{
+          names[i], DataType::kFp32, shapes[i],
+          std::span<const std::byte>(reinterpret_cast<const std::byte*>(data.back().data()),
+                                     data.back().size() * sizeof(float))});
+    }
+    EXPECT_TRUE(WriteSafetensorsFile((dir_ / "model.safetensors").string(), views).ok());
+    return dir_.string();
+  }
+
+  absl::StatusOr<std::shared_ptr<EncoderNetwork>> Describe(
+      const std::string& config, const std::vector<std::string>& names = {},
+      const std::vector<Shape>& shapes = {}) {
+    return ReadEncoderDescription(Write(config, names, shapes), EncoderLoadOptions{});
+  }
+
+  fs::path dir_;
+};
+
+// A DistilBertConfig as save_pretrained writes it, with `extra` fields appended.
+std::string DistilbertConfig(const std::string& extra = "") {
+  return absl::StrCat(
+      R"({"model_type": "distilbert", "dim": 32, "n_layers": 2, "n_heads": 4, "hidden_dim": 64,)",
+      R"( "activation": "gelu", "vocab_size": 100, "max_position_embeddings": 64,)",
+      R"( "pad_token_id": 0, "sinusoidal_pos_embds": false)", extra, "}");
+}
+
+TEST_F(EncoderNetworkTest, ReadsDistilbertKeys) {
+  auto net = Describe(DistilbertConfig(R"(, "activation": "relu", "layer_norm_eps": 1e-5)"));
+  ASSERT_TRUE(net.ok()) << net.status();
+  EXPECT_EQ((*net)->arch, EncoderArch::kDistilbert);
+  EXPECT_EQ((*net)->hidden, 32);
+  EXPECT_EQ((*net)->layers, 2);
+  EXPECT_EQ((*net)->heads, 4);
+  EXPECT_EQ((*net)->intermediate, 64);
+  EXPECT_EQ((*net)->activation, HiddenActivation::kRelu);
+  // modeling_distilbert.py's LayerNorms are nn.LayerNorm(dim, eps=1e-12), whatever config says.
+  EXPECT_EQ((*net)->layer_norm_eps, 1e-12f);
+  // No token types (DistilBERT's embeddings have none) and BERT's positions 0..n-1.
+  EXPECT_FALSE((*net)->has_token_types());
+  EXPECT_FALSE((*net)->positions_after_pad());
+  EXPECT_EQ((*net)->max_sequence_length, 64);
+  EXPECT_EQ((*net)->classifier, ClassifierKind::kNone);
+  EXPECT_FALSE((*net)->has_pooler());
+}
+
+TEST_F(EncoderNetworkTest, DistilbertConfigErrorsNameTheirKeys) {
+  // BERT's keys are not DistilBERT's: the first missing one is named.
+  auto net = Describe(R"({"model_type": "distilbert", "hidden_size": 32, "num_hidden_layers": 2,)"
+                      R"( "num_attention_heads": 4, "intermediate_size": 64, "vocab_size": 100,)"
+                      R"( "max_position_embeddings": 64})");
+  ASSERT_FALSE(net.ok());
+  EXPECT_THAT(net.status().message(), HasSubstr("has no \"dim\""));
+  net = Describe(DistilbertConfig(R"(, "n_heads": 5)"));
+  ASSERT_FALSE(net.ok());
+  EXPECT_THAT(net.status().message(), HasSubstr("dim 32 is not a multiple of n_heads 5"));
+  net = Describe(DistilbertConfig(R"(, "sinusoidal_pos_embds": true)"));
+  ASSERT_FALSE(net.ok());
+  EXPECT_THAT(net.status().message(), HasSubstr("\"sinusoidal_pos_embds\": true is not supported"));
+  net = Describe(DistilbertConfig(R"(, "activation": "swish")"));
+  ASSERT_FALSE(net.ok());
+  EXPECT_THAT(net.status().message(), HasSubstr("'swish' is not supported"));
+  net = Describe(DistilbertConfig(R"(, "model_type": "gpt2")"));
+  ASSERT_FALSE(net.ok());
+  EXPECT_THAT(net.status().message(),
+              HasSubstr("model_type 'gpt2' is not supported by the encoder backend (supported: "
+                        "bert, distilbert, mpnet, roberta, xlm-roberta)"));
+}
+
+TEST_F(EncoderNetworkTest, DistilbertClassifierIsPreClassifierAndClassifier) {
+  // DistilBertForSequenceClassification's names: "distilbert." before the encoder's, the head's
+  // own at the top level; no pooler, which BERT's classifier would need.
+  auto net = Describe(DistilbertConfig(R"(, "id2label": {"0": "neg", "1": "pos"})"),
+                      {"distilbert.embeddings.word_embeddings.weight", "pre_classifier.weight",
+                       "pre_classifier.bias", "classifier.weight", "classifier.bias"},
+                      {{100, 32}, {32, 32}, {32}, {2, 32}, {2}});
+  ASSERT_TRUE(net.ok()) << net.status();
+  EXPECT_EQ((*net)->classifier, ClassifierKind::kDistilbert);
+  EXPECT_EQ((*net)->num_labels, 2);
+  EXPECT_EQ((*net)->labels, (std::vector<std::string>{"neg", "pos"}));
+  // The same names under model_type bert: BERT's head, which refuses to run without a pooler.
+  net = Describe(R"({"model_type": "bert", "hidden_size": 32, "num_hidden_layers": 2,)"
+                 R"( "num_attention_heads": 4, "intermediate_size": 64, "vocab_size": 100,)"
+                 R"( "max_position_embeddings": 64})",
+                 {"classifier.weight"}, {{2, 32}});
+  ASSERT_FALSE(net.ok());
+  EXPECT_THAT(net.status().message(), HasSubstr("no pooler"));
+}
+
+std::string MpnetConfig(const std::string& extra = "") {
+  return absl::StrCat(
+      R"({"model_type": "mpnet", "hidden_size": 32, "num_hidden_layers": 2,)",
+      R"( "num_attention_heads": 4, "intermediate_size": 64, "hidden_act": "gelu",)",
+      R"( "vocab_size": 100, "max_position_embeddings": 66, "layer_norm_eps": 1e-5,)",
+      R"( "relative_attention_num_buckets": 32, "pad_token_id": 1)", extra, "}");
+}
+
+TEST_F(EncoderNetworkTest, ReadsMpnetConfig) {
+  // MPNetEmbeddings' padding index is 1 whatever pad_token_id says; no token types even where
+  // config.json names a type_vocab_size.
+  auto net = Describe(MpnetConfig(R"(, "pad_token_id": 0, "type_vocab_size": 2)"));
+  ASSERT_TRUE(net.ok()) << net.status();
+  EXPECT_EQ((*net)->arch, EncoderArch::kMpnet);
+  EXPECT_EQ((*net)->pad_token_id, 1);
+  EXPECT_TRUE((*net)->positions_after_pad());
+  EXPECT_EQ((*net)->position_offset, 2);
+  EXPECT_EQ((*net)->max_sequence_length, 64);
+  EXPECT_FALSE((*net)->has_token_types());
+  EXPECT_EQ((*net)->layer_norm_eps, 1e-5f);
+  EXPECT_EQ((*net)->relative_attention_buckets, 32);
+  // MPNetForSequenceClassification: RoBERTa's head under "mpnet.".
+  net = Describe(MpnetConfig(),
+                 {"mpnet.embeddings.word_embeddings.weight", "classifier.dense.weight",
+                  "classifier.out_proj.weight"},
+                 {{100, 32}, {32, 32}, {3, 32}});
+  ASSERT_TRUE(net.ok()) << net.status();
+  EXPECT_EQ((*net)->classifier, ClassifierKind::kRoberta);
+  EXPECT_EQ((*net)->num_labels, 3);
+}
+
+TEST_F(EncoderNetworkTest, MpnetBucketsBelowWhatItsCodeComputesAreRefused) {
+  // compute_position_bias always asks for 32 buckets: a smaller table would be indexed past its
+  // end.
+  auto net = Describe(MpnetConfig(R"(, "relative_attention_num_buckets": 16)"));
+  ASSERT_FALSE(net.ok());
+  EXPECT_THAT(net.status().message(),
+              HasSubstr("relative_attention_num_buckets 16 is under the 32 buckets"));
+}
+
+}  // namespace
+}  // namespace sluice::engine::models::encoder
