@@ -317,14 +317,16 @@ class TextEmbeddingTest(unittest.TestCase):
                              capture_output=True, text=True, timeout=60)
         self.assertNotEqual(bad.returncode, 0)
         self.assertIn("--text-pair", bad.stderr)
-        # sluice-loadtest draws lines of a file. The two windows (0.7 s) end the run; the request
-        # cap only bounds it (a cap reached first is exit code 3, "stopped by a limit").
+        # sluice-loadtest draws lines of a file. The two windows (3.5 s) end the run; the request
+        # cap only bounds it (a cap reached first is exit code 3, "stopped by a limit"). A window
+        # must outlast one request: under ASan, beside another test, 300 ms windows saw none
+        # complete (6 sent, 6 answered after the window: exit 1, reported FLAKY by sanitize.sh).
         path = os.path.join(self.root, "texts.txt")
         with open(path, "w") as f:
             f.write("\n".join(SENTENCES[:3] + ["", "one more line"]) + "\n")
         load = subprocess.run([ARGS.loadtest, "--url", url, "-m", "minilm", "--text-file", path,
-                               "--concurrency", "4", "--max-requests", "5000", "--warmup-ms", "100",
-                               "--window-ms", "300", "--max-windows", "2"],
+                               "--concurrency", "4", "--max-requests", "5000", "--warmup-ms", "500",
+                               "--window-ms", "1500", "--max-windows", "2"],
                               capture_output=True, text=True, timeout=120)
         self.assertEqual(load.returncode, 0, load.stdout + load.stderr)
         self.assertIn("one of 4 lines", load.stdout)
