@@ -479,7 +479,10 @@ class EncoderReferenceTest(unittest.TestCase):
             self.skipTest("this CPU has no AVX512_BF16 (or AVX-512BW/VL): precision bf16 is "
                           "refused at load there")
         model = sentence_transformers.SentenceTransformer(self.minilm_source, device="cpu")
-        sentences = seeded_sentences(BF16_SENTENCES)
+        # Under ASan/TSan (-O0) the BF16 kernel runs ~50x slower: 1,000 sentences took 8 minutes
+        # there, so a sanitizer build checks 32 for memory and thread errors, and the release
+        # build's run keeps the issue's 1,000 for accuracy.
+        sentences = seeded_sentences(32 if ARGS.sanitizer_build else BF16_SENTENCES)
         started = time.monotonic()
         want = model.encode(sentences, batch_size=64, convert_to_numpy=True)
         reference_s = time.monotonic() - started
@@ -503,6 +506,11 @@ class EncoderReferenceTest(unittest.TestCase):
               f"sentences: cosine min {cosine.min():.6f} mean {cosine.mean():.6f} "
               f"(reference {reference_s:.1f}s, sluice {served_s:.1f}s)", flush=True)
         self.assertGreaterEqual(float(cosine.min()), BF16_MIN_COSINE)
+        # BF16 did run: the vectors are not FP32's to 1e-4.
+        self.assertGreater(rel_err(got, want), MINILM_TOLERANCE)
+        if ARGS.sanitizer_build:
+            print("[encoder] retrieval overlap not checked in a sanitizer build (32 sentences)")
+            return
         # Retrieval agreement on the same vectors: the first 200 sentences as queries over the
         # other 800 as the corpus, top-10 by cosine, BF16's against FP32's (the issue's bar 0.95,
         # asked of 200 queries over 5,000 sentences; this smaller corpus costs no extra encoding).
@@ -514,8 +522,6 @@ class EncoderReferenceTest(unittest.TestCase):
         print(f"[encoder] minilm bf16 top-10 overlap with fp32, 200 queries x 800: {overlap:.4f}",
               flush=True)
         self.assertGreaterEqual(float(overlap), 0.95)
-        # BF16 did run: the vectors are not FP32's to 1e-4.
-        self.assertGreater(rel_err(got, want), MINILM_TOLERANCE)
 
     def test_config_completed_from_checkpoint(self):
         config = self.client.get_model_config("bert_base", as_json=True)["config"]
@@ -617,6 +623,8 @@ def main():
     global ARGS
     parser = argparse.ArgumentParser()
     parser.add_argument("--server", required=True)
+    parser.add_argument("--sanitizer-build", action="store_true",
+                        help="the server is an ASan/TSan build: fewer BF16 sentences")
     ARGS, rest = parser.parse_known_args()
     torch.set_num_threads(1)
     unittest.main(argv=[sys.argv[0]] + rest, verbosity=2)
