@@ -155,6 +155,14 @@ absl::StatusOr<std::vector<std::string>> StringInputs(const json& body, bool* si
   return texts;
 }
 
+// `prompt_name` asks for one of the model's sentence-transformers prompts, which sluice does not
+// read yet (issue 31): refused by name rather than ignored, so that no answer silently differs.
+TeiError PromptNameRefused(const std::string& prompt_name) {
+  return Invalid(absl::StrCat(
+      "prompt_name '", common::EchoInput(prompt_name),
+      "': this server does not read the model's prompts; prepend the prompt to the input"));
+}
+
 absl::Status CheckBatch(size_t count, size_t limit) {
   if (count > limit) {
     return PayloadTooLargeError(absl::StrCat("batch size ", count, " > maximum allowed batch size ",
@@ -209,11 +217,7 @@ void HttpRoutes::TeiEmbed(HttpRequest&& request, Responder respond) {
                                      prompt_name.status(), truncation.status()}) {
     if (!status.ok()) return respond(TeiResponse(FromStatus(status)));
   }
-  if (!prompt_name->empty()) {
-    return respond(TeiResponse(Invalid(absl::StrCat(
-        "prompt_name '", common::EchoInput(*prompt_name),
-        "': this server does not read the model's prompts; prepend the prompt to the input"))));
-  }
+  if (!prompt_name->empty()) return respond(TeiResponse(PromptNameRefused(*prompt_name)));
   if (absl::Status batch = CheckBatch(texts->size(), options_.text_limits.max_client_batch_size);
       !batch.ok()) {
     return respond(TeiResponse(FromStatus(batch)));
@@ -406,11 +410,7 @@ void HttpRoutes::TeiTokenize(HttpRequest&& request, Responder respond) {
        {texts.status(), add_special_tokens.status(), model_field.status(), prompt_name.status()}) {
     if (!status.ok()) return respond(TeiResponse(FromStatus(status)));
   }
-  if (!prompt_name->empty()) {
-    return respond(TeiResponse(Invalid(absl::StrCat(
-        "prompt_name '", common::EchoInput(*prompt_name),
-        "': this server does not read the model's prompts; prepend the prompt to the input"))));
-  }
+  if (!prompt_name->empty()) return respond(TeiResponse(PromptNameRefused(*prompt_name)));
   if (absl::Status batch = CheckBatch(texts->size(), options_.text_limits.max_client_batch_size);
       !batch.ok()) {
     return respond(TeiResponse(FromStatus(batch)));
