@@ -285,6 +285,11 @@ absl::StatusOr<std::unique_ptr<CudaEncoder>> CudaEncoder::Create(
     return absl::UnimplementedError(absl::StrCat(
         "hidden size ", shape.hidden, " is above the GPU kernels' limit of ", kMaxEncoderHidden));
   }
+  if (shape.pooling.weightedmean || shape.pooling.lasttoken || !shape.dense.empty()) {
+    return absl::UnimplementedError(
+        "sentence-transformers' weightedmean or lasttoken pooling, or a Dense module: the GPU "
+        "pools cls, max, mean and mean_sqrt_len");
+  }
   if (!shape.relative_position_bias.empty()) {
     return absl::UnimplementedError(
         "MPNet's relative position bias: the GPU attention kernel adds no bias");

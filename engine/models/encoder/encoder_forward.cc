@@ -259,8 +259,39 @@ void Forward(const EncoderNetwork& net, const PackedBatch& batch, EncoderWorkspa
   }
 }
 
-void PoolEmbedding(const EncoderNetwork& net, const PackedBatch& batch, const float* hidden, int s,
-                   float* out) {
+namespace {
+
+// A Dense module on one vector: out = activation(W in + b), in double as torch's float32 dot
+// products are close to (the reference tolerance is 1e-4 relative).
+void ApplyDense(const DenseLayer& layer, const float* in, float* out) {
+  for (int o = 0; o < layer.out_features; ++o) {
+    const float* row = layer.weight.data() + int64_t{o} * layer.in_features;
+    double sum = layer.bias.empty() ? 0.0 : layer.bias[o];
+    for (int i = 0; i < layer.in_features; ++i) sum += double{row[i]} * in[i];
+    switch (layer.activation) {
+      case DenseActivation::kIdentity:
+        break;
+      case DenseActivation::kTanh:
+        sum = std::tanh(sum);
+        break;
+      case DenseActivation::kRelu:
+        sum = std::max(sum, 0.0);
+        break;
+      case DenseActivation::kSigmoid:
+        sum = 1.0 / (1.0 + std::exp(-sum));
+        break;
+      case DenseActivation::kGelu:
+        sum = 0.5 * sum * (1.0 + std::erf(sum / std::sqrt(2.0)));
+        break;
+    }
+    out[o] = static_cast<float>(sum);
+  }
+}
+
+// The pooling modes of sequence `s` concatenated into `out` [net.pooled_size()], in
+// sentence-transformers' order.
+void Pool(const EncoderNetwork& net, const PackedBatch& batch, const float* hidden, int s,
+          float* out) {
   const int h = net.hidden;
   const int64_t begin = batch.offsets[s];
   const int64_t end = batch.offsets[s + 1];
@@ -297,6 +328,56 @@ void PoolEmbedding(const EncoderNetwork& net, const PackedBatch& batch, const fl
       const double root = std::sqrt(count);
       for (int j = 0; j < h; ++j) next[j] = static_cast<float>(sum[j] / root);
       next += h;
+    }
+  }
+  if (net.pooling.weightedmean) {
+    // Token t of the request's row (padding included, as the packed sequence keeps every token up
+    // to the last attended one) weighs t + 1.
+    std::vector<double> sum(h, 0.0);
+    double weights = 0;
+    for (int64_t t = begin; t < end; ++t) {
+      if (!batch.attend[t]) continue;
+      const double weight = static_cast<double>(t - begin + 1);
+      const float* row = hidden + t * h;
+      for (int j = 0; j < h; ++j) sum[j] += weight * row[j];
+      weights += weight;
+    }
+    weights = std::max(weights, 1e-9);
+    for (int j = 0; j < h; ++j) next[j] = static_cast<float>(sum[j] / weights);
+    next += h;
+  }
+  if (net.pooling.lasttoken) {
+    // The last attended token; zeros when none is (sentence-transformers gathers a masked row).
+    int64_t last = -1;
+    for (int64_t t = end - 1; t >= begin && last < 0; --t) {
+      if (batch.attend[t]) last = t;
+    }
+    if (last >= 0) {
+      std::copy_n(hidden + last * h, h, next);
+    } else {
+      std::fill_n(next, h, 0.0f);
+    }
+    next += h;
+  }
+}
+
+}  // namespace
+
+void PoolEmbedding(const EncoderNetwork& net, const PackedBatch& batch, const float* hidden, int s,
+                   float* out) {
+  if (net.dense.empty()) {
+    Pool(net, batch, hidden, s, out);
+  } else {
+    // Pooled, then each Dense module in turn, the last one writing `out`.
+    std::vector<float> in(static_cast<size_t>(net.pooled_size()));
+    Pool(net, batch, hidden, s, in.data());
+    std::vector<float> mapped;
+    for (size_t d = 0; d < net.dense.size(); ++d) {
+      const DenseLayer& layer = net.dense[d];
+      const bool last = d + 1 == net.dense.size();
+      if (!last) mapped.resize(static_cast<size_t>(layer.out_features));
+      ApplyDense(layer, in.data(), last ? out : mapped.data());
+      if (!last) in.swap(mapped);
     }
   }
   if (net.normalize) {

@@ -95,8 +95,8 @@ void Forward(const EncoderNetwork& net, const PackedBatch& batch, EncoderWorkspa
              int64_t chunk_tokens = ForwardChunkTokens(), ComputePool* pool = nullptr);
 
 // The `embedding` of sequence `s` after Forward: [embedding_size()] floats written to `out`
-// (pooling modes in sentence-transformers' order cls, max, mean, mean_sqrt_len; then L2
-// normalisation when net.normalize).
+// (pooling modes in sentence-transformers' order cls, max, mean, mean_sqrt_len, weightedmean,
+// lasttoken; then the Dense modules in order; then L2 normalisation when net.normalize).
 void PoolEmbedding(const EncoderNetwork& net, const PackedBatch& batch, const float* hidden, int s,
                    float* out);
 

@@ -8,9 +8,11 @@
 //   model.safetensors           the weights (F32, F16 or BF16), with or without the "bert." /
 //                               "roberta." / "distilbert." / "mpnet." prefix that task-head
 //                               checkpoints add
-//   modules.json                (optional) sentence-transformers' module list: a Pooling module's
-//                               folder, whether a Normalize module follows
+//   modules.json                (optional) sentence-transformers' module list, in order:
+//                               Transformer, Pooling, Dense..., Normalize (others refused by name)
 //   1_Pooling/config.json       (optional) the pooling modes; CLS when there is none
+//   2_Dense/config.json         (optional, one folder per Dense module) in/out features, bias,
+//     + model.safetensors       activation; `linear.weight` [out, in], `linear.bias` [out]
 //
 // FP32 weights in PyTorch's own layouts (nn.Linear's [out_features, in_features], row-major), with
 // the query, key and value projections of each layer concatenated into one [3 x hidden, hidden]
@@ -54,7 +56,25 @@ struct PoolingModes {
   bool max = false;
   bool mean = false;
   bool mean_sqrt_len = false;
-  int count() const { return cls + max + mean + mean_sqrt_len; }
+  // Mean weighted by position (token t of a sequence counts t + 1), as SGPT's models pool.
+  bool weightedmean = false;
+  // The last attended token (a decoder's summary: Qwen3-Embedding, e5-mistral).
+  bool lasttoken = false;
+  int count() const { return cls + max + mean + mean_sqrt_len + weightedmean + lasttoken; }
+};
+
+// The activation of a sentence-transformers Dense module (its config's activation_function).
+enum class DenseActivation { kIdentity, kTanh, kRelu, kSigmoid, kGelu };
+
+// A sentence-transformers Dense module after pooling: y = activation(W x + b).
+struct DenseLayer {
+  std::string path;  // the module's folder, relative to the checkpoint's (modules.json's path)
+  int in_features = 0;
+  int out_features = 0;
+  bool has_bias = true;
+  std::vector<float> weight;  // [out_features, in_features]
+  std::vector<float> bias;    // [out_features], empty without a bias
+  DenseActivation activation = DenseActivation::kTanh;
 };
 
 enum class ClassifierKind {
@@ -143,8 +163,10 @@ struct EncoderNetwork {
   // The activation config.json names, if any (read before the head's label count is known).
   std::optional<ScoreActivation> explicit_score_activation;
 
-  // Sentence-embedding head (the `embedding` output): pooling modes and L2 normalisation.
+  // Sentence-embedding head (the `embedding` output): pooling modes, Dense modules in order, L2
+  // normalisation, as sentence-transformers runs them.
   PoolingModes pooling;
+  std::vector<DenseLayer> dense;
   bool normalize = false;
 
   // The precision of the checkpoint's weights when they all share one (kFp16, kBf16: the FP32
@@ -158,7 +180,9 @@ struct EncoderNetwork {
   WeightFormat weight_format = WeightFormat::kFp32;
 
   int head_size() const { return hidden / heads; }
-  int embedding_size() const { return hidden * pooling.count(); }
+  // What pooling concatenates, and what the Dense modules (if any) make of it.
+  int pooled_size() const { return hidden * pooling.count(); }
+  int embedding_size() const { return dense.empty() ? pooled_size() : dense.back().out_features; }
 };
 
 struct EncoderLoadOptions {
