@@ -12,6 +12,8 @@
   than the local window (16: the sliding-window layers attend to 8 tokens each side), up to 192
   tokens; rows padded to one length with masks of different lengths, an interior zero and an
   interior run of zeros longer than the window (queries that see no attended key).
+- `precision: bf16` (where the CPU has AVX512_BF16): the FP32 sentence embedder computed in BF16
+  keeps its embeddings (cosine similarity >= 0.999 to transformers' FP32).
 - Broken checkpoints (a missing tensor, a wrong shape, an unknown hidden_activation, an unknown
   classifier_pooling) fail their load with a message naming the tensor or field; the others serve.
 
@@ -134,6 +136,11 @@ def build_repository(root):
             with open(path, "w") as f:
                 json.dump(config, f)
 
+    if ref.HAS_BF16:
+        # The same FP32 checkpoint computed with `precision: bf16` (the layers' GEMMs in BF16).
+        shutil.copytree(os.path.join(root, "mb_st", "1"), os.path.join(root, "mb_st_bf16", "1"))
+        ref.write_config(os.path.join(root, "mb_st_bf16"), "mb_st_bf16",
+                         'parameters { key: "precision" value: { string_value: "bf16" } }\n')
     variant("mb_broken_missing", "mb_st", lambda t: t.pop("layers.2.mlp.Wi.weight"))
     variant("mb_broken_shape", "mb_st",
             lambda t: t.__setitem__("layers.1.attn.Wqkv.weight", torch.zeros((64, 32))))
@@ -239,6 +246,23 @@ class EncoderModernBertTest(unittest.TestCase):
                 result = self.client.infer(name, self.inputs(ids, mask), outputs=requested)
                 self.check(name, result, ids, mask, outputs)
 
+    def test_precision_bf16_keeps_the_embeddings(self):
+        if not ref.HAS_BF16:
+            self.skipTest("this CPU has no AVX512_BF16 (precision: bf16 is refused there)")
+        rng = np.random.default_rng(36)
+        ids = rng.integers(3, VOCAB, size=(6, MAX_SEQ))
+        mask = np.zeros_like(ids)
+        for row, length in enumerate((MAX_SEQ, 100, 40, 17, 9, 2)):
+            mask[row, :length] = 1
+        requested = [grpcclient.InferRequestedOutput("embedding")]
+        got = self.client.infer("mb_st_bf16", self.inputs(ids, mask),
+                                outputs=requested).as_numpy("embedding")
+        want = self.reference("mb_st")(ids, mask)["embedding"]
+        cosines = np.sum(got * want, axis=1) / (np.linalg.norm(got, axis=1) *
+                                                np.linalg.norm(want, axis=1))
+        WORST["mb_st_bf16.min_cosine"] = float(np.min(cosines))
+        self.assertGreater(float(np.min(cosines)), ref.BF16_MIN_COSINE, cosines)
+
     def test_broken_checkpoints_fail_alone(self):
         index = self.client.get_model_repository_index(as_json=True)["models"]
         by_name = {m["name"]: m for m in index}
@@ -248,7 +272,7 @@ class EncoderModernBertTest(unittest.TestCase):
                 self.assertEqual(entry.get("state"), "UNAVAILABLE", entry)
                 for needle in needles:
                     self.assertIn(needle, entry.get("reason", ""))
-        for name in CHECKPOINTS:
+        for name in list(CHECKPOINTS) + (["mb_st_bf16"] if ref.HAS_BF16 else []):
             self.assertTrue(self.client.is_model_ready(name), name)
 
 
