@@ -3,6 +3,7 @@
 #include <cblas.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <limits>
 #include <utility>
@@ -144,8 +145,11 @@ void HeadAttention(const EncoderNetwork& net, const kernels::KernelTable& k,
     const int kn = k1 - k0;
     PackPanels(key + k0 * ld, ld, kn, d, key_panels);
     PanelGemm(g, q + i0 * ld, ld, rows, key_panels, kn, d, nullptr, scores, kn);
-    // Rows whose window holds no attended key: transformers' masks give every key of the
-    // sequence the same finfo.min, so the weights are uniform over all n keys.
+    // Rows whose window holds no attended key ("blind": an interior run of mask zeros wider than
+    // the window): transformers' masks give every key of the sequence the same finfo.min, so the
+    // weights are uniform over all n keys; their softmax rows are left out and their context is
+    // that mean of the values.
+    std::array<bool, kQueryBlock> blind{};
     bool any_blind = false;
     if (window > 0) {
       for (int r = 0; r < rows; ++r) {
@@ -157,25 +161,17 @@ void HeadAttention(const EncoderNetwork& net, const kernels::KernelTable& k,
         std::fill(row + hi, row + kn, kMinusInf);
         bool attended = false;
         for (int j = lo; j < hi && !attended; ++j) attended = mask[k0 + j] == 0.0f;
-        if (!attended) {
-          std::fill(row, row + kn, 0.0f);  // replaced below; keeps the softmax finite
-          any_blind = true;
-        }
+        blind[static_cast<size_t>(r)] = !attended;
+        any_blind |= !attended;
       }
     }
     if (any_blind) {
-      // Softmax row by row: a blind row with no mask at all (its result is replaced).
       for (int r = 0; r < rows; ++r) {
         float* row = scores + int64_t{r} * kn;
-        const int i = i0 + r;
-        const int lo = std::max(0, i - window) - k0;
-        const int hi = std::min(n, i + window + 1) - k0;
-        bool attended = false;
-        for (int j = lo; j < hi && !attended; ++j) attended = mask[k0 + j] == 0.0f;
-        if (attended) {
-          k.masked_softmax(row, mask + k0, 1, kn, scale);
+        if (blind[static_cast<size_t>(r)]) {
+          std::fill(row, row + kn, 0.0f);  // replaced below
         } else {
-          std::fill(row, row + kn, 1.0f / static_cast<float>(kn));
+          k.masked_softmax(row, mask + k0, 1, kn, scale);
         }
       }
     } else {
@@ -184,21 +180,14 @@ void HeadAttention(const EncoderNetwork& net, const kernels::KernelTable& k,
     PackTransposedPanels(v + k0 * ld, ld, kn, d, value_panels);
     float* out = context + (begin + i0) * h + head * d;
     PanelGemm(g, scores, kn, rows, value_panels, d, kn, nullptr, out, h);
-    if (any_blind) {
-      for (int r = 0; r < rows; ++r) {
-        const int i = i0 + r;
-        const int lo = std::max(0, i - window);
-        const int hi = std::min(n, i + window + 1);
-        bool attended = false;
-        for (int j = lo; j < hi && !attended; ++j) attended = mask[j] == 0.0f;
-        if (attended) continue;
-        float* row = out + int64_t{r} * h;
-        std::fill(row, row + d, 0.0f);
-        for (int j = 0; j < n; ++j) {
-          for (int c = 0; c < d; ++c) row[c] += v[j * ld + c];
-        }
-        for (int c = 0; c < d; ++c) row[c] /= static_cast<float>(n);
+    for (int r = 0; any_blind && r < rows; ++r) {
+      if (!blind[static_cast<size_t>(r)]) continue;
+      float* row = out + int64_t{r} * h;
+      std::fill(row, row + d, 0.0f);
+      for (int j = 0; j < n; ++j) {
+        for (int c = 0; c < d; ++c) row[c] += v[j * ld + c];
       }
+      for (int c = 0; c < d; ++c) row[c] /= static_cast<float>(n);
     }
   }
 }
