@@ -190,9 +190,13 @@ int Main(int argc, char** argv) {
   const nlohmann::json config = nlohmann::json::parse(config_file);
   const int64_t hidden = config["hidden_size"];
   const int64_t layers = config["num_hidden_layers"];
-  const int64_t inter = config["intermediate_size"];
+  // ModernBERT's GeGLU MLP: Wi is [2 x intermediate, hidden], so its MLP holds and computes what
+  // an ungated one of 1.5 x intermediate would; it has no position table.
+  const bool modernbert = config.value("model_type", "") == "modernbert";
+  const int64_t intermediate = config["intermediate_size"];
+  const int64_t inter = modernbert ? intermediate * 3 / 2 : intermediate;
   const int64_t vocab = config["vocab_size"];
-  const int64_t positions = config["max_position_embeddings"];
+  const int64_t positions = modernbert ? 0 : config["max_position_embeddings"].get<int64_t>();
   const int64_t types = config.value("type_vocab_size", 2);
   const double weight_mib =
       static_cast<double>((vocab + positions + types) * hidden +
@@ -227,7 +231,7 @@ int Main(int argc, char** argv) {
         return 2;
       }
       const int h = static_cast<int>(hidden);
-      const int i = static_cast<int>(inter);
+      const int i = static_cast<int>(intermediate);
       nlohmann::json shapes = nlohmann::json::array();
       const bool bf16 = engine::models::encoder::gemm::Bf16Supported();
       for (const auto& [name, n, k] :

@@ -290,6 +290,11 @@ absl::StatusOr<std::unique_ptr<CudaEncoder>> CudaEncoder::Create(
         "sentence-transformers' weightedmean or lasttoken pooling, or a Dense module: the GPU "
         "pools cls, max, mean and mean_sqrt_len");
   }
+  if (!shape.layer_plans.empty() && shape.layer_plans.front().pre_norm) {
+    return absl::UnimplementedError(
+        "ModernBERT's layers (pre-norm, rotary embeddings, GeGLU, sliding-window attention): the "
+        "GPU kernels run BERT's post-norm layers");
+  }
   if (!shape.relative_position_bias.empty()) {
     return absl::UnimplementedError(
         "MPNet's relative position bias: the GPU attention kernel adds no bias");

@@ -18,6 +18,7 @@
 #include "engine/models/encoder/encoder_arch.h"
 #include "engine/models/encoder/encoder_config_json.h"
 #include "engine/models/encoder/encoder_sentence_modules.h"
+#include "engine/models/encoder/encoder_modernbert.h"
 #include "engine/models/safetensors.h"
 #include "nlohmann/json.hpp"
 
@@ -112,17 +113,17 @@ absl::Status ReadConfigJson(const fs::path& folder, EncoderNetwork& net) {
   ASSIGN_OR_RETURN(net.activation_name, StringField(json, path, spec->activation_key, "gelu"));
   absl::StatusOr<HiddenActivation> activation = ParseHiddenActivation(net.activation_name);
   if (!activation.ok()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("'", path.string(), "': ", activation.status().message()));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "'", path.string(), "': \"", spec->activation_key, "\": ", activation.status().message()));
   }
   net.activation = *activation;
   // DistilBERT's LayerNorms are nn.LayerNorm(dim, eps=1e-12) whatever config.json says.
-  net.layer_norm_eps = 1e-12f;
-  auto eps = json.find("layer_norm_eps");
-  if (spec->reads_layer_norm_eps && eps != json.end()) {
+  net.layer_norm_eps = spec->default_layer_norm_eps;
+  auto eps = spec->layer_norm_eps_key == nullptr ? json.end() : json.find(spec->layer_norm_eps_key);
+  if (eps != json.end()) {
     if (!eps->is_number() || eps->get<double>() <= 0 || eps->get<double>() > 1) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("'", path.string(), "': \"layer_norm_eps\" must be a number in (0, 1]"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "'", path.string(), "': \"", spec->layer_norm_eps_key, "\" must be a number in (0, 1]"));
     }
     net.layer_norm_eps = static_cast<float>(eps->get<double>());
   }
@@ -134,6 +135,8 @@ absl::Status ReadConfigJson(const fs::path& folder, EncoderNetwork& net) {
   net.max_position_embeddings = static_cast<int>(positions);
   net.type_vocab_size = static_cast<int>(types);
   net.pad_token_id = static_cast<int>(pad);
+  net.layer_plans.assign(static_cast<size_t>(net.layers), LayerPlan{});
+  if (spec->modernbert) RETURN_IF_ERROR(ReadModernBertConfig(json, path.string(), net));
   if (spec->positions_after_pad) {
     net.position_offset = net.pad_token_id + 1;
     net.max_sequence_length = net.max_position_embeddings - net.position_offset;
@@ -237,9 +240,9 @@ class WeightSource {
 // The prefix of the encoder's tensors: the architecture's ("bert.", "distilbert."...) when the
 // checkpoint is a task model's, else none.
 std::string DetectPrefix(const SafetensorsFile& file, const EncoderNetwork& net) {
-  const char* prefix = FindArch(net.model_type)->task_prefix;
-  if (file.Find(absl::StrCat(prefix, "embeddings.word_embeddings.weight")) != nullptr) {
-    return prefix;
+  const ArchSpec& spec = *FindArch(net.model_type);
+  if (file.Find(absl::StrCat(spec.task_prefix, spec.word_embeddings)) != nullptr) {
+    return spec.task_prefix;
   }
   return "";
 }
@@ -256,7 +259,12 @@ absl::Status DescribeHeads(const SafetensorsFile& file, EncoderNetwork& net) {
     net.classifier = ClassifierKind::kRoberta;
     classifier = out_proj;
   } else if (const TensorView* linear = file.Find("classifier.weight");
-             linear != nullptr && net.arch == EncoderArch::kDistilbert) {
+             linear != nullptr && net.arch == EncoderArch::kModernbert) {
+    // ModernBertForSequenceClassification: head.dense, head.norm (read with the weights) and
+    // classifier.
+    net.classifier = ClassifierKind::kModernbert;
+    classifier = linear;
+  } else if (linear != nullptr && net.arch == EncoderArch::kDistilbert) {
     // DistilBertForSequenceClassification: pre_classifier (read with the weights; its absence is
     // a load error naming it) + ReLU + classifier.
     net.classifier = ClassifierKind::kDistilbert;
@@ -300,6 +308,7 @@ absl::Status DescribeHeads(const SafetensorsFile& file, EncoderNetwork& net) {
 }
 
 int64_t WeightBytes(const EncoderNetwork& net) {
+  if (net.arch == EncoderArch::kModernbert) return ModernBertWeightBytes(net);
   const int64_t h = net.hidden;
   const int64_t i = net.intermediate;
   int64_t floats =
@@ -354,6 +363,11 @@ absl::StatusOr<SafetensorsFile> OpenWeights(const fs::path& folder) {
 absl::Status ReadWeights(const SafetensorsFile& file, EncoderNetwork& net) {
   const ArchSpec& spec = *FindArch(net.model_type);
   WeightSource w(file, DetectPrefix(file, net));
+  if (spec.modernbert) {
+    return ReadModernBertWeights([&w](const std::string& name, const Shape& shape,
+                                      bool head) { return w.Get(name, shape, head); },
+                                 spec, net);
+  }
   const int64_t h = net.hidden;
   const int64_t inter = net.intermediate;
   ASSIGN_OR_RETURN(net.word_embeddings,

@@ -3,7 +3,8 @@
 // The network of a BERT-family encoder, read from a Hugging Face checkpoint folder as
 // save_pretrained() and sentence-transformers write it:
 //
-//   config.json                 model_type (bert, roberta, xlm-roberta, distilbert, mpnet), sizes,
+//   config.json                 model_type (bert, roberta, xlm-roberta, distilbert, mpnet,
+//                               modernbert), sizes,
 //                               hidden_act, eps... (DistilBERT's own keys: dim, n_layers...)
 //   model.safetensors           the weights (F32, F16 or BF16), with or without the "bert." /
 //                               "roberta." / "distilbert." / "mpnet." prefix that task-head
@@ -41,6 +42,9 @@ enum class EncoderArch {
   kRoberta,  // "roberta", "xlm-roberta": positions offset by pad_token_id + 1, pads at pad_token_id
   kDistilbert,  // "distilbert": positions 0..n-1, no token types, LayerNorm eps fixed at 1e-12
   kMpnet,  // "mpnet": RoBERTa's positions (padding index 1), no token types, relative position bias
+  // "modernbert": no position table (rotary), pre-LayerNorm layers, GeGLU, alternating global and
+  // sliding-window attention, optional biases (encoder_modernbert.h)
+  kModernbert,
 };
 
 // config.json's hidden_act. The two GELU forms differ by up to ~1e-3 and are never swapped.
@@ -82,9 +86,41 @@ enum class ClassifierKind {
   kBert,        // classifier.{weight,bias} on pooler_output
   kRoberta,     // classifier.dense + tanh + classifier.out_proj on the first token's hidden state
   kDistilbert,  // pre_classifier + ReLU + classifier on the first token's hidden state
+  // ModernBertForSequenceClassification: the first token's or the mean hidden state
+  // (classifier_pooling), head.dense + classifier_activation + head.norm, then classifier
+  kModernbert,
+};
+
+// How one encoder layer computes, as data: the CPU forward pass executes it (encoder_forward.cc
+// for post-norm layers, encoder_modernbert.cc for pre-norm ones), a GPU port reads the same. The
+// default is BERT's layer.
+struct LayerPlan {
+  // false: BERT's post-LayerNorm (x = LN(x + f(x)) after attention and after the MLP); true:
+  // pre-LayerNorm (x = x + f(LN(x))), the network's final_norm after the last layer.
+  bool pre_norm = false;
+  // pre_norm: whether attention's input is normed (ModernBERT's layer 0 has an Identity there).
+  bool attention_norm = true;
+  // GLU MLP: the intermediate projection gives [2I], act(first I) * (last I) (GeGLU).
+  bool gated_mlp = false;
+  // Rotary position embedding of queries and keys: an index into EncoderNetwork::rope_tables; -1
+  // for none (the embeddings add learned absolute positions).
+  int rope_table = -1;
+  // Sliding-window attention: a query attends to keys with |key - query| <= window; 0: every key.
+  int window = 0;
+};
+
+// cos and sin of rotary position p and frequency i ([positions, head_size / 2] each, row p), as
+// transformers computes them in FP32: inv_freq[i] = 1 / theta^(2i / d), angle = p * inv_freq[i].
+struct RopeTable {
+  double theta = 0;
+  std::vector<float> cos;
+  std::vector<float> sin;
 };
 
 struct EncoderLayer {
+  // Biases and LayerNorm betas a checkpoint lacks (ModernBERT's attention_bias, mlp_bias,
+  // norm_bias false) are empty (a GEMM without bias) or zeros (a LayerNorm's beta). A gated MLP's
+  // intermediate_weight is [2I, H] (input rows, then gate rows).
   PackedWeights qkv_weight;                 // [3H, H]: query rows, then key rows, then value rows
   std::vector<float> qkv_bias;              // [3H]
   PackedWeights attention_out_weight;       // [H, H]
@@ -104,7 +140,7 @@ enum class ScoreActivation { kSigmoid, kSoftmax, kIdentity };
 
 struct EncoderNetwork {
   // From config.json.
-  std::string model_type;  // as written: "bert", "roberta", "xlm-roberta", "distilbert", "mpnet"
+  std::string model_type;  // as written: "bert", "roberta", "xlm-roberta", "distilbert", ...
   EncoderArch arch = EncoderArch::kBert;
   int hidden = 0;
   int layers = 0;
@@ -142,6 +178,22 @@ struct EncoderNetwork {
   // relative_attention_num_buckets, which sizes the table: at least 32).
   std::vector<float> relative_position_bias;
   int relative_attention_buckets = 0;
+  // How each layer computes ([layers]; read with config.json, so that a description without the
+  // weights tells a GPU backend what it would have to run).
+  std::vector<LayerPlan> layer_plans;
+  // Which optional parameters the checkpoint has: ModernBERT's attention_bias (Wqkv, Wo),
+  // mlp_bias (Wi, Wo), norm_bias (every LayerNorm's beta) and classifier_bias (head.dense); the
+  // other architectures have them all.
+  bool attention_biases = true;
+  bool mlp_biases = true;
+  bool norm_biases = true;
+  bool classifier_dense_bias_present = true;
+  // Rotary tables the layers' plans index (ModernBERT: global_rope_theta and local_rope_theta),
+  // [max_sequence_length, head_size / 2] each.
+  std::vector<RopeTable> rope_tables;
+  // Pre-norm networks: the LayerNorm after the last layer (ModernBERT's final_norm).
+  std::vector<float> final_norm_gamma;
+  std::vector<float> final_norm_beta;
 
   // pooler.dense (empty without): pooler_output = tanh(W h[CLS] + b).
   std::vector<float> pooler_weight;  // [H, H]
@@ -154,6 +206,13 @@ struct EncoderNetwork {
   std::vector<float> classifier_dense_bias;
   std::vector<float> classifier_weight;  // [num_labels, H] (RoBERTa: out_proj)
   std::vector<float> classifier_bias;    // [num_labels]
+  // ModernBERT's head: classifier_pooling "mean" (else the first token), the activation between
+  // head.dense and head.norm (classifier_activation), head.norm's parameters (beta zeros without
+  // norm_bias); classifier_dense_bias empty without classifier_bias.
+  bool classifier_mean_pooling = false;
+  HiddenActivation classifier_activation = HiddenActivation::kGeluErf;
+  std::vector<float> classifier_norm_gamma;
+  std::vector<float> classifier_norm_beta;
   // id2label of config.json, by label index (empty where it names none).
   std::vector<std::string> labels;
   // How the `score` output turns logits into scores, as sentence-transformers' CrossEncoder does:
