@@ -192,15 +192,25 @@ int Main(int argc, char** argv) {
   const int64_t layers = config["num_hidden_layers"];
   // ModernBERT's GeGLU MLP: Wi is [2 x intermediate, hidden], so its MLP holds and computes what
   // an ungated one of 1.5 x intermediate would; it has no position table.
-  const bool modernbert = config.value("model_type", "") == "modernbert";
+  // Qwen3's SwiGLU likewise (gate and up [I, hidden] each, down [hidden, I]), and its attention's
+  // projections are (heads + 2 kv_heads) x head_dim and heads x head_dim wide, not 3H and H.
+  const std::string model_type = config.value("model_type", "");
+  const bool modernbert = model_type == "modernbert";
+  const bool qwen3 = model_type == "qwen3";
   const int64_t intermediate = config["intermediate_size"];
-  const int64_t inter = modernbert ? intermediate * 3 / 2 : intermediate;
+  const int64_t inter = modernbert || qwen3 ? intermediate * 3 / 2 : intermediate;
   const int64_t vocab = config["vocab_size"];
-  const int64_t positions = modernbert ? 0 : config["max_position_embeddings"].get<int64_t>();
-  const int64_t types = config.value("type_vocab_size", 2);
+  const int64_t positions =
+      modernbert || qwen3 ? 0 : config["max_position_embeddings"].get<int64_t>();
+  const int64_t types = modernbert || qwen3 ? 0 : config.value("type_vocab_size", 2);
+  const int64_t heads = config.value("num_attention_heads", int64_t{1});
+  const int64_t head_dim = qwen3 ? config.value("head_dim", hidden / heads) : hidden / heads;
+  const int64_t kv_heads = qwen3 ? config.value("num_key_value_heads", heads) : heads;
+  const int64_t qkv_width = (heads + 2 * kv_heads) * head_dim;
+  const int64_t context_width = heads * head_dim;
   const double weight_mib =
       static_cast<double>((vocab + positions + types) * hidden +
-                          layers * (4 * hidden * hidden + 2 * hidden * inter)) *
+                          layers * ((qkv_width + context_width) * hidden + 2 * hidden * inter)) *
       4 / (1 << 20);
   std::cout << nlohmann::json{{"load_s", load_s},
                               {"precision", (*model)->LoadSummary()},
@@ -293,7 +303,8 @@ int Main(int argc, char** argv) {
     const double cpu = CpuSeconds() - cpu_start;
     const double per_sequence_flops =
         static_cast<double>(layers) *
-        (2.0 * seq * hidden * 4 * hidden + 4.0 * seq * hidden * inter + 4.0 * seq * seq * hidden);
+        (2.0 * seq * hidden * (qkv_width + context_width) + 4.0 * seq * hidden * inter +
+         4.0 * seq * seq * context_width);  // causal attention counted whole, as computed
     const double sequences_per_s = static_cast<double>(runs * batch) / elapsed;
     const double cpu_sequences_per_s = static_cast<double>(runs * batch) / cpu;
     std::cout << nlohmann::json{{"batch", batch},
