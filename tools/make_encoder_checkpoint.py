@@ -88,7 +88,8 @@ def build(args):
             intermediate_size=args.intermediate, hidden_act="silu", vocab_size=args.vocab,
             max_position_embeddings=args.max_positions, rms_norm_eps=1e-6,
             rope_theta=args.rope_theta, attention_bias=args.biases, use_sliding_window=False,
-            tie_word_embeddings=False, initializer_range=args.init_range)
+            tie_word_embeddings=False, initializer_range=args.init_range,
+            pad_token_id=0 if args.classifier else None)  # the score head's last non-pad token
         base = transformers.Qwen3Model
         classifier = transformers.Qwen3ForSequenceClassification
     else:

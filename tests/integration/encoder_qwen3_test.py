@@ -6,7 +6,9 @@ sentence-transformers, through the real server.
   --arch qwen3: Qwen3Model, save_pretrained) with a sentence-transformers lasttoken (+ Normalize)
   head: grouped-query attention (4 query heads on 2 and on 1 key/value heads), an explicit
   head_dim (16 where hidden / heads is 8), q/k/v/o biases, FP32 and BF16 weights, rope_theta 1e6;
-  the same weights as Qwen3ForCausalLM saves them ("model." prefix, lm_head.weight beside).
+  the same weights as Qwen3ForCausalLM saves them ("model." prefix, lm_head.weight beside);
+  Qwen3ForSequenceClassification (3 labels: `logits` and `score` from `score` on the last non-pad
+  token).
   Every output (last_hidden_state, embedding) is compared with transformers' eager attention in
   FP32 (and sentence-transformers' Pooling / Normalize for `embedding`) at 1e-4 relative, at
   several ragged mixes: requests of many lengths in flight together; rows padded to one length
@@ -57,6 +59,8 @@ CHECKPOINTS = {
                    seed=21),
     # GQA 4:1 with q/k/v/o biases, BF16 weights.
     "q3_bias_bf16": dict(COMMON, layers=2, kv_heads=1, biases=True, dtype="bf16", seed=22),
+    # Qwen3ForSequenceClassification: 3 labels, `score` on the last non-pad token (pad id 0).
+    "q3_cls": dict(COMMON, layers=2, kv_heads=2, head_dim=16, classifier=3, seed=24),
 }
 # A copy of q3_gqa as Qwen3ForCausalLM writes it: same answers.
 ALIASES = {"q3_causallm": "q3_gqa"}
@@ -73,10 +77,13 @@ WORST = {}
 class Qwen3Reference:
     """transformers' Qwen3Model (eager attention) in FP32, and sentence-transformers' modules."""
 
-    def __init__(self, folder):
+    def __init__(self, folder, classifier=False):
         import sentence_transformers
-        self.model = transformers.AutoModel.from_pretrained(
-            folder, dtype=torch.float32, attn_implementation="eager").eval()
+        cls = (transformers.AutoModelForSequenceClassification if classifier
+               else transformers.AutoModel)
+        self.model = cls.from_pretrained(folder, dtype=torch.float32,
+                                         attn_implementation="eager").eval()
+        self.classifier = classifier
         with open(os.path.join(folder, "1_Pooling", "config.json")) as f:
             self.modules = [sentence_transformers.models.Pooling(**json.load(f))]
         with open(os.path.join(folder, "modules.json")) as f:
@@ -87,12 +94,20 @@ class Qwen3Reference:
     def __call__(self, ids, mask):
         ids_t = torch.tensor(ids, dtype=torch.long)
         mask_t = torch.tensor(mask, dtype=torch.long)
-        hidden = self.model(input_ids=ids_t, attention_mask=mask_t).last_hidden_state
+        out = {}
+        base = self.model
+        if self.classifier:
+            logits = self.model(input_ids=ids_t, attention_mask=mask_t).logits
+            out["logits"] = logits.numpy()
+            out["score"] = torch.softmax(logits, dim=-1).numpy()
+            base = self.model.model
+        hidden = base(input_ids=ids_t, attention_mask=mask_t).last_hidden_state
         features = {"token_embeddings": hidden, "attention_mask": mask_t}
         for module in self.modules:
             features = module(features)
-        return {"last_hidden_state": hidden.numpy(),
-                "embedding": features["sentence_embedding"].numpy()}
+        out["last_hidden_state"] = hidden.numpy()
+        out["embedding"] = features["sentence_embedding"].numpy()
+        return out
 
 
 BROKEN = {
@@ -208,7 +223,8 @@ class EncoderQwen3Test(unittest.TestCase):
     def reference(self, name):
         name = ALIASES.get(name, name)
         if name not in self.references:
-            self.references[name] = Qwen3Reference(os.path.join(self.root, name, "1"))
+            self.references[name] = Qwen3Reference(os.path.join(self.root, name, "1"),
+                                                   bool(CHECKPOINTS[name].get("classifier")))
         return self.references[name]
 
     def inputs(self, ids, mask):
@@ -237,11 +253,13 @@ class EncoderQwen3Test(unittest.TestCase):
 
     def test_ragged_mixes_match_transformers(self):
         rng = np.random.default_rng(31)
-        outputs = ["last_hidden_state", "embedding"]
-        requested = [grpcclient.InferRequestedOutput(o) for o in outputs]
         lengths = (1, 5, 40) if ARGS.sanitizer_build else (1, 3, 8, 9, 17, 40, 129, MAX_SEQ)
         for name in list(CHECKPOINTS) + list(ALIASES):
             with self.subTest(model=name):
+                outputs = ["last_hidden_state", "embedding"]
+                if CHECKPOINTS[ALIASES.get(name, name)].get("classifier"):
+                    outputs += ["logits", "score"]
+                requested = [grpcclient.InferRequestedOutput(o) for o in outputs]
                 # Mix 1: one sequence per request, many lengths in flight together (the server
                 # batches them as they come).
                 pending = []
@@ -270,6 +288,10 @@ class EncoderQwen3Test(unittest.TestCase):
                     mask[row, :length] = 1
                 mask[1, 4] = 0
                 mask[0, :3] = 0
+                # Trailing padding holds the pad id, as a tokenizer pads (the score head of
+                # transformers finds the last token by id, not by mask).
+                for row, length in enumerate((width, 12, 1, width - 25)):
+                    ids[row, length:] = 0
                 result = self.client.infer(name, self.inputs(ids, mask), outputs=requested)
                 self.check(name, result, ids, mask, outputs)
                 # A sequence's answer does not depend on its batch-mates.

@@ -398,6 +398,10 @@ void Logits(const EncoderNetwork& net, const PackedBatch& batch, EncoderWorkspac
   const int h = net.hidden;
   const int sequences = batch.sequences();
   const int labels = net.num_labels;
+  if (net.classifier == ClassifierKind::kQwen3Score) {
+    Qwen3Logits(net, batch, ws.hidden_.data(), out);
+    return;
+  }
   if (net.classifier == ClassifierKind::kModernbert) {
     ModernBertLogits(net, batch, ws.hidden_.data(), ws.first_tokens_.data(), ws.head_.data(), out);
     return;

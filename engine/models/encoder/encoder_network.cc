@@ -260,7 +260,13 @@ absl::Status DescribeHeads(const SafetensorsFile& file, EncoderNetwork& net) {
     net.pooler_weight.assign(1, 0.0f);  // marks presence until the weights are read
   }
   const TensorView* classifier = nullptr;
-  if (const TensorView* out_proj = file.Find("classifier.out_proj.weight"); out_proj != nullptr) {
+  const TensorView* score = net.arch == EncoderArch::kQwen3 ? file.Find("score.weight") : nullptr;
+  if (score != nullptr) {
+    // Qwen3ForSequenceClassification: score [num_labels, H], no bias (read with the weights).
+    net.classifier = ClassifierKind::kQwen3Score;
+    classifier = score;
+  } else if (const TensorView* out_proj = file.Find("classifier.out_proj.weight");
+             out_proj != nullptr) {
     net.classifier = ClassifierKind::kRoberta;
     classifier = out_proj;
   } else if (const TensorView* linear = file.Find("classifier.weight");

@@ -93,6 +93,10 @@ enum class ClassifierKind {
   // ModernBertForSequenceClassification: the first token's or the mean hidden state
   // (classifier_pooling), head.dense + classifier_activation + head.norm, then classifier
   kModernbert,
+  // Qwen3ForSequenceClassification: score (no bias) on the hidden state of the last token whose id
+  // is not pad_token_id (the last token without one), as transformers'
+  // GenericForSequenceClassification
+  kQwen3Score,
 };
 
 // How one encoder layer computes, as data: the CPU forward pass executes it (encoder_forward.cc
@@ -171,6 +175,8 @@ struct EncoderNetwork {
   int max_position_embeddings = 0;
   int type_vocab_size = 0;
   int pad_token_id = 0;
+  // Qwen3: config.json's pad_token_id as written (-1: null or absent), which its score head reads.
+  int score_pad_token_id = -1;
 
   // The longest sequence the position table allows: max_position_embeddings for BERT, minus
   // pad_token_id + 1 for RoBERTa (whose positions start after the padding index).

@@ -279,6 +279,20 @@ TEST_F(EncoderNetworkTest, Qwen3LayersAreDescribedAsData) {
   EXPECT_EQ(n.pooling.count(), 1);
 }
 
+TEST_F(EncoderNetworkTest, Qwen3ScoreHeadIsDescribed) {
+  // Qwen3ForSequenceClassification: "model." + the decoder, score.weight [labels, H] beside it.
+  auto net = Describe(Qwen3Config(R"(, "pad_token_id": 7)"),
+                      {"model.embed_tokens.weight", "score.weight"}, {{100, 32}, {2, 32}});
+  ASSERT_TRUE(net.ok()) << net.status();
+  EXPECT_EQ((*net)->classifier, ClassifierKind::kQwen3Score);
+  EXPECT_EQ((*net)->num_labels, 2);
+  EXPECT_EQ((*net)->score_pad_token_id, 7);
+  auto no_pad = Describe(Qwen3Config());
+  ASSERT_TRUE(no_pad.ok()) << no_pad.status();
+  EXPECT_EQ((*no_pad)->score_pad_token_id, -1);
+  EXPECT_EQ((*no_pad)->classifier, ClassifierKind::kNone);
+}
+
 TEST_F(EncoderNetworkTest, Qwen3ConfigErrorsNameTheirFields) {
   const std::vector<std::pair<std::string, std::string>> cases = {
       {R"(, "hidden_act": "gelu")", "\"hidden_act\": 'gelu' is not supported"},

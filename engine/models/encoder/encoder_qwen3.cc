@@ -231,6 +231,9 @@ absl::Status ReadQwen3Config(const Json& json, const std::string& path, EncoderN
       }
     }
   }
+  if (auto it = json.find("pad_token_id"); it != json.end() && it->is_number_integer()) {
+    net.score_pad_token_id = it->get<int>();
+  }
   net.attention_biases = json.value("attention_bias", false);
   net.mlp_biases = false;
   net.norm_biases = false;
@@ -260,6 +263,7 @@ int64_t Qwen3WeightBytes(const EncoderNetwork& net) {
   int64_t per_layer = qkv * h + c * h + 2 * h + 2 * d + 3 * i * h;
   if (net.attention_biases) per_layer += qkv + h;
   floats += int64_t{net.layers} * per_layer;
+  if (net.classifier != ClassifierKind::kNone) floats += int64_t{net.num_labels} * (h + 1);
   floats += 2 * int64_t{net.max_sequence_length} * (d / 2);  // rope table
   return floats * static_cast<int64_t>(sizeof(float));
 }
@@ -316,7 +320,31 @@ absl::Status ReadQwen3Weights(TensorReader read, const ArchSpec& spec, EncoderNe
   for (RopeTable& table : net.rope_tables) {
     FillRopeTable(table, net.max_sequence_length, net.head_size());
   }
+  if (net.classifier == ClassifierKind::kQwen3Score) {
+    ASSIGN_OR_RETURN(net.classifier_weight, read("score.weight", {net.num_labels, h}, true));
+    net.classifier_bias.assign(static_cast<size_t>(net.num_labels), 0.0f);
+  }
   return absl::OkStatus();
+}
+
+void Qwen3Logits(const EncoderNetwork& net, const PackedBatch& batch, const float* hidden,
+                 float* out) {
+  const int h = net.hidden;
+  const int labels = net.num_labels;
+  for (int s = 0; s < batch.sequences(); ++s) {
+    const int64_t begin = batch.offsets[s];
+    int64_t last = batch.offsets[s + 1] - 1;
+    if (net.score_pad_token_id >= 0) {
+      while (last > begin && batch.token_ids[last] == net.score_pad_token_id) --last;
+    }
+    const float* x = hidden + last * h;
+    for (int c = 0; c < labels; ++c) {
+      const float* w = net.classifier_weight.data() + int64_t{c} * h;
+      float sum = 0.0f;
+      for (int j = 0; j < h; ++j) sum += x[j] * w[j];
+      out[int64_t{s} * labels + c] = sum;
+    }
+  }
 }
 
 void ForwardDecoder(const EncoderNetwork& net, const PackedBatch& batch, EncoderWorkspace& ws,

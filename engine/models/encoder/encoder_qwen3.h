@@ -57,4 +57,10 @@ int64_t Qwen3WeightBytes(const EncoderNetwork& net);
 void ForwardDecoder(const EncoderNetwork& net, const PackedBatch& batch, EncoderWorkspace& ws,
                     int64_t chunk_tokens, ComputePool* pool);
 
+// Qwen3ForSequenceClassification's logits after Forward: out [S, num_labels] = score(hidden of
+// each sequence's last token whose id is not score_pad_token_id; its last token where there is
+// none; its first where every id is the pad, as transformers' argmax of zeros gives).
+void Qwen3Logits(const EncoderNetwork& net, const PackedBatch& batch, const float* hidden,
+                 float* out);
+
 }  // namespace sluice::engine::models::encoder
