@@ -2,7 +2,7 @@
 
 // What distinguishes the encoder architectures, as data: the config.json keys of their sizes, the
 // names of their tensors, how their positions count and whether they have token types (and for
-// ModernBERT, EncoderNetwork::layer_plans: how each layer computes). The
+// ModernBERT and Qwen3, EncoderNetwork::layer_plans: how each layer computes). The
 // loader (encoder_network.cc) reads every architecture with one code path over this table; the
 // forward pass sees only EncoderNetwork's flags (positions offset, token types, head kind).
 
