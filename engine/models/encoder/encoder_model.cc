@@ -37,6 +37,7 @@ constexpr absl::string_view kPoolerOutput = "pooler_output";
 constexpr absl::string_view kLogits = "logits";
 constexpr absl::string_view kMaxBatchTokensParam = "max_batch_tokens";
 constexpr absl::string_view kNormalizeParam = "normalize";
+constexpr absl::string_view kDimensionsParam = "dimensions";
 // A budget larger than this is no budget (and would size scratch beyond any machine).
 constexpr int64_t kMaxBatchTokensLimit = int64_t{1} << 22;
 
@@ -55,14 +56,24 @@ absl::StatusOr<encoder::EncoderLoadOptions> LoadOptions(const ModelConfig& confi
   for (const auto& [key, value] : config.parameters) {
     // compute_type, allow_tf32 and cuda_buckets concern the GPU only; checked on every backend
     // (encoder::ParseGpuOptions) so that a typo fails the load wherever the model runs.
-    if (key != kMaxBatchTokensParam && key != kNormalizeParam && key != encoder::kPrecisionParam &&
-        key != encoder::kComputeTypeParam && key != encoder::kAllowTf32Param &&
-        key != encoder::kCudaBucketsParam) {
+    if (key != kMaxBatchTokensParam && key != kNormalizeParam && key != kDimensionsParam &&
+        key != encoder::kPrecisionParam && key != encoder::kComputeTypeParam &&
+        key != encoder::kAllowTf32Param && key != encoder::kCudaBucketsParam) {
       return absl::InvalidArgumentError(absl::StrCat(
           "unknown parameter '", key, "' (known: ", kMaxBatchTokensParam, ", ", kNormalizeParam,
-          ", ", encoder::kPrecisionParam, ", ", encoder::kComputeTypeParam, ", ",
-          encoder::kAllowTf32Param, ", ", encoder::kCudaBucketsParam, ")"));
+          ", ", kDimensionsParam, ", ", encoder::kPrecisionParam, ", ",
+          encoder::kComputeTypeParam, ", ", encoder::kAllowTf32Param, ", ",
+          encoder::kCudaBucketsParam, ")"));
     }
+  }
+  if (auto it = config.parameters.find(std::string(kDimensionsParam));
+      it != config.parameters.end()) {
+    int value = 0;
+    if (!absl::SimpleAtoi(it->second, &value) || value < 1) {
+      return absl::InvalidArgumentError(absl::StrCat("parameter '", kDimensionsParam, "' = '",
+                                                     it->second, "' must be a positive integer"));
+    }
+    options.dimensions = value;
   }
   auto it = config.parameters.find(std::string(kNormalizeParam));
   if (it != config.parameters.end()) {
