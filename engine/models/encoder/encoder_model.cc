@@ -61,9 +61,8 @@ absl::StatusOr<encoder::EncoderLoadOptions> LoadOptions(const ModelConfig& confi
         key != encoder::kAllowTf32Param && key != encoder::kCudaBucketsParam) {
       return absl::InvalidArgumentError(absl::StrCat(
           "unknown parameter '", key, "' (known: ", kMaxBatchTokensParam, ", ", kNormalizeParam,
-          ", ", kDimensionsParam, ", ", encoder::kPrecisionParam, ", ",
-          encoder::kComputeTypeParam, ", ", encoder::kAllowTf32Param, ", ",
-          encoder::kCudaBucketsParam, ")"));
+          ", ", kDimensionsParam, ", ", encoder::kPrecisionParam, ", ", encoder::kComputeTypeParam,
+          ", ", encoder::kAllowTf32Param, ", ", encoder::kCudaBucketsParam, ")"));
     }
   }
   if (auto it = config.parameters.find(std::string(kDimensionsParam));

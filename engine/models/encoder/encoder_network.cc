@@ -17,8 +17,8 @@
 #include "common/status_macros.h"
 #include "engine/models/encoder/encoder_arch.h"
 #include "engine/models/encoder/encoder_config_json.h"
-#include "engine/models/encoder/encoder_sentence_modules.h"
 #include "engine/models/encoder/encoder_modernbert.h"
+#include "engine/models/encoder/encoder_sentence_modules.h"
 #include "engine/models/safetensors.h"
 #include "nlohmann/json.hpp"
 
@@ -339,9 +339,9 @@ absl::StatusOr<std::shared_ptr<EncoderNetwork>> Describe(const fs::path& folder,
   if (options.normalize.has_value()) net->normalize = *options.normalize;
   if (options.dimensions > 0) {
     if (options.dimensions > net->full_embedding_size()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "parameter 'dimensions' = ", options.dimensions, " is more than the ",
-          net->full_embedding_size(), " values of the model's embedding"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("parameter 'dimensions' = ", options.dimensions, " is more than the ",
+                       net->full_embedding_size(), " values of the model's embedding"));
     }
     net->truncate_dim = options.dimensions;
   }
