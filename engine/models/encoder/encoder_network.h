@@ -36,7 +36,8 @@
 namespace sluice::engine::models::encoder {
 
 // The architectures differ in config.json's keys, the tensors' names and the heads (described as
-// data in encoder_arch.h's table); the layers compute the same post-LayerNorm block.
+// data in encoder_arch.h's table); the layers compute the same post-LayerNorm block, except
+// ModernBERT's (pre-norm, rotary, GeGLU, sliding windows: EncoderNetwork::layer_plans).
 enum class EncoderArch {
   kBert,     // model_type "bert": positions 0..n-1, token types
   kRoberta,  // "roberta", "xlm-roberta": positions offset by pad_token_id + 1, pads at pad_token_id
