@@ -197,7 +197,7 @@ TEST(EncoderPrecisionTest, ParsesEachValueAndRefusesBf16WhereTheCpuLacksIt) {
     auto bad = ParseCpuPrecision(WithPrecision("BF16"), has_bf16, 2.0);
     EXPECT_TRUE(absl::IsInvalidArgument(bad.status()));
     EXPECT_EQ(bad.status().message(),
-              "parameter 'precision' = 'BF16' must be one of fp32, bf16, auto");
+              "parameter 'precision' = 'BF16' must be one of fp32, bf16, int8, auto");
   }
   auto bf16 = ParseCpuPrecision(WithPrecision("bf16"), true, 0.5);
   ASSERT_TRUE(bf16.ok());

@@ -34,6 +34,18 @@ absl::StatusOr<CpuPrecision> ParseCpuPrecision(const ModelConfig& config, bool b
                         "precision bf16 (from its config: BF16 weights and GEMM inputs, FP32 "
                         "accumulation)"};
   }
+  if (it->second == "int8") {
+    // Served on every CPU: the portable kernel gives the VNNI one's bits, so an int8 model answers
+    // the same everywhere, only slower where the CPU lacks VNNI (the summary says so).
+    return CpuPrecision{
+        WeightFormat::kInt8,
+        gemm::Int8VnniSupported()
+            ? "precision int8 (from its config: INT8 weights per output channel, activations per "
+              "token, INT32 accumulation; AVX512-VNNI kernel)"
+            : "precision int8 (from its config: INT8 weights per output channel, activations per "
+              "token, INT32 accumulation; generic kernel, slower than fp32: this CPU lacks "
+              "AVX512_VNNI)"};
+  }
   if (it->second == "auto") {
     if (!bf16_supported) {
       return CpuPrecision{WeightFormat::kFp32, "precision fp32 (auto: the CPU lacks AVX512_BF16)"};
@@ -54,7 +66,8 @@ absl::StatusOr<CpuPrecision> ParseCpuPrecision(const ModelConfig& config, bool b
                      ")")};
   }
   return absl::InvalidArgumentError(absl::StrCat("parameter '", kPrecisionParam, "' = '",
-                                                 it->second, "' must be one of fp32, bf16, auto"));
+                                                 it->second,
+                                                 "' must be one of fp32, bf16, int8, auto"));
 }
 
 absl::StatusOr<CpuPrecision> ParseCpuPrecision(const ModelConfig& config) {

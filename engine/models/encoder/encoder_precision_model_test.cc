@@ -36,7 +36,7 @@ TEST_F(EncoderModelTest, PrecisionParameterChoosesTheWeightFormat) {
   ModelConfig bad;
   bad.parameters["precision"] = "fp16";
   EXPECT_THAT(CreateEncoderModel(Spec(folder, bad)).status().message(),
-              HasSubstr("parameter 'precision' = 'fp16' must be one of fp32, bf16, auto"));
+              HasSubstr("parameter 'precision' = 'fp16' must be one of fp32, bf16, int8, auto"));
   EXPECT_THAT(CompleteEncoderConfig(Spec(folder, bad)).status().message(),
               HasSubstr("'precision' = 'fp16'"));
 
@@ -96,6 +96,50 @@ TEST_F(EncoderModelTest, PrecisionParameterChoosesTheWeightFormat) {
                                : "precision fp32 (auto: the CPU has AVX512_BF16, but"));
   EXPECT_EQ(LoadedEncoderNetwork(**chosen)->weight_format,
             faster ? encoder::WeightFormat::kBf16 : encoder::WeightFormat::kFp32);
+}
+
+TEST_F(EncoderModelTest, PrecisionInt8PacksAQuarterOfTheBytesAndAnswersCloseToFp32) {
+  const std::string folder = Write(TinyBert());
+  auto fp32 = CreateEncoderModel(Spec(folder));
+  ASSERT_TRUE(fp32.ok()) << fp32.status();
+  ModelConfig config;
+  config.parameters["precision"] = "int8";
+  auto int8 = CreateEncoderModel(Spec(folder, config));
+  ASSERT_TRUE(int8.ok()) << int8.status();
+  EXPECT_THAT((*int8)->LoadSummary(),
+              HasSubstr(encoder::gemm::Int8VnniSupported()
+                            ? "CPU precision int8 (from its config: INT8 weights per output "
+                              "channel, activations per token, INT32 accumulation; AVX512-VNNI"
+                            : "generic kernel, slower than fp32"));
+  const auto fp32_net = LoadedEncoderNetwork(**fp32);
+  const auto int8_net = LoadedEncoderNetwork(**int8);
+  ASSERT_EQ(int8_net->weight_format, encoder::WeightFormat::kInt8);
+  const encoder::EncoderLayer& layer = int8_net->encoder_layers[0];
+  for (const encoder::PackedWeights* w : {&layer.qkv_weight, &layer.attention_out_weight,
+                                          &layer.intermediate_weight, &layer.output_weight}) {
+    EXPECT_EQ(w->format(), encoder::WeightFormat::kInt8);
+    EXPECT_EQ(w->data(), nullptr);
+  }
+  // A quarter of the panels' bytes, plus a scale and a sum per column.
+  const encoder::PackedWeights& fp32_inter = fp32_net->encoder_layers[0].intermediate_weight;
+  EXPECT_EQ(layer.intermediate_weight.bytes(),
+            fp32_inter.bytes() / 4 + int64_t{fp32_inter.panels()} * encoder::kPanelWidth * 8);
+
+  Input in;
+  in.Add("input_ids", {2, 5}, {2, 7, 3, 9, 4, 5, 6, 11, 12, 3});
+  auto fp32_out = (*(*fp32)->CreateInstance(0))->Run(in.views);
+  auto int8_out = (*(*int8)->CreateInstance(0))->Run(in.views);
+  ASSERT_TRUE(fp32_out.ok() && int8_out.ok());
+  const std::vector<float> a = Floats((*fp32_out)[1]);
+  const std::vector<float> b = Floats((*int8_out)[1]);
+  ASSERT_EQ(a.size(), b.size());
+  EXPECT_NE(a, b);  // INT8 did run
+  const size_t dim = a.size() / 2;
+  for (size_t row = 0; row < 2; ++row) {
+    const std::vector<float> ra(a.begin() + row * dim, a.begin() + (row + 1) * dim);
+    const std::vector<float> rb(b.begin() + row * dim, b.begin() + (row + 1) * dim);
+    EXPECT_GT(Cosine(ra, rb), 0.99) << "sequence " << row;
+  }
 }
 
 }  // namespace
