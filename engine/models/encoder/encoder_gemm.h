@@ -181,12 +181,13 @@ const char* Int8KernelName(Int8Kernel kernel);  // "avx512-vnni", "generic"
 double Int8Speedup();
 
 // y[rows, n] (row stride ldy) = dequantized (x[rows, k] (row stride ldx) quantized per row x W^T)
-// (+ bias[n]): each row of x is quantized to int8 with its own scale (max|x_i| / 127, round to
-// nearest even), the products summed exactly in int32 and scaled back to FP32 by the row's and
-// the column's scales. W's first n columns at `panels` in the kInt8 layout, `panel_stride` bytes
-// between panels, `scales` and `sums` its per-column arrays (from the first column). A row's
-// result does not depend on its batch-mates. REQUIRES kernel == kGeneric or Int8VnniSupported(),
-// x finite.
+// (+ bias[n]): each row of x is quantized to u8 with its own scale and zero point (its range,
+// widened to hold 0, over 255 values; round to nearest even), the products summed exactly in
+// int32, the zero point removed with the weights' column sums, and the result scaled back to FP32
+// by the row's and the column's scales. W's first n columns at `panels` in the kInt8 layout,
+// `panel_stride` bytes between panels, `scales` and `sums` its per-column arrays (from the first
+// column). A row's result does not depend on its batch-mates. REQUIRES kernel == kGeneric or
+// Int8VnniSupported(), x finite.
 void Int8PanelGemm(Int8Kernel kernel, const float* x, int64_t ldx, int64_t rows,
                    const int8_t* panels, int64_t panel_stride, const float* scales,
                    const int32_t* sums, int n, int k, const float* bias, float* y, int64_t ldy);

@@ -30,13 +30,33 @@ std::vector<float> Random(int64_t size, std::mt19937& rng) {
   return v;
 }
 
-// Row-wise symmetric quantization as the GEMM documents it: scale = max|row| / 127, q =
-// round-to-nearest-even(v * (127 / max|row|)).
+// Row-wise quantization as the GEMM documents it. Weights, symmetric: scale = max|row| / 127, q =
+// round-to-nearest-even(v * (127 / max|row|)). Activations, asymmetric: [lo, hi] the row's range
+// widened to hold 0, scale = (hi - lo) / 255, zero point round(-lo * 255 / (hi - lo)), u =
+// clamp(round(v * 255 / (hi - lo)) + zero point, 0, 255); q = u - zero point.
 struct Quantized {
   std::vector<int> q;
   std::vector<float> scale;
 };
-Quantized QuantizeRows(const std::vector<float>& v, int64_t rows, int k) {
+Quantized QuantizeActivations(const std::vector<float>& v, int64_t rows, int k) {
+  Quantized out{std::vector<int>(v.size()), std::vector<float>(static_cast<size_t>(rows))};
+  for (int64_t r = 0; r < rows; ++r) {
+    float lo = 0.0f, hi = 0.0f;
+    for (int p = 0; p < k; ++p) {
+      lo = std::min(lo, v[r * k + p]);
+      hi = std::max(hi, v[r * k + p]);
+    }
+    const float inv = hi - lo > 0.0f ? 255.0f / (hi - lo) : 0.0f;
+    out.scale[r] = (hi - lo) / 255.0f;
+    const int zp = static_cast<int>(std::clamp(std::nearbyint(-lo * inv), 0.0f, 255.0f));
+    for (int p = 0; p < k; ++p) {
+      const int u = static_cast<int>(std::nearbyint(v[r * k + p] * inv)) + zp;
+      out.q[r * k + p] = std::clamp(u, 0, 255) - zp;
+    }
+  }
+  return out;
+}
+Quantized QuantizeWeights(const std::vector<float>& v, int64_t rows, int k) {
   Quantized out{std::vector<int>(v.size()), std::vector<float>(static_cast<size_t>(rows))};
   for (int64_t r = 0; r < rows; ++r) {
     float amax = 0.0f;
@@ -85,7 +105,7 @@ TEST(EncoderGemmInt8PackTest, PackHoldsPerChannelInt8InAQuarterOfTheBytes) {
     if (k % 4 == 0) {
       EXPECT_LT(4 * int8.bytes(), fp32.bytes() * 1.3);
     }
-    const Quantized q = QuantizeRows(w, n, k);
+    const Quantized q = QuantizeWeights(w, n, k);
     const std::vector<float> back = int8.Unpack();
     for (int j = 0; j < int8.panels() * kPanelWidth; ++j) {
       int32_t sum = 0;
@@ -114,12 +134,12 @@ TEST(EncoderGemmInt8PackTest, PackHoldsPerChannelInt8InAQuarterOfTheBytes) {
 
 // y against (a) the exact product of the quantized operands, scaled: only the epilogue's FP32
 // rounding (a few ulps) is allowed; (b) the FP32 product: each term x w is off by at most
-// |x| ws/2 + |w| xs/2 + xs ws/4 (both operands within half a step of their scale).
+// |x| ws/2 + |w| xs + xs ws/2 (w within half a step; x within half, or one where clamped).
 int CountMismatches(const std::vector<float>& x, const std::vector<float>& w,
                     const std::vector<float>& bias, int64_t m, int n, int k,
                     const std::vector<float>& y, const std::string& what) {
-  const Quantized qx = QuantizeRows(x, m, k);
-  const Quantized qw = QuantizeRows(w, n, k);
+  const Quantized qx = QuantizeActivations(x, m, k);
+  const Quantized qw = QuantizeWeights(w, n, k);
   int failures = 0;
   for (int64_t i = 0; i < m; ++i) {
     for (int j = 0; j < n; ++j) {
@@ -130,7 +150,8 @@ int CountMismatches(const std::vector<float>& x, const std::vector<float>& w,
         dot += int64_t{qx.q[i * k + p]} * qw.q[int64_t{j} * k + p];
         const double xv = x[i * k + p], wv = w[int64_t{j} * k + p];
         exact += xv * wv;
-        quant_bound += std::abs(xv) * ws / 2 + std::abs(wv) * xs / 2 + xs * ws / 4;
+        // A whole step of x: the clamp to 255 may take one where round(hi * inv) + zp is 256.
+        quant_bound += std::abs(xv) * ws / 2 + std::abs(wv) * xs + xs * ws / 2;
       }
       const double quantized = static_cast<double>(dot) * xs * ws + bias[j];
       magnitude += std::abs(static_cast<double>(dot) * xs * ws);

@@ -9,11 +9,11 @@
 //          and the heads stay FP32. Refused (a load error) on a CPU without AVX512_BF16: a model
 //          asked for by name is not silently served in another precision.
 //   int8   the same four linear layers with INT8 weights (symmetric, one scale per output
-//          channel, quantized at load: a quarter of the bytes) and INT8 activations (symmetric,
-//          one scale per token, quantized per row block at run time), products summed in INT32 and
-//          dequantized into FP32 (encoder_gemm_int8.cc); the rest FP32, as bf16. Served on every
-//          CPU: AVX512-VNNI's VPDPBUSD where the CPU has it, else a portable kernel with the same
-//          bits (several times slower than fp32; the load summary says which).
+//          channel, quantized at load: a quarter of the bytes) and 8-bit activations (one scale
+//          and zero point per token, quantized per row block at run time), products summed in INT32
+//          and dequantized into FP32 (encoder_gemm_int8.cc); the rest FP32, as bf16. Served on
+//          every CPU: AVX512-VNNI's VPDPBUSD where the CPU has it, else a portable kernel with the
+//          same bits (several times slower than fp32; the load summary says which).
 //   auto   bf16 where the CPU has AVX512_BF16 and its BF16 dot product peaks at >= 1.2x its FP32
 //          FMA rate (gemm::Bf16Speedup, measured at the first load), else fp32; the choice and
 //          the measured ratio in the load log. On Intel CPUs without an AMX kernel (this slice)

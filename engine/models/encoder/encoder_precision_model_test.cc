@@ -1,7 +1,7 @@
 // The encoder's `precision` parameter (encoder_precision.h) through the model API on a tiny
 // checkpoint: bf16 packs the layers' weights in BF16 (half the bytes), names itself in the load
 // summary and answers close to fp32; unknown values fail the load. The accuracy on the real
-// all-MiniLM-L6-v2 against sentence-transformers is tests/integration/encoder_reference_test.py.
+// all-MiniLM-L6-v2 against sentence-transformers is tests/integration/encoder_precision_test.py.
 
 #include <cmath>
 #include <string>
