@@ -228,6 +228,40 @@ TEST(EncoderPrecisionTest, AutoTakesBf16OnlyWhereItIsFaster) {
       << faster->summary;
 }
 
+TEST(EncoderPrecisionTest, ParsesInt8AndAutoTriesInt8FirstWhereVnniIsFaster) {
+  for (const bool vnni : {false, true}) {
+    auto int8 = ParseCpuPrecision(WithPrecision("int8"), CpuFeatures{.int8_vnni = vnni});
+    ASSERT_TRUE(int8.ok());
+    EXPECT_EQ(int8->format, WeightFormat::kInt8);
+    EXPECT_FALSE(int8->check_accuracy);
+    EXPECT_NE(int8->summary.find(vnni ? "AVX512-VNNI kernel" : "generic kernel, slower than fp32"),
+              std::string::npos)
+        << int8->summary;
+  }
+  const CpuFeatures emerald{
+      .bf16 = true, .bf16_speedup = 0.5, .int8_vnni = true, .int8_speedup = 3.9};
+  auto chosen = ParseCpuPrecision(WithPrecision("auto"), emerald);
+  ASSERT_TRUE(chosen.ok());
+  EXPECT_EQ(chosen->format, WeightFormat::kInt8);
+  EXPECT_TRUE(chosen->check_accuracy);
+  EXPECT_EQ(chosen->summary,
+            "precision int8 (auto: the CPU has AVX512_VNNI, its VPDPBUSD peaks at 3.90x its FP32 "
+            "FMA rate; INT8 weights per output channel, activations per token, INT32 "
+            "accumulation)");
+  // Where the probe fails: auto's choice without int8 (here fp32: BF16 is slower).
+  EXPECT_EQ(chosen->fallback, WeightFormat::kFp32);
+  EXPECT_EQ(chosen->fallback_summary,
+            "precision fp32 (auto: the CPU has AVX512_BF16, but its BF16 dot product peaks at "
+            "0.50x its FP32 FMA rate, under 1.20x)");
+  CpuFeatures slow = emerald;
+  slow.int8_speedup = 1.1;
+  slow.bf16_speedup = 2.0;
+  auto bf16 = ParseCpuPrecision(WithPrecision("auto"), slow);
+  ASSERT_TRUE(bf16.ok());
+  EXPECT_EQ(bf16->format, WeightFormat::kBf16);
+  EXPECT_FALSE(bf16->check_accuracy);
+}
+
 TEST_F(EncoderGemmBf16ShapesTest, Bf16SpeedupIsMeasuredOnce) {
   const double speedup = gemm::Bf16Speedup();
   EXPECT_GT(speedup, 0.1);

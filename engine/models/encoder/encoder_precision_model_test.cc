@@ -11,6 +11,7 @@
 #include "engine/models/encoder/encoder_gemm.h"
 #include "engine/models/encoder/encoder_model.h"
 #include "engine/models/encoder/encoder_network.h"
+#include "engine/models/encoder/encoder_precision.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/support/engine/encoder_checkpoint.h"
@@ -89,6 +90,10 @@ TEST_F(EncoderModelTest, PrecisionParameterChoosesTheWeightFormat) {
   automatic.parameters["precision"] = "auto";
   auto chosen = CreateEncoderModel(Spec(folder, automatic));
   ASSERT_TRUE(chosen.ok()) << chosen.status();
+  if (encoder::gemm::Int8VnniSupported() && encoder::gemm::Int8Speedup() >= 1.2) {
+    // int8 first where VNNI outruns FP32 FMA (PrecisionAutoTakesInt8...: the probe's verdict).
+    return;
+  }
   // bf16 only where this CPU's BF16 dot product outruns its FP32 FMA (not on Intel without AMX).
   const bool faster = encoder::gemm::Bf16Speedup() >= 1.2;
   EXPECT_THAT((*chosen)->LoadSummary(),
@@ -96,6 +101,36 @@ TEST_F(EncoderModelTest, PrecisionParameterChoosesTheWeightFormat) {
                                : "precision fp32 (auto: the CPU has AVX512_BF16, but"));
   EXPECT_EQ(LoadedEncoderNetwork(**chosen)->weight_format,
             faster ? encoder::WeightFormat::kBf16 : encoder::WeightFormat::kFp32);
+}
+
+TEST_F(EncoderModelTest, PrecisionAutoTakesInt8WhereVnniIsFasterAndTheProbePasses) {
+  if (!encoder::gemm::Int8VnniSupported() || encoder::gemm::Int8Speedup() < 1.2) {
+    GTEST_SKIP() << "this CPU has no AVX512_VNNI outrunning its FP32 FMA: auto does not try int8";
+  }
+  const std::string folder = Write(TinyBert());
+  ModelConfig automatic;
+  automatic.parameters["precision"] = "auto";
+  auto chosen = CreateEncoderModel(Spec(folder, automatic));
+  ASSERT_TRUE(chosen.ok()) << chosen.status();
+  const auto net = LoadedEncoderNetwork(**chosen);
+  // The probe decides: int8 kept with its measured cosine, or the fallback saying why not.
+  const std::string summary = (*chosen)->LoadSummary();
+  if (net->weight_format == encoder::WeightFormat::kInt8) {
+    EXPECT_THAT(summary, HasSubstr("CPU precision int8 (auto: the CPU has AVX512_VNNI, its "
+                                   "VPDPBUSD peaks at"));
+    EXPECT_THAT(summary, HasSubstr("; probe embeddings' cosine to fp32 min 0.9"));
+  } else {
+    EXPECT_THAT(summary, HasSubstr("; int8 not taken: probe embeddings' cosine to fp32 min"));
+  }
+  // The probe itself: a network against itself is 1; int8 against fp32 close to it.
+  auto fp32 = CreateEncoderModel(Spec(folder));
+  ModelConfig int8_config;
+  int8_config.parameters["precision"] = "int8";
+  auto int8 = CreateEncoderModel(Spec(folder, int8_config));
+  ASSERT_TRUE(fp32.ok() && int8.ok());
+  const auto fp32_net = LoadedEncoderNetwork(**fp32);
+  EXPECT_NEAR(encoder::ProbeMinCosine(*fp32_net, *fp32_net), 1.0, 1e-9);
+  EXPECT_GT(encoder::ProbeMinCosine(*fp32_net, *LoadedEncoderNetwork(**int8)), 0.99);
 }
 
 TEST_F(EncoderModelTest, PrecisionInt8PacksAQuarterOfTheBytesAndAnswersCloseToFp32) {
