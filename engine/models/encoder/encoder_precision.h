@@ -23,7 +23,8 @@
 //          0.5x on Intel without AMX); else fp32. The default stays fp32 everywhere.
 //
 // The GPU's own parameter is compute_type (encoder_batch.h); `precision` concerns the CPU backend
-// (a GPU instance of a bf16 model uploads PackedWeights::Unpack(), the BF16 values widened).
+// (a GPU instance of a bf16 or int8 model uploads PackedWeights::Unpack(): the BF16 values
+// widened, the INT8 values times their scales).
 
 #include <memory>
 #include <string>
