@@ -229,15 +229,22 @@ TEST(EncoderPrecisionTest, AutoTakesBf16OnlyWhereItIsFaster) {
 }
 
 TEST(EncoderPrecisionTest, ParsesInt8AndAutoTriesInt8FirstWhereVnniIsFaster) {
-  for (const bool vnni : {false, true}) {
-    auto int8 = ParseCpuPrecision(WithPrecision("int8"), CpuFeatures{.int8_vnni = vnni});
+  for (const bool forced : {false, true}) {
+    auto int8 = ParseCpuPrecision(WithPrecision("int8"),
+                                  CpuFeatures{.int8_vnni = true, .int8_generic_forced = forced});
     ASSERT_TRUE(int8.ok());
     EXPECT_EQ(int8->format, WeightFormat::kInt8);
     EXPECT_FALSE(int8->check_accuracy);
-    EXPECT_NE(int8->summary.find(vnni ? "AVX512-VNNI kernel" : "generic kernel, slower than fp32"),
+    EXPECT_NE(int8->summary.find(forced ? "generic kernel, forced by SLUICE_ENCODER_GEMM"
+                                        : "AVX512-VNNI kernel)"),
               std::string::npos)
         << int8->summary;
   }
+  auto refused = ParseCpuPrecision(WithPrecision("int8"), CpuFeatures{.bf16 = true});
+  EXPECT_TRUE(absl::IsInvalidArgument(refused.status()));
+  EXPECT_NE(refused.status().message().find("'int8' needs a CPU with AVX512_VNNI"),
+            std::string::npos)
+      << refused.status();
   const CpuFeatures emerald{
       .bf16 = true, .bf16_speedup = 0.5, .int8_vnni = true, .int8_speedup = 3.9};
   auto chosen = ParseCpuPrecision(WithPrecision("auto"), emerald);

@@ -52,19 +52,26 @@ absl::StatusOr<CpuPrecision> ParseCpuPrecision(const ModelConfig& config, const 
                         "accumulation)"};
   }
   if (it->second == "int8") {
-    // Served on every CPU: the portable kernel gives the VNNI one's bits, so an int8 model answers
-    // the same everywhere, only slower where the CPU lacks VNNI (the summary says so).
+    // Refused without VNNI, as bf16 without AVX512_BF16: the portable kernel (the same bits) ran
+    // all-MiniLM-L6-v2 at 1.2 sequences/s against fp32's ~40 on the Emerald Rapids VM, a trap
+    // rather than a fallback. It stays for tests and SLUICE_ENCODER_GEMM=generic.
+    if (!cpu.int8_vnni) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "parameter '", kPrecisionParam,
+          "' = 'int8' needs a CPU with AVX512_VNNI (and AVX-512BW/VL), which this one lacks (the "
+          "portable INT8 kernel is ~30x slower than fp32); use fp32, or auto to take int8 only "
+          "where the CPU has it"));
+    }
     return CpuPrecision{
         WeightFormat::kInt8,
-        cpu.int8_vnni
-            ? "precision int8 (from its config: INT8 weights per output channel, activations per "
-              "token, INT32 accumulation; AVX512-VNNI kernel)"
-            : "precision int8 (from its config: INT8 weights per output channel, activations per "
-              "token, INT32 accumulation; generic kernel, slower than fp32: this CPU lacks "
-              "AVX512_VNNI)"};
+        absl::StrCat("precision int8 (from its config: INT8 weights per output channel, "
+                     "activations per token, INT32 accumulation; ",
+                     cpu.int8_generic_forced ? "generic kernel, forced by SLUICE_ENCODER_GEMM / "
+                                               "SLUICE_ENCODER_KERNELS: ~30x slower than fp32)"
+                                             : "AVX512-VNNI kernel)")};
   }
   if (it->second == "auto") {
-    if (cpu.int8_vnni && cpu.int8_speedup >= kAutoInt8MinSpeedup) {
+    if (cpu.int8_vnni && !cpu.int8_generic_forced && cpu.int8_speedup >= kAutoInt8MinSpeedup) {
       CpuFeatures no_int8 = cpu;
       no_int8.int8_vnni = false;
       no_int8.int8_speedup = 0.0;
@@ -106,11 +113,13 @@ absl::StatusOr<CpuPrecision> ParseCpuPrecision(const ModelConfig& config, const 
 absl::StatusOr<CpuPrecision> ParseCpuPrecision(const ModelConfig& config) {
   auto it = config.parameters.find(kPrecisionParam);
   const bool automatic = it != config.parameters.end() && it->second == "auto";
-  return ParseCpuPrecision(config,
-                           CpuFeatures{.bf16 = gemm::Bf16Supported(),
-                                       .bf16_speedup = automatic ? gemm::Bf16Speedup() : 0.0,
-                                       .int8_vnni = gemm::Int8VnniSupported(),
-                                       .int8_speedup = automatic ? gemm::Int8Speedup() : 0.0});
+  return ParseCpuPrecision(
+      config,
+      CpuFeatures{.bf16 = gemm::Bf16Supported(),
+                  .bf16_speedup = automatic ? gemm::Bf16Speedup() : 0.0,
+                  .int8_vnni = gemm::Int8VnniSupported(),
+                  .int8_speedup = automatic ? gemm::Int8Speedup() : 0.0,
+                  .int8_generic_forced = gemm::Int8For(gemm::Get()) == gemm::Int8Kernel::kGeneric});
 }
 
 double ProbeMinCosine(const EncoderNetwork& reference, const EncoderNetwork& candidate) {

@@ -11,9 +11,10 @@
 //   int8   the same four linear layers with INT8 weights (symmetric, one scale per output
 //          channel, quantized at load: a quarter of the bytes) and 8-bit activations (one scale
 //          and zero point per token, quantized per row block at run time), products summed in INT32
-//          and dequantized into FP32 (encoder_gemm_int8.cc); the rest FP32, as bf16. Served on
-//          every CPU: AVX512-VNNI's VPDPBUSD where the CPU has it, else a portable kernel with the
-//          same bits (several times slower than fp32; the load summary says which).
+//          and dequantized into FP32 (encoder_gemm_int8.cc); the rest FP32, as bf16. On
+//          AVX512-VNNI (VPDPBUSD); refused (a load error) on a CPU without it, as bf16: the
+//          portable kernel, the same bits, is ~30x slower than fp32 (kept for tests and for
+//          SLUICE_ENCODER_GEMM=generic, which it then runs, saying so in the load summary).
 //   auto   the fastest precision this CPU supports whose accuracy check passes, chosen at load
 //          and logged with the reason: int8 where the CPU has AVX512_VNNI, VPDPBUSD peaks at
 //          >= 1.2x its FP32 FMA rate (gemm::Int8Speedup, measured at the first load; 3.9x on this
@@ -57,6 +58,9 @@ struct CpuFeatures {
   double bf16_speedup = 0.0;  // gemm::Bf16Speedup()
   bool int8_vnni = false;
   double int8_speedup = 0.0;  // gemm::Int8Speedup()
+  // The portable INT8 kernel forced (gemm::Int8For(gemm::Get()) is kGeneric on a VNNI CPU):
+  // int8 runs it, auto does not take int8.
+  bool int8_generic_forced = false;
 };
 
 // auto takes bf16 (int8) from this ratio of BF16 (VPDPBUSD) to FP32 peak rates up.
@@ -74,8 +78,9 @@ absl::StatusOr<CpuPrecision> ParseCpuPrecision(const ModelConfig& config, bool b
 // The same with int8's facts too (int8_vnni false above).
 absl::StatusOr<CpuPrecision> ParseCpuPrecision(const ModelConfig& config, const CpuFeatures& cpu);
 
-// The same on this CPU (gemm::Bf16Supported(), Int8VnniSupported(), and where auto asks
-// Bf16Speedup(), Int8Speedup()).
+// The same on this CPU (gemm::Bf16Supported(), Int8VnniSupported(), whether the generic kernel
+// is forced, and where auto asks Bf16Speedup(), Int8Speedup()). InvalidArgument also for int8
+// where the CPU lacks AVX512_VNNI.
 absl::StatusOr<CpuPrecision> ParseCpuPrecision(const ModelConfig& config);
 
 // auto's accuracy check: the smallest cosine similarity between `candidate`'s and `reference`'s
