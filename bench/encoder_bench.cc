@@ -46,6 +46,8 @@
 #include "engine/core/backend.h"
 #include "engine/models/dense.h"
 #include "engine/models/encoder/encoder_gemm.h"
+#include "engine/models/encoder/encoder_model.h"
+#include "engine/models/encoder/encoder_network.h"
 #include "nlohmann/json.hpp"
 
 namespace sluice::bench {
@@ -188,18 +190,29 @@ int Main(int argc, char** argv) {
     return 1;
   }
   const double load_s = std::chrono::duration<double>(Clock::now() - load_start).count();
-  std::ifstream config_file(model_dir + "/config.json");
-  const nlohmann::json config = nlohmann::json::parse(config_file);
-  const int64_t hidden = config["hidden_size"];
-  const int64_t layers = config["num_hidden_layers"];
-  const int64_t inter = config["intermediate_size"];
-  const int64_t vocab = config["vocab_size"];
-  const int64_t positions = config["max_position_embeddings"];
-  const int64_t types = config.value("type_vocab_size", 2);
-  const double weight_mib =
-      static_cast<double>((vocab + positions + types) * hidden +
-                          layers * (4 * hidden * hidden + 2 * hidden * inter)) *
-      4 / (1 << 20);
+  // The sizes from the network the backend loaded (config.json's keys differ by architecture:
+  // DistilBERT's dim, n_layers...). FLOPs per token: 2 per weight of the layers' linear layers
+  // (a GLU MLP's gate included), plus attention's two products (4 x seq x H per token and layer;
+  // a sliding-window layer does less, so its rate is understated).
+  const std::shared_ptr<const engine::models::encoder::EncoderNetwork> net =
+      engine::models::LoadedEncoderNetwork(**model);
+  if (net == nullptr) {
+    std::cerr << "the model is not an encoder\n";
+    return 1;
+  }
+  const int64_t hidden = net->hidden;
+  const int64_t layers = net->layers;
+  const int64_t intermediate = net->intermediate;
+  const int64_t vocab = net->vocab_size;
+  double linear_weights = 0;
+  for (const engine::models::encoder::EncoderLayer& layer : net->encoder_layers) {
+    for (const engine::models::encoder::PackedWeights* w :
+         {&layer.qkv_weight, &layer.attention_out_weight, &layer.intermediate_weight,
+          &layer.output_weight}) {
+      linear_weights += static_cast<double>(w->n()) * w->k();
+    }
+  }
+  const double weight_mib = static_cast<double>(net->weight_bytes) / (1 << 20);
   std::cout << nlohmann::json{{"load_s", load_s},
                               {"precision", (*model)->LoadSummary()},
                               {"rss_mib", ResidentMib()},
@@ -229,7 +242,7 @@ int Main(int argc, char** argv) {
         return 2;
       }
       const int h = static_cast<int>(hidden);
-      const int i = static_cast<int>(inter);
+      const int i = static_cast<int>(intermediate);
       nlohmann::json shapes = nlohmann::json::array();
       const bool bf16 = engine::models::encoder::gemm::Bf16Supported();
       for (const auto& [name, n, k] :
@@ -300,8 +313,7 @@ int Main(int argc, char** argv) {
     } while (elapsed < seconds);
     const double cpu = CpuSeconds() - cpu_start;
     const double per_sequence_flops =
-        static_cast<double>(layers) *
-        (2.0 * seq * hidden * 4 * hidden + 4.0 * seq * hidden * inter + 4.0 * seq * seq * hidden);
+        2.0 * seq * linear_weights + static_cast<double>(layers) * 4.0 * seq * seq * hidden;
     const double sequences_per_s = static_cast<double>(runs * batch) / elapsed;
     const double cpu_sequences_per_s = static_cast<double>(runs * batch) / cpu;
     std::cout << nlohmann::json{{"batch", batch},

@@ -305,11 +305,20 @@ absl::StatusOr<std::unique_ptr<engine::InferenceRequest>> ToEngineRequest(
     text_truncation.max_text_pair_tokens = static_cast<int64_t>(tokens);
   }
 
+  std::optional<std::string> prompt_name;
+  if (auto it = message.parameters().find("prompt_name"); it != message.parameters().end()) {
+    if (it->second.parameter_choice_case() != inference::InferParameter::kStringParam) {
+      return absl::InvalidArgumentError("parameter 'prompt_name' must be a string_param");
+    }
+    prompt_name = it->second.string_param();
+  }
+
   auto request = std::make_unique<engine::InferenceRequest>(message.model_name(), version,
                                                             std::move(on_complete));
   request->id = message.id();
   if (priority.has_value()) request->priority = *priority;
   request->text_truncation = text_truncation;
+  request->prompt_name = std::move(prompt_name);
   // As in Triton, a timeout of 0 asks for nothing.
   if (timeout_us.value_or(0) > 0) {
     request->timeout = std::chrono::microseconds(static_cast<int64_t>(*timeout_us));

@@ -3,12 +3,13 @@
 backend's reference tests and benchmarks (issue 19).
 
 The weights come from transformers itself (BertModel, RobertaModel, DistilBertModel, MPNetModel,
+ModernBertModel,
 *ForSequenceClassification, initialised from a seed, saved with save_pretrained: config.json +
 model.safetensors, names and prefixes exactly as Hugging Face writes them). Optionally a
 sentence-transformers head:
 modules.json, 1_Pooling/config.json, sentence_bert_config.json and a Normalize module.
 
-    make_encoder_checkpoint.py OUT --arch bert|roberta|distilbert|mpnet [--classifier N]
+    make_encoder_checkpoint.py OUT --arch bert|roberta|distilbert|mpnet|modernbert [--classifier N]
         [--pooling mean,cls] [--normalize] [--dtype f32|f16|bf16] [--hidden 32 --layers 2 --heads 4 ...]
 
 Used by tests/integration/encoder_reference_test.py and bench/encoder_bench.py; needs the pinned
@@ -56,6 +57,23 @@ def build(args):
         config.max_position_embeddings = args.max_positions + 2
         base = transformers.MPNetModel
         classifier = transformers.MPNetForSequenceClassification
+    elif args.arch == "modernbert":
+        # ModernBertConfig's own keys (hidden_activation, norm_eps...): rotary positions (no
+        # table), pre-norm GeGLU layers, every global_attn_every_n-th layer global and the others
+        # attending within local_attention / 2; special ids inside the small vocabulary.
+        config = transformers.ModernBertConfig(
+            hidden_size=args.hidden, num_hidden_layers=args.layers,
+            num_attention_heads=args.heads, intermediate_size=args.intermediate,
+            hidden_activation=args.act, vocab_size=args.vocab,
+            max_position_embeddings=args.max_positions, norm_eps=1e-5,
+            initializer_range=args.init_range, pad_token_id=0, bos_token_id=1, eos_token_id=2,
+            cls_token_id=1, sep_token_id=2, local_attention=args.local_attention,
+            global_attn_every_n_layers=args.global_every, norm_bias=args.biases,
+            attention_bias=args.biases, mlp_bias=args.biases, classifier_bias=args.biases,
+            classifier_pooling=args.classifier_pooling, classifier_activation=args.act,
+            reference_compile=False)
+        base = transformers.ModernBertModel
+        classifier = transformers.ModernBertForSequenceClassification
     else:
         config = transformers.RobertaConfig(type_vocab_size=1, pad_token_id=1, **common)
         config.max_position_embeddings = args.max_positions + 2
@@ -65,7 +83,7 @@ def build(args):
         config.id2label = {i: f"LABEL_{i}" for i in range(args.classifier)}
         config.label2id = {v: k for k, v in config.id2label.items()}
         model = classifier(config)
-    elif args.arch == "distilbert":
+    elif args.arch in ("distilbert", "modernbert"):
         model = base(config)  # no pooler
     else:
         model = base(config, add_pooling_layer=not args.no_pooler)
@@ -73,7 +91,11 @@ def build(args):
     # swapped gamma/beta or a missing one cannot pass.
     with torch.no_grad():
         for name, param in model.named_parameters():
-            if "LayerNorm" in name or "layer_norm" in name:
+            if "LayerNorm" in name or "layer_norm" in name or (
+                    args.arch == "modernbert" and "norm" in name):
+                param.add_(torch.randn_like(param) * 0.1)
+            elif args.arch == "modernbert" and name.endswith(".bias"):
+                # ModernBERT initialises its biases to 0: random ones, so that each is read.
                 param.add_(torch.randn_like(param) * 0.1)
     model.eval()
     return model
@@ -108,7 +130,8 @@ def write_sentence_transformers(out, args):
 def make_parser():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("out")
-    parser.add_argument("--arch", choices=["bert", "roberta", "distilbert", "mpnet"], default="bert")
+    parser.add_argument("--arch", choices=["bert", "roberta", "distilbert", "mpnet", "modernbert"],
+                        default="bert")
     parser.add_argument("--classifier", type=int, default=0, help="labels of a classification head")
     parser.add_argument("--no-pooler", action="store_true", help="base model without pooler.dense")
     parser.add_argument("--pooling", default="", help="comma-separated: cls,max,mean,mean_sqrt_len")
@@ -124,6 +147,14 @@ def make_parser():
     parser.add_argument("--max-positions", type=int, default=64)
     parser.add_argument("--act", default="gelu")
     parser.add_argument("--eps", type=float, default=1e-12)
+    # ModernBERT only.
+    parser.add_argument("--local-attention", type=int, default=16,
+                        help="ModernBERT: the sliding window (keys within half of it each side)")
+    parser.add_argument("--global-every", type=int, default=3,
+                        help="ModernBERT: global_attn_every_n_layers")
+    parser.add_argument("--biases", action="store_true",
+                        help="ModernBERT: attention, MLP, LayerNorm and head biases")
+    parser.add_argument("--classifier-pooling", choices=["cls", "mean"], default="cls")
     parser.add_argument("--init-range", type=float, default=0.2,
                         help="weight scale (larger than HF's 0.02 so that every layer matters)")
     return parser

@@ -95,6 +95,10 @@ class InferenceRequest {
   uint64_t priority = 0;
   // Over-long text inputs (models that tokenize; see TextTruncation).
   TextTruncation text_truncation;
+  // Models that tokenize text: which of the model's sentence-transformers prompts to prepend to
+  // every text (the "prompt_name" request parameter; the text routes' own field). Unset or empty:
+  // the model's default prompt, if it names one. A name the model lacks is InvalidArgument.
+  std::optional<std::string> prompt_name;
 
   // --- Set by the engine ---------------------------------------------------------------------
   // Items in this request: the first dimension of its inputs (1 for models without batching).

@@ -274,6 +274,7 @@ struct ParsedRequest {
   std::optional<uint64_t> priority;
   std::optional<uint64_t> timeout_us;
   engine::TextTruncation text_truncation;
+  std::optional<std::string> prompt_name;
   std::vector<engine::TensorView> inputs;
   std::vector<std::string> requested_outputs;
   bool saw_inputs = false;
@@ -290,7 +291,8 @@ struct InputSources {
 };
 
 // The request's `parameters` object: priority, timeout, binary_data_output, and the text
-// parameters truncate, truncation_direction and max_text_pair_tokens (engine::TextTruncation).
+// parameters truncate, truncation_direction and max_text_pair_tokens (engine::TextTruncation)
+// and prompt_name.
 absl::Status ParseRequestParameters(dom::element value, ParsedRequest& parsed,
                                     OutputEncoding* encoding) {
   dom::object parameters;
@@ -327,6 +329,12 @@ absl::Status ParseRequestParameters(dom::element value, ParsedRequest& parsed,
         return absl::InvalidArgumentError("parameter 'max_text_pair_tokens' is too large");
       }
       parsed.text_truncation.max_text_pair_tokens = static_cast<int64_t>(tokens);
+    } else if (parameter.key == "prompt_name") {
+      std::string_view name;
+      if (parameter.value.get_string().get(name) != simdjson::SUCCESS) {
+        return absl::InvalidArgumentError("parameter 'prompt_name' must be a string");
+      }
+      parsed.prompt_name = std::string(name);
     } else if (parameter.key == "binary_data_output") {
       if (parameter.value.get_bool().get(encoding->binary_default) != simdjson::SUCCESS) {
         return absl::InvalidArgumentError("parameter 'binary_data_output' must be a boolean");
@@ -604,6 +612,7 @@ absl::StatusOr<std::unique_ptr<engine::InferenceRequest>> ToEngineRequest(
   request->id = std::move(parsed.id);
   if (parsed.priority.has_value()) request->priority = *parsed.priority;
   request->text_truncation = parsed.text_truncation;
+  request->prompt_name = std::move(parsed.prompt_name);
   if (parsed.timeout_us.value_or(0) > 0) {  // as in Triton, a timeout of 0 asks for nothing
     request->timeout = std::chrono::microseconds(static_cast<int64_t>(*parsed.timeout_us));
   }

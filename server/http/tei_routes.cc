@@ -155,12 +155,12 @@ absl::StatusOr<std::vector<std::string>> StringInputs(const json& body, bool* si
   return texts;
 }
 
-// `prompt_name` asks for one of the model's sentence-transformers prompts, which sluice does not
-// read yet (issue 31): refused by name rather than ignored, so that no answer silently differs.
+// /tokenize's `prompt_name`: /embed applies the model's sentence-transformers prompts, /tokenize
+// does not yet; refused by name rather than ignored, so that no answer silently differs.
 TeiError PromptNameRefused(const std::string& prompt_name) {
-  return Invalid(absl::StrCat(
-      "prompt_name '", common::EchoInput(prompt_name),
-      "': this server does not read the model's prompts; prepend the prompt to the input"));
+  return Invalid(absl::StrCat("prompt_name '", common::EchoInput(prompt_name),
+                              "': /tokenize does not apply the model's prompts (/embed does); "
+                              "prepend the prompt to the input"));
 }
 
 absl::Status CheckBatch(size_t count, size_t limit) {
@@ -217,7 +217,6 @@ void HttpRoutes::TeiEmbed(HttpRequest&& request, Responder respond) {
                                      prompt_name.status(), truncation.status()}) {
     if (!status.ok()) return respond(TeiResponse(FromStatus(status)));
   }
-  if (!prompt_name->empty()) return respond(TeiResponse(PromptNameRefused(*prompt_name)));
   if (absl::Status batch = CheckBatch(texts->size(), options_.text_limits.max_client_batch_size);
       !batch.ok()) {
     return respond(TeiResponse(FromStatus(batch)));
@@ -245,6 +244,8 @@ void HttpRoutes::TeiEmbed(HttpRequest&& request, Responder respond) {
                 .truncation = *truncation,
                 .received = std::chrono::steady_clock::now(),
                 .cancelled = request.client_gone};
+  // The model's prompt of that name (prompt_name absent: its default prompt, if it has one).
+  if (!prompt_name->empty()) task.prompt_name = *prompt_name;
   request.body.reset();
   RunTextTask(
       *engine_, *info->config, std::move(task),

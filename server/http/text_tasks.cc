@@ -188,6 +188,7 @@ void RunTextTask(engine::Engine& engine, const engine::ModelConfig& config, Text
     if (count_tokens) inference->requested_outputs.emplace_back(kIdsOutput);
     inference->keepalive = std::move(storage);
     inference->text_truncation = task.truncation;
+    inference->prompt_name = task.prompt_name;
     inference->received_time = task.received;
     inference->cancelled = task.cancelled;
     engine.Submit(std::move(inference));

@@ -62,6 +62,8 @@ struct TextTask {
   std::string output;
   // What the model does with an over-long text or pair (every part carries it).
   engine::TextTruncation truncation;
+  // The model's sentence-transformers prompt to prepend (unset: its default, if any).
+  std::optional<std::string> prompt_name;
   // When the HTTP request arrived; the client's disconnect flag (nullable).
   std::chrono::steady_clock::time_point received;
   std::shared_ptr<const std::atomic<bool>> cancelled;

@@ -532,7 +532,7 @@ class RerankApiTest(unittest.TestCase):
         status, body = http(url, "/tokenize", {"model": "minilm", "inputs": "x",
                                                "prompt_name": "query"})
         self.assertEqual((status, body["error_type"]), (422, "Validation"))
-        self.assertIn("does not read the model's prompts", body["error"])
+        self.assertIn("/tokenize does not apply the model's prompts", body["error"])
         status, body = http(url, "/tokenize", {"model": "minilm", "inputs": ["x"] * 33})
         self.assertEqual((status, body["error_type"]), (413, "Validation"))
         status, body = http(url, "/tokenize", {"model": "minilm"})

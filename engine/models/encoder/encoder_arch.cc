@@ -11,12 +11,15 @@ constexpr ArchSpec kBertSpec{
     .heads_key = "num_attention_heads",
     .intermediate_key = "intermediate_size",
     .activation_key = "hidden_act",
-    .reads_layer_norm_eps = true,
+    .layer_norm_eps_key = "layer_norm_eps",
+    .default_layer_norm_eps = 1e-12f,
     .token_types = true,
     .positions_after_pad = false,
     .fixed_padding_idx = -1,
     .relative_attention_bias = false,
+    .modernbert = false,
     .task_prefix = "bert.",
+    .word_embeddings = "embeddings.word_embeddings.weight",
     .layer_prefix = "encoder.layer.",
     .query = "attention.self.query",
     .key = "attention.self.key",
@@ -46,12 +49,15 @@ constexpr ArchSpec kDistilbertSpec{
     .heads_key = "n_heads",
     .intermediate_key = "hidden_dim",
     .activation_key = "activation",
-    .reads_layer_norm_eps = false,
+    .layer_norm_eps_key = nullptr,
+    .default_layer_norm_eps = 1e-12f,
     .token_types = false,
     .positions_after_pad = false,
     .fixed_padding_idx = -1,
     .relative_attention_bias = false,
+    .modernbert = false,
     .task_prefix = "distilbert.",
+    .word_embeddings = "embeddings.word_embeddings.weight",
     .layer_prefix = "transformer.layer.",
     .query = "attention.q_lin",
     .key = "attention.k_lin",
@@ -73,12 +79,15 @@ constexpr ArchSpec kMpnetSpec{
     .heads_key = "num_attention_heads",
     .intermediate_key = "intermediate_size",
     .activation_key = "hidden_act",
-    .reads_layer_norm_eps = true,
+    .layer_norm_eps_key = "layer_norm_eps",
+    .default_layer_norm_eps = 1e-12f,
     .token_types = false,
     .positions_after_pad = true,
     .fixed_padding_idx = 1,
     .relative_attention_bias = true,
+    .modernbert = false,
     .task_prefix = "mpnet.",
+    .word_embeddings = "embeddings.word_embeddings.weight",
     .layer_prefix = "encoder.layer.",
     .query = "attention.attn.q",
     .key = "attention.attn.k",
@@ -90,6 +99,37 @@ constexpr ArchSpec kMpnetSpec{
     .output_norm = "output.LayerNorm",
 };
 
+// modeling_modernbert.py: ModernBertEmbeddings (tok_embeddings + norm, no positions: rotary),
+// ModernBertEncoderLayer (attn_norm, attn.Wqkv fused, attn.Wo, mlp_norm, mlp.Wi [input, gate],
+// mlp.Wo), final_norm; ModernBertForSequenceClassification's "model." prefix. Its LayerNorm eps
+// is config.json's norm_eps (1e-5 by default).
+constexpr ArchSpec kModernbertSpec{
+    .arch = EncoderArch::kModernbert,
+    .hidden_key = "hidden_size",
+    .layers_key = "num_hidden_layers",
+    .heads_key = "num_attention_heads",
+    .intermediate_key = "intermediate_size",
+    .activation_key = "hidden_activation",
+    .layer_norm_eps_key = "norm_eps",
+    .default_layer_norm_eps = 1e-5f,
+    .token_types = false,
+    .positions_after_pad = false,
+    .fixed_padding_idx = -1,
+    .relative_attention_bias = false,
+    .modernbert = true,
+    .task_prefix = "model.",
+    .word_embeddings = "embeddings.tok_embeddings.weight",
+    .layer_prefix = "layers.",
+    .query = "attn.Wqkv",
+    .key = "attn.Wqkv",
+    .value = "attn.Wqkv",
+    .attention_out = "attn.Wo",
+    .attention_norm = "attn_norm",
+    .intermediate = "mlp.Wi",
+    .output = "mlp.Wo",
+    .output_norm = "mlp_norm",
+};
+
 }  // namespace
 
 const ArchSpec* FindArch(const std::string& model_type) {
@@ -97,9 +137,12 @@ const ArchSpec* FindArch(const std::string& model_type) {
   if (model_type == "roberta" || model_type == "xlm-roberta") return &kRobertaSpec;
   if (model_type == "distilbert") return &kDistilbertSpec;
   if (model_type == "mpnet") return &kMpnetSpec;
+  if (model_type == "modernbert") return &kModernbertSpec;
   return nullptr;
 }
 
-const char* SupportedModelTypes() { return "bert, distilbert, mpnet, roberta, xlm-roberta"; }
+const char* SupportedModelTypes() {
+  return "bert, distilbert, modernbert, mpnet, roberta, xlm-roberta";
+}
 
 }  // namespace sluice::engine::models::encoder

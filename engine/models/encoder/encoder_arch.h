@@ -1,7 +1,8 @@
 #pragma once
 
 // What distinguishes the encoder architectures, as data: the config.json keys of their sizes, the
-// names of their tensors, how their positions count and whether they have token types. The
+// names of their tensors, how their positions count and whether they have token types (and for
+// ModernBERT, EncoderNetwork::layer_plans: how each layer computes). The
 // loader (encoder_network.cc) reads every architecture with one code path over this table; the
 // forward pass sees only EncoderNetwork's flags (positions offset, token types, head kind).
 
@@ -19,8 +20,10 @@ struct ArchSpec {
   const char* heads_key;
   const char* intermediate_key;
   const char* activation_key;
-  // Whether config.json may set the LayerNorm eps (DistilBERT's is fixed at 1e-12 in its code).
-  bool reads_layer_norm_eps;
+  // The config.json key of the LayerNorm eps; nullptr where the code fixes it (DistilBERT: 1e-12).
+  const char* layer_norm_eps_key;
+  // The eps when config.json gives none.
+  float default_layer_norm_eps;
   // Whether the embeddings add token types (type_vocab_size; none: no token_type_ids input).
   bool token_types;
   // RoBERTa's positions: pads at the padding index, the others from padding index + 1.
@@ -31,11 +34,17 @@ struct ArchSpec {
   // MPNet: a relative position bias (T5's buckets) added to every layer's attention scores, from
   // "encoder.relative_attention_bias.weight" [relative_attention_num_buckets, heads].
   bool relative_attention_bias;
+  // ModernBERT: no position table (rotary positions), pre-norm GeGLU layers with a fused Wqkv and
+  // optional biases, alternating global and sliding-window attention: config and weights are read
+  // by encoder_modernbert.cc over this table's names.
+  bool modernbert;
   // The prefix a task model (…ForSequenceClassification) puts before the encoder's tensors.
   const char* task_prefix;
+  // The word embeddings' tensor (also how the loader tells a task model's prefix).
+  const char* word_embeddings;
   // Tensor names: layer l's are layer_prefix + l + "." + name (+ ".weight" / ".bias").
   const char* layer_prefix;
-  const char* query;
+  const char* query;  // ModernBERT: the fused query, key and value projection
   const char* key;
   const char* value;
   const char* attention_out;

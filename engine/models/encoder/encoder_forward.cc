@@ -8,8 +8,10 @@
 #include <cstdlib>
 #include <limits>
 
+#include "engine/models/encoder/encoder_forward_steps.h"
 #include "engine/models/encoder/encoder_gemm.h"
 #include "engine/models/encoder/encoder_kernels.h"
+#include "engine/models/encoder/encoder_modernbert.h"
 
 namespace sluice::engine::models::encoder {
 namespace {
@@ -64,24 +66,6 @@ void HeadAttention(const EncoderNetwork& net, const kernels::KernelTable& k,
   PanelGemm(g, scores, n, n, value_panels, d, n, nullptr, context + begin * h + head * d, h);
 }
 
-// Runs fn(row_begin, row_count) over [0, rows) in blocks, on the pool where there is one: the
-// row-wise kernels (LayerNorm, bias + activation), whose rows are independent.
-template <typename Fn>
-void ForRowBlocks(ComputePool* pool, int64_t rows, int64_t min_rows, const Fn& fn) {
-  const int threads = pool == nullptr ? 1 : pool->threads();
-  const int64_t blocks =
-      std::clamp<int64_t>(rows / std::max<int64_t>(min_rows, 1), 1, int64_t{threads} * 2);
-  if (threads == 1 || blocks == 1) {
-    fn(int64_t{0}, rows);
-    return;
-  }
-  pool->ParallelFor(static_cast<int>(blocks), [&](int task, int) {
-    const int64_t begin = rows * task / blocks;
-    const int64_t end = rows * (task + 1) / blocks;
-    fn(begin, end - begin);
-  });
-}
-
 void GatherFirstTokens(const EncoderNetwork& net, const PackedBatch& batch, const float* hidden,
                        float* out) {
   const int h = net.hidden;
@@ -101,7 +85,7 @@ void PackedBatch::Clear() {
 }
 
 void EncoderWorkspace::Reserve(const EncoderNetwork& net, int64_t tokens, int64_t chunk_tokens,
-                               int sequences, int64_t longest, int workers) {
+                               int sequences, int64_t longest, int workers, int64_t query_rows) {
   auto grow = [](std::vector<float>& v, int64_t size) {
     if (static_cast<int64_t>(v.size()) < size) v.resize(static_cast<size_t>(size));
   };
@@ -111,6 +95,9 @@ void EncoderWorkspace::Reserve(const EncoderNetwork& net, int64_t tokens, int64_
   grow(context_, chunk_tokens * h);
   grow(projected_, chunk_tokens * h);
   grow(intermediate_, chunk_tokens * net.intermediate);
+  const bool gated = std::any_of(net.layer_plans.begin(), net.layer_plans.end(),
+                                 [](const LayerPlan& plan) { return plan.gated_mlp; });
+  if (gated) grow(gated_, chunk_tokens * 2 * net.intermediate);
   const int64_t key_floats = PanelFloats(static_cast<int>(longest), net.head_size());
   const int64_t value_floats = PanelFloats(net.head_size(), static_cast<int>(longest));
   constexpr int64_t kAlign = 16;  // floats: 64 bytes, one cache line, so a panel row is one line
@@ -121,7 +108,7 @@ void EncoderWorkspace::Reserve(const EncoderNetwork& net, int64_t tokens, int64_
   if (static_cast<int>(attention_.size()) < workers)
     attention_.resize(static_cast<size_t>(workers));
   for (AttentionScratch& scratch : attention_) {
-    grow(scratch.scores, longest * longest);
+    grow(scratch.scores, (query_rows < 0 ? longest : query_rows) * longest);
     grow(scratch.panels, key_floats + value_floats + 2 * kAlign);
     scratch.key_panels = aligned(scratch.panels.data());
     scratch.value_panels = aligned(scratch.key_panels + key_floats);
@@ -147,10 +134,6 @@ int64_t ForwardChunkTokens() {
   return chunk;
 }
 
-namespace {
-
-// The sequences [first, end) of the next chunk: whole sequences while they fit in `budget`
-// tokens, and always at least one (a longer sequence is a chunk of its own).
 int ChunkEnd(const PackedBatch& batch, int first, int64_t budget) {
   int end = first + 1;
   while (end < batch.sequences() && batch.offsets[end + 1] - batch.offsets[first] <= budget) {
@@ -159,30 +142,35 @@ int ChunkEnd(const PackedBatch& batch, int first, int64_t budget) {
   return end;
 }
 
-}  // namespace
+void ChunkSizes(const PackedBatch& batch, int64_t budget, int64_t* longest, int64_t* widest) {
+  *longest = 0;
+  *widest = 0;
+  for (int s = 0; s < batch.sequences(); ++s) {
+    *longest = std::max(*longest, batch.offsets[s + 1] - batch.offsets[s]);
+  }
+  for (int s = 0; s < batch.sequences();) {
+    const int end = ChunkEnd(batch, s, budget);
+    *widest = std::max(*widest, batch.offsets[end] - batch.offsets[s]);
+    s = end;
+  }
+}
 
 void Forward(const EncoderNetwork& net, const PackedBatch& batch, EncoderWorkspace& ws,
              int64_t chunk_tokens, ComputePool* pool) {
+  if (!net.layer_plans.empty() && net.layer_plans.front().pre_norm) {
+    ForwardPreNorm(net, batch, ws, chunk_tokens, pool);
+    return;
+  }
   const int64_t tokens = batch.tokens();
   const int64_t budget = std::max<int64_t>(chunk_tokens, 1);
   int64_t longest = 0;
   int64_t widest = 0;  // the most tokens of one chunk: the layers' scratch is sized for it
-  for (int s = 0; s < batch.sequences(); ++s) {
-    longest = std::max(longest, batch.offsets[s + 1] - batch.offsets[s]);
-  }
-  for (int s = 0; s < batch.sequences();) {
-    const int end = ChunkEnd(batch, s, budget);
-    widest = std::max(widest, batch.offsets[end] - batch.offsets[s]);
-    s = end;
-  }
+  ChunkSizes(batch, budget, &longest, &widest);
   ws.Reserve(net, tokens, widest, batch.sequences(), longest,
              pool == nullptr ? 1 : pool->threads());
   const int h = net.hidden;
   const kernels::KernelTable& k = kernels::Get();
   const gemm::GemmKernel& g = gemm::Get();
-  // Row-wise steps split into blocks of at least this many rows (a LayerNorm row of 384 floats
-  // is ~0.1 us: smaller blocks cost more to hand over than to compute).
-  constexpr int64_t kMinRowsPerTask = 16;
 
   // Embeddings: word + token type + position (HF's order of addition), then LayerNorm.
   ForRowBlocks(pool, tokens, kMinRowsPerTask, [&](int64_t t0, int64_t count) {
@@ -259,8 +247,39 @@ void Forward(const EncoderNetwork& net, const PackedBatch& batch, EncoderWorkspa
   }
 }
 
-void PoolEmbedding(const EncoderNetwork& net, const PackedBatch& batch, const float* hidden, int s,
-                   float* out) {
+namespace {
+
+// A Dense module on one vector: out = activation(W in + b), in double as torch's float32 dot
+// products are close to (the reference tolerance is 1e-4 relative).
+void ApplyDense(const DenseLayer& layer, const float* in, float* out) {
+  for (int o = 0; o < layer.out_features; ++o) {
+    const float* row = layer.weight.data() + int64_t{o} * layer.in_features;
+    double sum = layer.bias.empty() ? 0.0 : layer.bias[o];
+    for (int i = 0; i < layer.in_features; ++i) sum += double{row[i]} * in[i];
+    switch (layer.activation) {
+      case DenseActivation::kIdentity:
+        break;
+      case DenseActivation::kTanh:
+        sum = std::tanh(sum);
+        break;
+      case DenseActivation::kRelu:
+        sum = std::max(sum, 0.0);
+        break;
+      case DenseActivation::kSigmoid:
+        sum = 1.0 / (1.0 + std::exp(-sum));
+        break;
+      case DenseActivation::kGelu:
+        sum = 0.5 * sum * (1.0 + std::erf(sum / std::sqrt(2.0)));
+        break;
+    }
+    out[o] = static_cast<float>(sum);
+  }
+}
+
+// The pooling modes of sequence `s` concatenated into `out` [net.pooled_size()], in
+// sentence-transformers' order.
+void Pool(const EncoderNetwork& net, const PackedBatch& batch, const float* hidden, int s,
+          float* out) {
   const int h = net.hidden;
   const int64_t begin = batch.offsets[s];
   const int64_t end = batch.offsets[s + 1];
@@ -299,6 +318,64 @@ void PoolEmbedding(const EncoderNetwork& net, const PackedBatch& batch, const fl
       next += h;
     }
   }
+  if (net.pooling.weightedmean) {
+    // Token t of the request's row (padding included, as the packed sequence keeps every token up
+    // to the last attended one) weighs t + 1.
+    std::vector<double> sum(h, 0.0);
+    double weights = 0;
+    for (int64_t t = begin; t < end; ++t) {
+      if (!batch.attend[t]) continue;
+      const double weight = static_cast<double>(t - begin + 1);
+      const float* row = hidden + t * h;
+      for (int j = 0; j < h; ++j) sum[j] += weight * row[j];
+      weights += weight;
+    }
+    weights = std::max(weights, 1e-9);
+    for (int j = 0; j < h; ++j) next[j] = static_cast<float>(sum[j] / weights);
+    next += h;
+  }
+  if (net.pooling.lasttoken) {
+    // The last attended token; zeros when none is (sentence-transformers gathers a masked row).
+    int64_t last = -1;
+    for (int64_t t = end - 1; t >= begin && last < 0; --t) {
+      if (batch.attend[t]) last = t;
+    }
+    if (last >= 0) {
+      std::copy_n(hidden + last * h, h, next);
+    } else {
+      std::fill_n(next, h, 0.0f);
+    }
+    next += h;
+  }
+}
+
+}  // namespace
+
+void PoolEmbedding(const EncoderNetwork& net, const PackedBatch& batch, const float* hidden, int s,
+                   float* out) {
+  // With Matryoshka truncation the full embedding goes to scratch and its first values to `out`.
+  std::vector<float> full;
+  float* target = out;
+  if (net.truncate_dim > 0) {
+    full.resize(static_cast<size_t>(net.full_embedding_size()));
+    target = full.data();
+  }
+  if (net.dense.empty()) {
+    Pool(net, batch, hidden, s, target);
+  } else {
+    // Pooled, then each Dense module in turn, the last one writing `target`.
+    std::vector<float> in(static_cast<size_t>(net.pooled_size()));
+    Pool(net, batch, hidden, s, in.data());
+    std::vector<float> mapped;
+    for (size_t d = 0; d < net.dense.size(); ++d) {
+      const DenseLayer& layer = net.dense[d];
+      const bool last = d + 1 == net.dense.size();
+      if (!last) mapped.resize(static_cast<size_t>(layer.out_features));
+      ApplyDense(layer, in.data(), last ? target : mapped.data());
+      if (!last) in.swap(mapped);
+    }
+  }
+  if (net.truncate_dim > 0) std::copy_n(full.data(), net.truncate_dim, out);
   if (net.normalize) {
     const int size = net.embedding_size();
     double squares = 0;
@@ -324,6 +401,10 @@ void Logits(const EncoderNetwork& net, const PackedBatch& batch, EncoderWorkspac
   const int h = net.hidden;
   const int sequences = batch.sequences();
   const int labels = net.num_labels;
+  if (net.classifier == ClassifierKind::kModernbert) {
+    ModernBertLogits(net, batch, ws.hidden_.data(), ws.first_tokens_.data(), ws.head_.data(), out);
+    return;
+  }
   if (net.classifier == ClassifierKind::kBert) {
     // BertForSequenceClassification: a Linear on pooler_output (dropout is off in eval).
     PoolerOutput(net, batch, ws, ws.head_.data());

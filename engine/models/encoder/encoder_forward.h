@@ -55,10 +55,13 @@ class EncoderWorkspace {
                       ComputePool*);
   friend void PoolerOutput(const EncoderNetwork&, const PackedBatch&, EncoderWorkspace&, float*);
   friend void Logits(const EncoderNetwork&, const PackedBatch&, EncoderWorkspace&, float*);
+  friend void ForwardPreNorm(const EncoderNetwork&, const PackedBatch&, EncoderWorkspace&, int64_t,
+                             ComputePool*);
   // T tokens in the batch, C in its widest chunk (Forward's pass through the layers); attention
-  // scratch for `workers` compute workers.
+  // scratch for `workers` compute workers, scores for `query_rows` queries at a time (-1: the
+  // longest sequence's).
   void Reserve(const EncoderNetwork& net, int64_t tokens, int64_t chunk_tokens, int sequences,
-               int64_t longest, int workers);
+               int64_t longest, int workers, int64_t query_rows = -1);
 
   // One compute worker's attention scratch: one head's scores and its keys and values in the
   // GEMM's panel layout (PackPanels), 64-byte aligned within `panels`.
@@ -74,6 +77,7 @@ class EncoderWorkspace {
   std::vector<float> context_;               // [C, H]
   std::vector<float> projected_;             // [C, H]
   std::vector<float> intermediate_;          // [C, I]
+  std::vector<float> gated_;                 // [C, 2I]: a gated MLP's input and gate
   std::vector<AttentionScratch> attention_;  // one per compute worker
   std::vector<float> mask_add_;      // [T]: 0 attended, -inf masked (the softmax's key mask)
   std::vector<float> first_tokens_;  // [S, H]
@@ -95,8 +99,8 @@ void Forward(const EncoderNetwork& net, const PackedBatch& batch, EncoderWorkspa
              int64_t chunk_tokens = ForwardChunkTokens(), ComputePool* pool = nullptr);
 
 // The `embedding` of sequence `s` after Forward: [embedding_size()] floats written to `out`
-// (pooling modes in sentence-transformers' order cls, max, mean, mean_sqrt_len; then L2
-// normalisation when net.normalize).
+// (pooling modes in sentence-transformers' order cls, max, mean, mean_sqrt_len, weightedmean,
+// lasttoken; then the Dense modules in order; then L2 normalisation when net.normalize).
 void PoolEmbedding(const EncoderNetwork& net, const PackedBatch& batch, const float* hidden, int s,
                    float* out);
 

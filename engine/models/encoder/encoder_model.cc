@@ -17,6 +17,7 @@
 #include "engine/models/encoder/encoder_gemm.h"
 #include "engine/models/encoder/encoder_network.h"
 #include "engine/models/encoder/encoder_precision.h"
+#include "engine/models/encoder/encoder_text_inputs.h"
 #include "text/tokenizer.h"
 
 namespace sluice::engine::models {
@@ -36,6 +37,7 @@ constexpr absl::string_view kPoolerOutput = "pooler_output";
 constexpr absl::string_view kLogits = "logits";
 constexpr absl::string_view kMaxBatchTokensParam = "max_batch_tokens";
 constexpr absl::string_view kNormalizeParam = "normalize";
+constexpr absl::string_view kDimensionsParam = "dimensions";
 // A budget larger than this is no budget (and would size scratch beyond any machine).
 constexpr int64_t kMaxBatchTokensLimit = int64_t{1} << 22;
 
@@ -54,14 +56,23 @@ absl::StatusOr<encoder::EncoderLoadOptions> LoadOptions(const ModelConfig& confi
   for (const auto& [key, value] : config.parameters) {
     // compute_type, allow_tf32 and cuda_buckets concern the GPU only; checked on every backend
     // (encoder::ParseGpuOptions) so that a typo fails the load wherever the model runs.
-    if (key != kMaxBatchTokensParam && key != kNormalizeParam && key != encoder::kPrecisionParam &&
-        key != encoder::kComputeTypeParam && key != encoder::kAllowTf32Param &&
-        key != encoder::kCudaBucketsParam) {
+    if (key != kMaxBatchTokensParam && key != kNormalizeParam && key != kDimensionsParam &&
+        key != encoder::kPrecisionParam && key != encoder::kComputeTypeParam &&
+        key != encoder::kAllowTf32Param && key != encoder::kCudaBucketsParam) {
       return absl::InvalidArgumentError(absl::StrCat(
           "unknown parameter '", key, "' (known: ", kMaxBatchTokensParam, ", ", kNormalizeParam,
-          ", ", encoder::kPrecisionParam, ", ", encoder::kComputeTypeParam, ", ",
-          encoder::kAllowTf32Param, ", ", encoder::kCudaBucketsParam, ")"));
+          ", ", kDimensionsParam, ", ", encoder::kPrecisionParam, ", ", encoder::kComputeTypeParam,
+          ", ", encoder::kAllowTf32Param, ", ", encoder::kCudaBucketsParam, ")"));
     }
+  }
+  if (auto it = config.parameters.find(std::string(kDimensionsParam));
+      it != config.parameters.end()) {
+    int value = 0;
+    if (!absl::SimpleAtoi(it->second, &value) || value < 1) {
+      return absl::InvalidArgumentError(absl::StrCat("parameter '", kDimensionsParam, "' = '",
+                                                     it->second, "' must be a positive integer"));
+    }
+    options.dimensions = value;
   }
   auto it = config.parameters.find(std::string(kNormalizeParam));
   if (it != config.parameters.end()) {
@@ -231,18 +242,6 @@ absl::StatusOr<ModelConfig> CompleteUnprefixed(const ModelSpec& spec) {
 // ---------------------------------------------------------------------------------------------
 // Requests.
 
-// Reads the `count` elements of a BYTES tensor (validated framing) as views into its data.
-std::vector<absl::string_view> BytesElements(const TensorView& tensor, int64_t count) {
-  std::vector<absl::string_view> elements;
-  elements.reserve(static_cast<size_t>(count));
-  wire::BytesElementReader reader(tensor.data);
-  absl::string_view element;
-  while (static_cast<int64_t>(elements.size()) < count && reader.Next(element)) {
-    elements.push_back(element);
-  }
-  return elements;
-}
-
 using encoder::IntAt;
 using encoder::RowLength;
 using RequestInputs = encoder::RequestTokens;
@@ -344,21 +343,14 @@ class EncoderInstance final : public ModelInstance {
   std::vector<float> logits_;
 };
 
-// What a prepared (tokenized) request owns: its token tensors, and whatever its text inputs'
-// views pointed into (the RPC message), kept until the request is done.
-struct PreparedInputs {
-  std::shared_ptr<const void> previous;
-  std::vector<Tensor> tensors;
-};
-
 class EncoderModel final : public Model {
  public:
   EncoderModel(ModelConfig config, std::shared_ptr<const EncoderNetwork> net,
-               std::shared_ptr<const text::Tokenizer> tokenizer, std::shared_ptr<ComputePool> pool,
-               std::string precision_summary)
+               std::shared_ptr<const encoder::EncoderTextInputs> text,
+               std::shared_ptr<ComputePool> pool, std::string precision_summary)
       : config_(std::move(config)),
         net_(std::move(net)),
-        tokenizer_(std::move(tokenizer)),
+        text_(std::move(text)),
         pool_(std::move(pool)),
         precision_summary_(std::move(precision_summary)) {}
 
@@ -376,8 +368,14 @@ class EncoderModel final : public Model {
     }
     return false;
   }
-  bool prepares_requests() const override { return tokenizer_ != nullptr; }
-  absl::Status PrepareRequest(InferenceRequest& request) const override;
+  bool prepares_requests() const override { return text_ != nullptr; }
+  absl::Status PrepareRequest(InferenceRequest& request) const override {
+    if (text_ == nullptr) {
+      return absl::InternalError(
+          absl::StrCat("model '", config_.name, "': asked to tokenize without a tokenizer"));
+    }
+    return text_->Prepare(config_.name, config_.FindInput(kTokenTypeIds) != nullptr, request);
+  }
 
  private:
   // ValidateAndBindRequest for a request with text inputs (tokenized later, on the pool).
@@ -390,7 +388,7 @@ class EncoderModel final : public Model {
   const ModelConfig config_;
   const std::shared_ptr<const EncoderNetwork> net_;
   // Null without a tokenizer in the version folder (then the config has no text inputs).
-  const std::shared_ptr<const text::Tokenizer> tokenizer_;
+  const std::shared_ptr<const encoder::EncoderTextInputs> text_;
   const std::shared_ptr<ComputePool> pool_;
   // The precision chosen at load and why (auto's accuracy check included).
   const std::string precision_summary_;
@@ -440,80 +438,6 @@ absl::Status EncoderModel::ValidateTextRequest(InferenceRequest& request) const 
   }
   request.batch_size = static_cast<int>(text->shape[0]);
   request.token_count = 0;  // PrepareRequest counts them
-  return absl::OkStatus();
-}
-
-absl::Status EncoderModel::PrepareRequest(InferenceRequest& request) const {
-  const TensorView* text = nullptr;
-  const TensorView* pair = nullptr;
-  for (const TensorView& input : request.inputs) {
-    if (input.name == kText) text = &input;
-    if (input.name == kTextPair) pair = &input;
-  }
-  if (text == nullptr || tokenizer_ == nullptr) {
-    return absl::InternalError(
-        absl::StrCat("model '", config_.name, "': asked to tokenize a request without text"));
-  }
-  const int64_t rows = text->shape[0];
-  const std::vector<absl::string_view> firsts = BytesElements(*text, rows);
-  std::vector<absl::string_view> seconds;
-  if (pair != nullptr) seconds = BytesElements(*pair, rows);
-  // The request's truncation parameters (TextTruncation), as the tokenizer's per-call options.
-  text::EncodeOptions encode_options;
-  encode_options.truncate = request.text_truncation.truncate;
-  if (request.text_truncation.from_left) {
-    encode_options.direction = text::TruncationDirection::kLeft;
-  }
-  encode_options.max_second_tokens = static_cast<int>(std::clamp<int64_t>(
-      request.text_truncation.max_text_pair_tokens, 0, std::numeric_limits<int>::max()));
-  std::vector<text::Encoding> encodings;
-  encodings.reserve(static_cast<size_t>(rows));
-  int64_t longest = 0;
-  int64_t tokens = 0;
-  for (int64_t r = 0; r < rows; ++r) {
-    absl::StatusOr<text::Encoding> encoding =
-        pair == nullptr ? tokenizer_->Encode(firsts[r], encode_options)
-                        : tokenizer_->EncodePair(firsts[r], seconds[r], encode_options);
-    if (!encoding.ok()) {
-      return Fail(absl::StrCat("input '", pair == nullptr ? kText : "text/text_pair",
-                               "' batch item ", r, ": ", encoding.status().message()));
-    }
-    if (encoding->num_tokens() == 0) {
-      return Fail(absl::StrCat("input '", kText, "' batch item ", r,
-                               " gives no tokens (this tokenizer adds no special tokens)"));
-    }
-    if (encoding->num_tokens() > net_->max_sequence_length) {
-      return Fail(absl::StrCat("input '", kText, "' batch item ", r, " is ", encoding->num_tokens(),
-                               " tokens, more than the limit of ", net_->max_sequence_length,
-                               " (the checkpoint's position table)"));
-    }
-    longest = std::max<int64_t>(longest, encoding->num_tokens());
-    tokens += encoding->num_tokens();
-    encodings.push_back(*std::move(encoding));
-  }
-  auto owned = std::make_shared<PreparedInputs>();
-  owned->previous = std::move(request.keepalive);
-  const bool types = config_.FindInput(kTokenTypeIds) != nullptr;
-  for (absl::string_view name : {kInputIds, kAttentionMask, kTokenTypeIds}) {
-    if (name == kTokenTypeIds && !types) continue;
-    Tensor tensor{std::string(name), DataType::kInt64, {rows, longest}, {}};
-    tensor.data.assign(static_cast<size_t>(rows * longest) * sizeof(int64_t), std::byte{0});
-    auto* values = reinterpret_cast<int64_t*>(tensor.data.data());
-    for (int64_t r = 0; r < rows; ++r) {
-      const text::Encoding& encoding = encodings[r];
-      for (int c = 0; c < encoding.num_tokens(); ++c) {
-        values[r * longest + c] = name == kInputIds        ? encoding.ids[c]
-                                  : name == kAttentionMask ? 1
-                                                           : encoding.type_ids[c];
-      }
-    }
-    owned->tensors.push_back(std::move(tensor));
-  }
-  // Config order (input_ids, attention_mask[, token_type_ids]), as a token-id request binds.
-  request.inputs.clear();
-  for (const Tensor& tensor : owned->tensors) request.inputs.push_back(tensor.View());
-  request.keepalive = std::move(owned);
-  request.token_count = tokens;
   return absl::OkStatus();
 }
 
@@ -653,41 +577,23 @@ absl::StatusOr<std::unique_ptr<Model>> CreateEncoderModel(const ModelSpec& spec)
       !status.ok()) {
     return WithContext(spec, status);
   }
-  // The tokenizer, where the config takes text (the version folder holds one). Its length limit:
-  // sentence_bert_config.json max_seq_length, else the tokenizer's, else max_position_embeddings
-  // (text::ReadMaxSequenceLength), never beyond the checkpoint's position table.
-  std::shared_ptr<const text::Tokenizer> tokenizer;
+  // The tokenizer and prompts, where the config takes text (the version folder holds them).
+  std::shared_ptr<const encoder::EncoderTextInputs> text;
   if (config.FindInput(kText) != nullptr) {
-    text::TokenizerOptions tokenizer_options;
-    absl::StatusOr<int> limit = text::ReadMaxSequenceLength(spec.version_path);
-    if (!limit.ok() && !absl::IsNotFound(limit.status())) {
-      return WithContext(spec, limit.status());
-    }
-    tokenizer_options.max_length =
-        limit.ok() ? std::min(*limit, shape.max_sequence_length) : shape.max_sequence_length;
-    absl::StatusOr<std::unique_ptr<text::Tokenizer>> loaded =
-        text::Tokenizer::LoadFolder(spec.version_path, tokenizer_options);
-    if (!loaded.ok()) {
-      return WithContext(spec,
-                         absl::Status(loaded.status().code(),
-                                      absl::StrCat("tokenizer: ", loaded.status().message())));
-    }
-    if ((*loaded)->vocab_size() > shape.vocab_size) {
-      return WithContext(spec,
-                         absl::InvalidArgumentError(absl::StrCat(
-                             "tokenizer: its vocabulary has ", (*loaded)->vocab_size(),
-                             " tokens, more than the checkpoint's vocab_size ", shape.vocab_size)));
-    }
-    tokenizer = *std::move(loaded);
+    absl::StatusOr<std::unique_ptr<const encoder::EncoderTextInputs>> loaded =
+        encoder::EncoderTextInputs::Load(spec.version_path, shape.max_sequence_length,
+                                         shape.vocab_size);
+    if (!loaded.ok()) return WithContext(spec, loaded.status());
+    text = *std::move(loaded);
   }
   absl::StatusOr<encoder::CpuPrecision> precision = encoder::ParseCpuPrecision(config);
   if (!precision.ok()) return WithContext(spec, precision.status());
-  absl::StatusOr<encoder::PrecisionLoad> loaded =
+  absl::StatusOr<encoder::PrecisionLoad> network =
       encoder::LoadEncoderNetworkInPrecision(spec.version_path, *options, *precision);
-  if (!loaded.ok()) return WithContext(spec, loaded.status());
+  if (!network.ok()) return WithContext(spec, network.status());
   cpu::UseSingleThreadedBlas();
-  return std::make_unique<EncoderModel>(config, std::move(loaded->net), std::move(tokenizer),
-                                        spec.compute_pool, std::move(loaded->summary));
+  return std::make_unique<EncoderModel>(config, std::move(network->net), std::move(text),
+                                        spec.compute_pool, std::move(network->summary));
 }
 
 std::shared_ptr<const EncoderNetwork> LoadedEncoderNetwork(const Model& model) {

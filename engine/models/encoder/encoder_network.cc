@@ -5,14 +5,10 @@
 #endif
 
 #include <algorithm>
-#include <cerrno>
 #include <cmath>
 #include <cstdlib>
-#include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <map>
-#include <sstream>
 #include <utility>
 
 #include "absl/strings/match.h"
@@ -20,16 +16,17 @@
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
 #include "engine/models/encoder/encoder_arch.h"
+#include "engine/models/encoder/encoder_config_json.h"
+#include "engine/models/encoder/encoder_modernbert.h"
+#include "engine/models/encoder/encoder_sentence_modules.h"
 #include "engine/models/safetensors.h"
 #include "nlohmann/json.hpp"
 
 namespace sluice::engine::models::encoder {
 namespace {
 
-using Json = nlohmann::json;
 namespace fs = std::filesystem;
 
-constexpr int64_t kMaxJsonFileBytes = int64_t{4} << 20;
 // Sizes a config.json may give (a bound on what a hostile file makes the load allocate; real
 // models are far below: BERT-large has hidden 1024, 24 layers, intermediate 4096).
 constexpr int64_t kMaxDimension = 1 << 20;
@@ -54,136 +51,6 @@ int RelativePositionBucket(int relative) {
       static_cast<float>(std::log(static_cast<double>(kRelativeMaxDistance) / max_exact)) *
       static_cast<float>(half - max_exact);
   return bucket + std::min(max_exact + static_cast<int>(scaled), half - 1);
-}
-
-absl::StatusOr<std::string> ReadSmallFile(const fs::path& path) {
-  std::error_code ec;
-  const auto size = fs::file_size(path, ec);
-  if (ec) {
-    return absl::NotFoundError(absl::StrCat("cannot read '", path.string(), "': ", ec.message()));
-  }
-  if (static_cast<int64_t>(size) > kMaxJsonFileBytes) {
-    return absl::InvalidArgumentError(absl::StrCat("'", path.string(), "' is ", size,
-                                                   " bytes, over the limit of ", kMaxJsonFileBytes,
-                                                   " for a JSON configuration file"));
-  }
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    return absl::NotFoundError(
-        absl::StrCat("cannot open '", path.string(), "': ", std::strerror(errno)));
-  }
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  return buffer.str();
-}
-
-absl::StatusOr<Json> ReadJsonFile(const fs::path& path) {
-  ASSIGN_OR_RETURN(std::string text, ReadSmallFile(path));
-  Json json = Json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (json.is_discarded() || !json.is_object()) {
-    return absl::InvalidArgumentError(absl::StrCat("'", path.string(), "' is not a JSON object"));
-  }
-  return json;
-}
-
-// An integer field of config.json in [min, max]; `fallback` when absent (nullopt: required).
-absl::StatusOr<int64_t> IntField(const Json& json, const fs::path& path, const char* key,
-                                 std::optional<int64_t> fallback, int64_t min, int64_t max) {
-  auto it = json.find(key);
-  if (it == json.end() || it->is_null()) {
-    if (fallback.has_value()) return *fallback;
-    return absl::InvalidArgumentError(absl::StrCat("'", path.string(), "' has no \"", key, "\""));
-  }
-  if (!it->is_number_integer()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("'", path.string(), "': \"", key, "\" is not an integer"));
-  }
-  const int64_t value = it->get<int64_t>();
-  if (value < min || value > max) {
-    return absl::InvalidArgumentError(absl::StrCat("'", path.string(), "': \"", key, "\" = ", value,
-                                                   " is outside [", min, ", ", max, "]"));
-  }
-  return value;
-}
-
-absl::StatusOr<std::string> StringField(const Json& json, const fs::path& path, const char* key,
-                                        std::optional<std::string> fallback) {
-  auto it = json.find(key);
-  if (it == json.end() || it->is_null()) {
-    if (fallback.has_value()) return *fallback;
-    return absl::InvalidArgumentError(absl::StrCat("'", path.string(), "' has no \"", key, "\""));
-  }
-  if (!it->is_string()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("'", path.string(), "': \"", key, "\" is not a string"));
-  }
-  return it->get<std::string>();
-}
-
-bool BoolField(const Json& json, const char* key) {
-  auto it = json.find(key);
-  return it != json.end() && it->is_boolean() && it->get<bool>();
-}
-
-// Pooling and normalisation from modules.json and the Pooling module's config.json.
-absl::Status ReadSentenceTransformersFiles(const fs::path& folder, EncoderNetwork& net) {
-  fs::path pooling_dir = folder / "1_Pooling";
-  const fs::path modules_path = folder / "modules.json";
-  std::error_code ec;
-  if (fs::exists(modules_path, ec)) {
-    ASSIGN_OR_RETURN(std::string text, ReadSmallFile(modules_path));
-    Json modules = Json::parse(text, nullptr, /*allow_exceptions=*/false);
-    if (modules.is_discarded() || !modules.is_array()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("'", modules_path.string(), "' is not a JSON array"));
-    }
-    for (const Json& module : modules) {
-      if (!module.is_object()) continue;
-      const std::string type = module.value("type", "");
-      if (absl::EndsWith(type, ".Normalize")) net.normalize = true;
-      if (absl::EndsWith(type, ".Pooling")) {
-        const std::string path = module.value("path", "");
-        if (path.empty() || path.find("..") != std::string::npos || path.front() == '/') {
-          return absl::InvalidArgumentError(absl::StrCat("'", modules_path.string(),
-                                                         "': Pooling module path '", path,
-                                                         "' must be a folder inside the model"));
-        }
-        pooling_dir = folder / path;
-      }
-    }
-  }
-  const fs::path pooling_path = pooling_dir / "config.json";
-  if (!fs::exists(pooling_path, ec)) {
-    net.pooling.cls = true;  // BertModel users take the first token; so does the pooler
-    return absl::OkStatus();
-  }
-  ASSIGN_OR_RETURN(Json pooling, ReadJsonFile(pooling_path));
-  net.pooling.cls = BoolField(pooling, "pooling_mode_cls_token");
-  net.pooling.max = BoolField(pooling, "pooling_mode_max_tokens");
-  net.pooling.mean = BoolField(pooling, "pooling_mode_mean_tokens");
-  net.pooling.mean_sqrt_len = BoolField(pooling, "pooling_mode_mean_sqrt_len_tokens");
-  for (const char* unsupported : {"pooling_mode_weightedmean_tokens", "pooling_mode_lasttoken"}) {
-    if (BoolField(pooling, unsupported)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("'", pooling_path.string(), "': \"", unsupported,
-                       "\" is not supported (supported: cls_token, max_tokens, mean_tokens, "
-                       "mean_sqrt_len_tokens)"));
-    }
-  }
-  if (net.pooling.count() == 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("'", pooling_path.string(), "' enables no pooling mode"));
-  }
-  if (pooling.contains("word_embedding_dimension")) {
-    ASSIGN_OR_RETURN(int64_t dim, IntField(pooling, pooling_path, "word_embedding_dimension",
-                                           std::nullopt, 1, kMaxDimension));
-    if (dim != net.hidden) {
-      return absl::InvalidArgumentError(absl::StrCat("'", pooling_path.string(),
-                                                     "': word_embedding_dimension ", dim,
-                                                     " differs from hidden_size ", net.hidden));
-    }
-  }
-  return absl::OkStatus();
 }
 
 absl::Status ReadConfigJson(const fs::path& folder, EncoderNetwork& net) {
@@ -246,17 +113,17 @@ absl::Status ReadConfigJson(const fs::path& folder, EncoderNetwork& net) {
   ASSIGN_OR_RETURN(net.activation_name, StringField(json, path, spec->activation_key, "gelu"));
   absl::StatusOr<HiddenActivation> activation = ParseHiddenActivation(net.activation_name);
   if (!activation.ok()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("'", path.string(), "': ", activation.status().message()));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "'", path.string(), "': \"", spec->activation_key, "\": ", activation.status().message()));
   }
   net.activation = *activation;
   // DistilBERT's LayerNorms are nn.LayerNorm(dim, eps=1e-12) whatever config.json says.
-  net.layer_norm_eps = 1e-12f;
-  auto eps = json.find("layer_norm_eps");
-  if (spec->reads_layer_norm_eps && eps != json.end()) {
+  net.layer_norm_eps = spec->default_layer_norm_eps;
+  auto eps = spec->layer_norm_eps_key == nullptr ? json.end() : json.find(spec->layer_norm_eps_key);
+  if (eps != json.end()) {
     if (!eps->is_number() || eps->get<double>() <= 0 || eps->get<double>() > 1) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("'", path.string(), "': \"layer_norm_eps\" must be a number in (0, 1]"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "'", path.string(), "': \"", spec->layer_norm_eps_key, "\" must be a number in (0, 1]"));
     }
     net.layer_norm_eps = static_cast<float>(eps->get<double>());
   }
@@ -268,6 +135,8 @@ absl::Status ReadConfigJson(const fs::path& folder, EncoderNetwork& net) {
   net.max_position_embeddings = static_cast<int>(positions);
   net.type_vocab_size = static_cast<int>(types);
   net.pad_token_id = static_cast<int>(pad);
+  net.layer_plans.assign(static_cast<size_t>(net.layers), LayerPlan{});
+  if (spec->modernbert) RETURN_IF_ERROR(ReadModernBertConfig(json, path.string(), net));
   if (spec->positions_after_pad) {
     net.position_offset = net.pad_token_id + 1;
     net.max_sequence_length = net.max_position_embeddings - net.position_offset;
@@ -371,9 +240,9 @@ class WeightSource {
 // The prefix of the encoder's tensors: the architecture's ("bert.", "distilbert."...) when the
 // checkpoint is a task model's, else none.
 std::string DetectPrefix(const SafetensorsFile& file, const EncoderNetwork& net) {
-  const char* prefix = FindArch(net.model_type)->task_prefix;
-  if (file.Find(absl::StrCat(prefix, "embeddings.word_embeddings.weight")) != nullptr) {
-    return prefix;
+  const ArchSpec& spec = *FindArch(net.model_type);
+  if (file.Find(absl::StrCat(spec.task_prefix, spec.word_embeddings)) != nullptr) {
+    return spec.task_prefix;
   }
   return "";
 }
@@ -390,7 +259,12 @@ absl::Status DescribeHeads(const SafetensorsFile& file, EncoderNetwork& net) {
     net.classifier = ClassifierKind::kRoberta;
     classifier = out_proj;
   } else if (const TensorView* linear = file.Find("classifier.weight");
-             linear != nullptr && net.arch == EncoderArch::kDistilbert) {
+             linear != nullptr && net.arch == EncoderArch::kModernbert) {
+    // ModernBertForSequenceClassification: head.dense, head.norm (read with the weights) and
+    // classifier.
+    net.classifier = ClassifierKind::kModernbert;
+    classifier = linear;
+  } else if (linear != nullptr && net.arch == EncoderArch::kDistilbert) {
     // DistilBertForSequenceClassification: pre_classifier (read with the weights; its absence is
     // a load error naming it) + ReLU + classifier.
     net.classifier = ClassifierKind::kDistilbert;
@@ -434,6 +308,7 @@ absl::Status DescribeHeads(const SafetensorsFile& file, EncoderNetwork& net) {
 }
 
 int64_t WeightBytes(const EncoderNetwork& net) {
+  if (net.arch == EncoderArch::kModernbert) return ModernBertWeightBytes(net);
   const int64_t h = net.hidden;
   const int64_t i = net.intermediate;
   int64_t floats =
@@ -449,6 +324,9 @@ int64_t WeightBytes(const EncoderNetwork& net) {
     floats += h * h + h;
   }
   if (net.classifier != ClassifierKind::kNone) floats += int64_t{net.num_labels} * (h + 1);
+  for (const DenseLayer& dense : net.dense) {
+    floats += int64_t{dense.out_features} * (int64_t{dense.in_features} + 1);
+  }
   return floats * static_cast<int64_t>(sizeof(float));
 }
 
@@ -457,8 +335,16 @@ absl::StatusOr<std::shared_ptr<EncoderNetwork>> Describe(const fs::path& folder,
                                                          const EncoderLoadOptions& options) {
   auto net = std::make_shared<EncoderNetwork>();
   RETURN_IF_ERROR(ReadConfigJson(folder, *net));
-  RETURN_IF_ERROR(ReadSentenceTransformersFiles(folder, *net));
+  RETURN_IF_ERROR(ReadSentenceModules(folder, *net));
   if (options.normalize.has_value()) net->normalize = *options.normalize;
+  if (options.dimensions > 0) {
+    if (options.dimensions > net->full_embedding_size()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("parameter 'dimensions' = ", options.dimensions, " is more than the ",
+                       net->full_embedding_size(), " values of the model's embedding"));
+    }
+    net->truncate_dim = options.dimensions;
+  }
   net->weight_format = options.weight_format;
   RETURN_IF_ERROR(DescribeHeads(file, *net));
   net->weight_bytes = WeightBytes(*net);
@@ -485,6 +371,11 @@ absl::StatusOr<SafetensorsFile> OpenWeights(const fs::path& folder) {
 absl::Status ReadWeights(const SafetensorsFile& file, EncoderNetwork& net) {
   const ArchSpec& spec = *FindArch(net.model_type);
   WeightSource w(file, DetectPrefix(file, net));
+  if (spec.modernbert) {
+    return ReadModernBertWeights([&w](const std::string& name, const Shape& shape,
+                                      bool head) { return w.Get(name, shape, head); },
+                                 spec, net);
+  }
   const int64_t h = net.hidden;
   const int64_t inter = net.intermediate;
   ASSIGN_OR_RETURN(net.word_embeddings,
@@ -602,6 +493,7 @@ absl::StatusOr<std::shared_ptr<const EncoderNetwork>> LoadEncoderNetwork(
   ASSIGN_OR_RETURN(SafetensorsFile file, OpenWeights(folder));
   ASSIGN_OR_RETURN(std::shared_ptr<EncoderNetwork> net, Describe(folder, file, options));
   RETURN_IF_ERROR(ReadWeights(file, *net));
+  RETURN_IF_ERROR(ReadDenseWeights(folder, *net));
 #if defined(__GLIBC__)
   // The row-major matrices freed after packing leave holes between the packed ones in glibc's heap
   // (its mmap threshold rises after the first large free, so later large blocks come from the

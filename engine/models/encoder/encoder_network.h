@@ -3,14 +3,17 @@
 // The network of a BERT-family encoder, read from a Hugging Face checkpoint folder as
 // save_pretrained() and sentence-transformers write it:
 //
-//   config.json                 model_type (bert, roberta, xlm-roberta, distilbert, mpnet), sizes,
+//   config.json                 model_type (bert, roberta, xlm-roberta, distilbert, mpnet,
+//                               modernbert), sizes,
 //                               hidden_act, eps... (DistilBERT's own keys: dim, n_layers...)
 //   model.safetensors           the weights (F32, F16 or BF16), with or without the "bert." /
 //                               "roberta." / "distilbert." / "mpnet." prefix that task-head
 //                               checkpoints add
-//   modules.json                (optional) sentence-transformers' module list: a Pooling module's
-//                               folder, whether a Normalize module follows
+//   modules.json                (optional) sentence-transformers' module list, in order:
+//                               Transformer, Pooling, Dense..., Normalize (others refused by name)
 //   1_Pooling/config.json       (optional) the pooling modes; CLS when there is none
+//   2_Dense/config.json         (optional, one folder per Dense module) in/out features, bias,
+//     + model.safetensors       activation; `linear.weight` [out, in], `linear.bias` [out]
 //
 // FP32 weights in PyTorch's own layouts (nn.Linear's [out_features, in_features], row-major), with
 // the query, key and value projections of each layer concatenated into one [3 x hidden, hidden]
@@ -39,6 +42,9 @@ enum class EncoderArch {
   kRoberta,  // "roberta", "xlm-roberta": positions offset by pad_token_id + 1, pads at pad_token_id
   kDistilbert,  // "distilbert": positions 0..n-1, no token types, LayerNorm eps fixed at 1e-12
   kMpnet,  // "mpnet": RoBERTa's positions (padding index 1), no token types, relative position bias
+  // "modernbert": no position table (rotary), pre-LayerNorm layers, GeGLU, alternating global and
+  // sliding-window attention, optional biases (encoder_modernbert.h)
+  kModernbert,
 };
 
 // config.json's hidden_act. The two GELU forms differ by up to ~1e-3 and are never swapped.
@@ -54,7 +60,25 @@ struct PoolingModes {
   bool max = false;
   bool mean = false;
   bool mean_sqrt_len = false;
-  int count() const { return cls + max + mean + mean_sqrt_len; }
+  // Mean weighted by position (token t of a sequence counts t + 1), as SGPT's models pool.
+  bool weightedmean = false;
+  // The last attended token (a decoder's summary: Qwen3-Embedding, e5-mistral).
+  bool lasttoken = false;
+  int count() const { return cls + max + mean + mean_sqrt_len + weightedmean + lasttoken; }
+};
+
+// The activation of a sentence-transformers Dense module (its config's activation_function).
+enum class DenseActivation { kIdentity, kTanh, kRelu, kSigmoid, kGelu };
+
+// A sentence-transformers Dense module after pooling: y = activation(W x + b).
+struct DenseLayer {
+  std::string path;  // the module's folder, relative to the checkpoint's (modules.json's path)
+  int in_features = 0;
+  int out_features = 0;
+  bool has_bias = true;
+  std::vector<float> weight;  // [out_features, in_features]
+  std::vector<float> bias;    // [out_features], empty without a bias
+  DenseActivation activation = DenseActivation::kTanh;
 };
 
 enum class ClassifierKind {
@@ -62,9 +86,41 @@ enum class ClassifierKind {
   kBert,        // classifier.{weight,bias} on pooler_output
   kRoberta,     // classifier.dense + tanh + classifier.out_proj on the first token's hidden state
   kDistilbert,  // pre_classifier + ReLU + classifier on the first token's hidden state
+  // ModernBertForSequenceClassification: the first token's or the mean hidden state
+  // (classifier_pooling), head.dense + classifier_activation + head.norm, then classifier
+  kModernbert,
+};
+
+// How one encoder layer computes, as data: the CPU forward pass executes it (encoder_forward.cc
+// for post-norm layers, encoder_modernbert.cc for pre-norm ones), a GPU port reads the same. The
+// default is BERT's layer.
+struct LayerPlan {
+  // false: BERT's post-LayerNorm (x = LN(x + f(x)) after attention and after the MLP); true:
+  // pre-LayerNorm (x = x + f(LN(x))), the network's final_norm after the last layer.
+  bool pre_norm = false;
+  // pre_norm: whether attention's input is normed (ModernBERT's layer 0 has an Identity there).
+  bool attention_norm = true;
+  // GLU MLP: the intermediate projection gives [2I], act(first I) * (last I) (GeGLU).
+  bool gated_mlp = false;
+  // Rotary position embedding of queries and keys: an index into EncoderNetwork::rope_tables; -1
+  // for none (the embeddings add learned absolute positions).
+  int rope_table = -1;
+  // Sliding-window attention: a query attends to keys with |key - query| <= window; 0: every key.
+  int window = 0;
+};
+
+// cos and sin of rotary position p and frequency i ([positions, head_size / 2] each, row p), as
+// transformers computes them in FP32: inv_freq[i] = 1 / theta^(2i / d), angle = p * inv_freq[i].
+struct RopeTable {
+  double theta = 0;
+  std::vector<float> cos;
+  std::vector<float> sin;
 };
 
 struct EncoderLayer {
+  // Biases and LayerNorm betas a checkpoint lacks (ModernBERT's attention_bias, mlp_bias,
+  // norm_bias false) are empty (a GEMM without bias) or zeros (a LayerNorm's beta). A gated MLP's
+  // intermediate_weight is [2I, H] (input rows, then gate rows).
   PackedWeights qkv_weight;                 // [3H, H]: query rows, then key rows, then value rows
   std::vector<float> qkv_bias;              // [3H]
   PackedWeights attention_out_weight;       // [H, H]
@@ -84,7 +140,7 @@ enum class ScoreActivation { kSigmoid, kSoftmax, kIdentity };
 
 struct EncoderNetwork {
   // From config.json.
-  std::string model_type;  // as written: "bert", "roberta", "xlm-roberta", "distilbert", "mpnet"
+  std::string model_type;  // as written: "bert", "roberta", "xlm-roberta", "distilbert", ...
   EncoderArch arch = EncoderArch::kBert;
   int hidden = 0;
   int layers = 0;
@@ -122,6 +178,22 @@ struct EncoderNetwork {
   // relative_attention_num_buckets, which sizes the table: at least 32).
   std::vector<float> relative_position_bias;
   int relative_attention_buckets = 0;
+  // How each layer computes ([layers]; read with config.json, so that a description without the
+  // weights tells a GPU backend what it would have to run).
+  std::vector<LayerPlan> layer_plans;
+  // Which optional parameters the checkpoint has: ModernBERT's attention_bias (Wqkv, Wo),
+  // mlp_bias (Wi, Wo), norm_bias (every LayerNorm's beta) and classifier_bias (head.dense); the
+  // other architectures have them all.
+  bool attention_biases = true;
+  bool mlp_biases = true;
+  bool norm_biases = true;
+  bool classifier_dense_bias_present = true;
+  // Rotary tables the layers' plans index (ModernBERT: global_rope_theta and local_rope_theta),
+  // [max_sequence_length, head_size / 2] each.
+  std::vector<RopeTable> rope_tables;
+  // Pre-norm networks: the LayerNorm after the last layer (ModernBERT's final_norm).
+  std::vector<float> final_norm_gamma;
+  std::vector<float> final_norm_beta;
 
   // pooler.dense (empty without): pooler_output = tanh(W h[CLS] + b).
   std::vector<float> pooler_weight;  // [H, H]
@@ -134,6 +206,13 @@ struct EncoderNetwork {
   std::vector<float> classifier_dense_bias;
   std::vector<float> classifier_weight;  // [num_labels, H] (RoBERTa: out_proj)
   std::vector<float> classifier_bias;    // [num_labels]
+  // ModernBERT's head: classifier_pooling "mean" (else the first token), the activation between
+  // head.dense and head.norm (classifier_activation), head.norm's parameters (beta zeros without
+  // norm_bias); classifier_dense_bias empty without classifier_bias.
+  bool classifier_mean_pooling = false;
+  HiddenActivation classifier_activation = HiddenActivation::kGeluErf;
+  std::vector<float> classifier_norm_gamma;
+  std::vector<float> classifier_norm_beta;
   // id2label of config.json, by label index (empty where it names none).
   std::vector<std::string> labels;
   // How the `score` output turns logits into scores, as sentence-transformers' CrossEncoder does:
@@ -143,8 +222,10 @@ struct EncoderNetwork {
   // The activation config.json names, if any (read before the head's label count is known).
   std::optional<ScoreActivation> explicit_score_activation;
 
-  // Sentence-embedding head (the `embedding` output): pooling modes and L2 normalisation.
+  // Sentence-embedding head (the `embedding` output): pooling modes, Dense modules in order, L2
+  // normalisation, as sentence-transformers runs them.
   PoolingModes pooling;
+  std::vector<DenseLayer> dense;
   bool normalize = false;
 
   // The precision of the checkpoint's weights when they all share one (kFp16, kBf16: the FP32
@@ -158,7 +239,15 @@ struct EncoderNetwork {
   WeightFormat weight_format = WeightFormat::kFp32;
 
   int head_size() const { return hidden / heads; }
-  int embedding_size() const { return hidden * pooling.count(); }
+  // What pooling concatenates, and what the Dense modules (if any) make of it.
+  int pooled_size() const { return hidden * pooling.count(); }
+  int full_embedding_size() const {
+    return dense.empty() ? pooled_size() : dense.back().out_features;
+  }
+  // Matryoshka truncation (the model's `dimensions` parameter): the first truncate_dim values of
+  // the full embedding, L2-normalised again when the model normalises. 0: the full embedding.
+  int truncate_dim = 0;
+  int embedding_size() const { return truncate_dim > 0 ? truncate_dim : full_embedding_size(); }
 };
 
 struct EncoderLoadOptions {
@@ -170,6 +259,9 @@ struct EncoderLoadOptions {
   // How the encoder layers' four linear layers are packed for the CPU GEMM: kBf16 (the model's
   // `precision: bf16`; REQUIRES gemm::Bf16Supported() to run it) rounds them to BF16 at load.
   WeightFormat weight_format = WeightFormat::kFp32;
+  // The model's `dimensions` parameter (Matryoshka truncation of `embedding`); 0: none.
+  // InvalidArgument at load when it exceeds the embedding's size.
+  int dimensions = 0;
 };
 
 // Reads config.json and the sentence-transformers files of `folder` without the weights: the

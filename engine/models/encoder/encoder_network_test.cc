@@ -1,7 +1,7 @@
 // encoder_network.h: config.json of the architectures other than BERT (DistilBERT's own keys dim,
-// n_layers...; MPNet's fixed padding index and relative buckets), their load errors, and which
-// heads a checkpoint's tensor names make. The numerics against transformers are
-// tests/integration/encoder_reference_test.py.
+// n_layers...; MPNet's fixed padding index and relative buckets; ModernBERT's layer plans), their
+// load errors, and which heads a checkpoint's tensor names make. The numerics against transformers
+// are tests/integration/encoder_reference_test.py.
 
 #include "engine/models/encoder/encoder_network.h"
 
@@ -111,7 +111,7 @@ TEST_F(EncoderNetworkTest, DistilbertConfigErrorsNameTheirKeys) {
   ASSERT_FALSE(net.ok());
   EXPECT_THAT(net.status().message(),
               HasSubstr("model_type 'gpt2' is not supported by the encoder backend (supported: "
-                        "bert, distilbert, mpnet, roberta, xlm-roberta)"));
+                        "bert, distilbert, modernbert, mpnet, roberta, xlm-roberta)"));
 }
 
 TEST_F(EncoderNetworkTest, DistilbertClassifierIsPreClassifierAndClassifier) {
@@ -172,6 +172,73 @@ TEST_F(EncoderNetworkTest, MpnetBucketsBelowWhatItsCodeComputesAreRefused) {
   ASSERT_FALSE(net.ok());
   EXPECT_THAT(net.status().message(),
               HasSubstr("relative_attention_num_buckets 16 is under the 32 buckets"));
+}
+
+// A ModernBertConfig as save_pretrained writes it (its own keys: hidden_activation, norm_eps,
+// local_attention...), with `extra` fields appended.
+std::string ModernBertConfig(const std::string& extra = "") {
+  return absl::StrCat(
+      R"({"model_type": "modernbert", "hidden_size": 32, "num_hidden_layers": 4,)",
+      R"( "num_attention_heads": 4, "intermediate_size": 64, "vocab_size": 100,)",
+      R"( "max_position_embeddings": 8192, "pad_token_id": 0, "local_attention": 16)", extra, "}");
+}
+
+TEST_F(EncoderNetworkTest, ModernBertLayersAreDescribedAsData) {
+  auto net = Describe(ModernBertConfig(R"(, "global_attn_every_n_layers": 2, "norm_eps": 1e-6,)"
+                                       R"( "id2label": {"0": "irrelevant", "1": "relevant"})"),
+                      {"classifier.weight", "classifier.bias"}, {{2, 32}, {2}});
+  ASSERT_TRUE(net.ok()) << net.status();
+  const EncoderNetwork& n = **net;
+  EXPECT_EQ(n.arch, EncoderArch::kModernbert);
+  EXPECT_FLOAT_EQ(n.layer_norm_eps, 1e-6f);
+  EXPECT_EQ(n.max_sequence_length, 8192);
+  EXPECT_FALSE(n.has_token_types());
+  // ModernBertConfig's defaults: no biases, GELU (erf), thetas 160,000 (global) and 10,000.
+  EXPECT_FALSE(n.attention_biases);
+  EXPECT_FALSE(n.mlp_biases);
+  EXPECT_FALSE(n.norm_biases);
+  EXPECT_EQ(n.activation, HiddenActivation::kGeluErf);
+  ASSERT_EQ(n.rope_tables.size(), 2u);
+  EXPECT_EQ(n.rope_tables[0].theta, 160000.0);
+  EXPECT_EQ(n.rope_tables[1].theta, 10000.0);
+  ASSERT_EQ(n.layer_plans.size(), 4u);
+  for (int l = 0; l < 4; ++l) {
+    const LayerPlan& plan = n.layer_plans[static_cast<size_t>(l)];
+    EXPECT_TRUE(plan.pre_norm);
+    EXPECT_TRUE(plan.gated_mlp);
+    EXPECT_EQ(plan.attention_norm, l != 0) << l;
+    EXPECT_EQ(plan.window, l % 2 == 0 ? 0 : 8) << l;
+    EXPECT_EQ(plan.rope_table, l % 2 == 0 ? 0 : 1) << l;
+  }
+  EXPECT_EQ(n.classifier, ClassifierKind::kModernbert);
+  EXPECT_EQ(n.labels, (std::vector<std::string>{"irrelevant", "relevant"}));
+  EXPECT_FALSE(n.classifier_mean_pooling);
+}
+
+TEST_F(EncoderNetworkTest, ModernBertConfigErrorsNameTheirFields) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {R"(, "hidden_activation": "swish")", "\"hidden_activation\": hidden_act 'swish'"},
+      {R"(, "classifier_pooling": "max")", "\"classifier_pooling\" 'max' is not supported"},
+      {R"(, "local_attention": 0)", "\"local_attention\" must be an integer"},
+      {R"(, "global_rope_theta": -1)", "\"global_rope_theta\" must be a positive number"},
+      {R"(, "norm_eps": 0)", "\"norm_eps\" must be a number in (0, 1]"},
+      {R"(, "norm_bias": "yes")", "\"norm_bias\" is not a boolean"},
+  };
+  for (const auto& [extra, needle] : cases) {
+    auto net = Describe(ModernBertConfig(extra));
+    ASSERT_FALSE(net.ok()) << extra;
+    EXPECT_THAT(net.status().message(), HasSubstr(needle)) << extra;
+  }
+}
+
+TEST_F(EncoderNetworkTest, ModernBertMissingTensorIsNamed) {
+  const std::string folder =
+      Write(ModernBertConfig(), {"embeddings.tok_embeddings.weight", "embeddings.norm.weight"},
+            {{100, 32}, {32}});
+  auto net = LoadEncoderNetwork(folder, EncoderLoadOptions{});
+  ASSERT_FALSE(net.ok());
+  EXPECT_THAT(net.status().message(), HasSubstr("no tensor 'layers.0.attn.Wqkv.weight'"));
+  EXPECT_THAT(net.status().message(), HasSubstr("[96,32]"));
 }
 
 }  // namespace

@@ -1,0 +1,44 @@
+#pragma once
+
+// Steps both forward passes share (encoder_forward.cc's post-norm layers, encoder_modernbert.cc's
+// pre-norm ones): how a batch is cut into chunks of whole sequences and how row-wise kernels are
+// split over the compute pool.
+
+#include <algorithm>
+#include <cstdint>
+
+#include "engine/core/compute_pool.h"
+#include "engine/models/encoder/encoder_forward.h"
+
+namespace sluice::engine::models::encoder {
+
+// Row-wise steps split into blocks of at least this many rows (a LayerNorm row of 384 floats is
+// ~0.1 us: smaller blocks cost more to hand over than to compute).
+inline constexpr int64_t kMinRowsPerTask = 16;
+
+// Runs fn(row_begin, row_count) over [0, rows) in blocks, on the pool where there is one: the
+// row-wise kernels (LayerNorm, bias + activation), whose rows are independent.
+template <typename Fn>
+void ForRowBlocks(ComputePool* pool, int64_t rows, int64_t min_rows, const Fn& fn) {
+  const int threads = pool == nullptr ? 1 : pool->threads();
+  const int64_t blocks =
+      std::clamp<int64_t>(rows / std::max<int64_t>(min_rows, 1), 1, int64_t{threads} * 2);
+  if (threads == 1 || blocks == 1) {
+    fn(int64_t{0}, rows);
+    return;
+  }
+  pool->ParallelFor(static_cast<int>(blocks), [&](int task, int) {
+    const int64_t begin = rows * task / blocks;
+    const int64_t end = rows * (task + 1) / blocks;
+    fn(begin, end - begin);
+  });
+}
+
+// The sequences [first, end) of the next chunk: whole sequences while they fit in `budget`
+// tokens, and always at least one (a longer sequence is a chunk of its own).
+int ChunkEnd(const PackedBatch& batch, int first, int64_t budget);
+
+// The longest sequence of `batch` and the most tokens of one of its chunks of `budget` tokens.
+void ChunkSizes(const PackedBatch& batch, int64_t budget, int64_t* longest, int64_t* widest);
+
+}  // namespace sluice::engine::models::encoder

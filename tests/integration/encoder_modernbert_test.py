@@ -1,0 +1,292 @@
+#!/usr/bin/env python3
+"""ModernBERT in the encoder backend (issue 31), against transformers, through the real server.
+
+- Random small ModernBERT checkpoints written by transformers itself (tools/make_encoder_checkpoint.py
+  --arch modernbert: ModernBertModel and ModernBertForSequenceClassification, save_pretrained),
+  FP32 and BF16 weights, with and without the optional biases, cls and mean classifier pooling, a
+  sentence-transformers mean + Normalize head, one label (a reranker) and three (a classifier with
+  id2label), served from a temporary model repository whose configs say only name, backend and
+  max_batch_size. Every output (last_hidden_state, embedding, logits, score) is compared with
+  transformers' eager attention in FP32 (and sentence-transformers' Pooling / Normalize modules for
+  `embedding`) at several ragged mixes: requests of many lengths in flight together, most longer
+  than the local window (16: the sliding-window layers attend to 8 tokens each side), up to 192
+  tokens; rows padded to one length with masks of different lengths, an interior zero and an
+  interior run of zeros longer than the window (queries that see no attended key).
+- `precision: bf16` (where the CPU has AVX512_BF16): the FP32 sentence embedder computed in BF16
+  keeps its embeddings (cosine similarity >= 0.999 to transformers' FP32).
+- Broken checkpoints (a missing tensor, a wrong shape, an unknown hidden_activation, an unknown
+  classifier_pooling) fail their load with a message naming the tensor or field; the others serve.
+
+Shares encoder_reference_test.py's helpers (relative error, repository config, output checks).
+"""
+import argparse
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+import unittest
+
+import numpy as np
+import safetensors.torch
+import torch
+import transformers
+import tritonclient.grpc as grpcclient
+
+sys.path.insert(0, os.path.dirname(__file__))
+import encoder_precision_test as precision  # noqa: E402
+import encoder_reference_test as ref  # noqa: E402
+from encoder_reference_test import make_encoder_checkpoint  # noqa: E402
+from sluice_server import SluiceServer  # noqa: E402
+
+ARGS = None
+# The issue's bar. FP32 against FP32 gives ~1e-6 (printed at the end).
+TOLERANCE = 1e-4
+VOCAB = 100
+MAX_SEQ = 192
+WINDOW = 16
+COMMON = dict(arch="modernbert", layers=4, local_attention=WINDOW, max_positions=MAX_SEQ)
+CHECKPOINTS = {
+    # gte-modernbert / nomic-modernbert-embed's shape of head: mean pooling + Normalize.
+    "mb_st": dict(COMMON, pooling="mean", normalize=True, seed=11),
+    # gte-reranker-modernbert's: one label, CLS pooling, no biases, BF16 weights.
+    "mb_rerank": dict(COMMON, classifier=1, dtype="bf16", seed=12),
+    # A classifier with every optional bias, mean pooling, tanh GELU, global every 2nd layer.
+    "mb_cls": dict(COMMON, classifier=3, biases=True, classifier_pooling="mean",
+                   act="gelu_pytorch_tanh", global_every=2, pooling="cls", seed=13),
+}
+WORST = {}
+
+
+class ModernBertReference:
+    """transformers' ModernBERT (eager attention) in FP32, and sentence-transformers' modules."""
+
+    def __init__(self, folder, classifier):
+        cls = (transformers.AutoModelForSequenceClassification if classifier
+               else transformers.AutoModel)
+        self.model = cls.from_pretrained(folder, torch_dtype=torch.float32,
+                                         attn_implementation="eager").eval()
+        self.classifier = classifier
+        modules_path = os.path.join(folder, "modules.json")
+        self.modules = []
+        if os.path.exists(modules_path):
+            import sentence_transformers
+            with open(modules_path) as f:
+                types = [m["type"] for m in json.load(f)]
+            if "sentence_transformers.models.Pooling" in types:
+                with open(os.path.join(folder, "1_Pooling", "config.json")) as f:
+                    self.modules.append(sentence_transformers.models.Pooling(**json.load(f)))
+            if "sentence_transformers.models.Normalize" in types:
+                self.modules.append(sentence_transformers.models.Normalize())
+
+    @torch.no_grad()
+    def __call__(self, ids, mask):
+        ids_t = torch.tensor(ids, dtype=torch.long)
+        mask_t = torch.tensor(mask, dtype=torch.long)
+        out = {}
+        if self.classifier:
+            logits = self.model(input_ids=ids_t, attention_mask=mask_t).logits
+            out["logits"] = logits.numpy()
+            out["score"] = (torch.sigmoid(logits) if logits.shape[-1] == 1
+                            else torch.softmax(logits, dim=-1)).numpy()
+            # ModernBertModel's own output: hidden_states[-1] is before final_norm.
+            base = self.model.model
+        else:
+            base = self.model
+        hidden = base(input_ids=ids_t, attention_mask=mask_t).last_hidden_state
+        out["last_hidden_state"] = hidden.numpy()
+        if self.modules:
+            features = {"token_embeddings": hidden, "attention_mask": mask_t}
+            for module in self.modules:
+                features = module(features)
+            out["embedding"] = features["sentence_embedding"].numpy()
+        else:
+            out["embedding"] = out["last_hidden_state"][:, 0, :]
+        return out
+
+
+BROKEN = {
+    "mb_broken_missing": ["layers.2.mlp.Wi.weight", "[128,32]"],
+    "mb_broken_shape": ["layers.1.attn.Wqkv.weight", "[64,32]", "[96,32]"],
+    "mb_broken_act": ["hidden_activation", "'swish'"],
+    "mb_broken_pooling": ["classifier_pooling", "'max'"],
+    "mb_broken_head": ["head.norm.weight", "[32]"],
+}
+
+
+def build_repository(root):
+    for name, options in CHECKPOINTS.items():
+        ref.write_config(os.path.join(root, name), name)
+        make_encoder_checkpoint.write_checkpoint(os.path.join(root, name, "1"), **options)
+
+    def variant(name, source, mutate_tensors=None, mutate_config=None):
+        base = os.path.join(root, source, "1")
+        folder = os.path.join(root, name, "1")
+        shutil.copytree(base, folder)
+        ref.write_config(os.path.join(root, name), name)
+        if mutate_tensors:
+            tensors = dict(safetensors.torch.load_file(os.path.join(base, "model.safetensors")))
+            mutate_tensors(tensors)
+            safetensors.torch.save_file(tensors, os.path.join(folder, "model.safetensors"))
+        if mutate_config:
+            path = os.path.join(folder, "config.json")
+            with open(path) as f:
+                config = json.load(f)
+            mutate_config(config)
+            with open(path, "w") as f:
+                json.dump(config, f)
+
+    if precision.HAS["bf16"]:
+        # The same FP32 checkpoint computed with `precision: bf16` (the layers' GEMMs in BF16).
+        shutil.copytree(os.path.join(root, "mb_st", "1"), os.path.join(root, "mb_st_bf16", "1"))
+        ref.write_config(os.path.join(root, "mb_st_bf16"), "mb_st_bf16",
+                         'parameters { key: "precision" value: { string_value: "bf16" } }\n')
+    variant("mb_broken_missing", "mb_st", lambda t: t.pop("layers.2.mlp.Wi.weight"))
+    variant("mb_broken_shape", "mb_st",
+            lambda t: t.__setitem__("layers.1.attn.Wqkv.weight", torch.zeros((64, 32))))
+    variant("mb_broken_act", "mb_st",
+            mutate_config=lambda c: c.__setitem__("hidden_activation", "swish"))
+    variant("mb_broken_pooling", "mb_cls",
+            mutate_config=lambda c: c.__setitem__("classifier_pooling", "max"))
+    variant("mb_broken_head", "mb_rerank", lambda t: t.pop("head.norm.weight"))
+
+
+class EncoderModernBertTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.root = tempfile.mkdtemp(prefix="sluice_modernbert_")
+        build_repository(cls.root)
+        cls.server = SluiceServer(ARGS.server, cls.root, timeout_s=120)
+        cls.client = grpcclient.InferenceServerClient(f"127.0.0.1:{cls.server.grpc_port}")
+        cls.references = {}
+
+    @classmethod
+    def tearDownClass(cls):
+        print(f"[modernbert] largest relative errors: {WORST}", flush=True)
+        cls.client.close()
+        code = cls.server.stop()
+        shutil.rmtree(cls.root, ignore_errors=True)
+        assert code == 0, f"sluice-server exited with {code}"
+
+    def reference(self, name):
+        if name not in self.references:
+            folder = os.path.join(self.root, name, "1")
+            self.references[name] = ModernBertReference(
+                folder, bool(CHECKPOINTS[name].get("classifier")))
+        return self.references[name]
+
+    def inputs(self, ids, mask):
+        inputs = []
+        for input_name, values in (("input_ids", ids), ("attention_mask", mask)):
+            if values is None:
+                continue
+            array = np.asarray(values, dtype=np.int64)
+            tensor = grpcclient.InferInput(input_name, list(array.shape), "INT64")
+            tensor.set_data_from_numpy(array)
+            inputs.append(tensor)
+        return inputs
+
+    def check(self, name, result, ids, mask, outputs):
+        want = self.reference(name)(ids, mask)
+        got = {output: result.as_numpy(output) for output in outputs}
+        worst = {}
+        saved = ref.TOLERANCE
+        ref.TOLERANCE = TOLERANCE
+        try:
+            ref.assert_outputs_match(self, name, got, want, ref.packed_lengths(mask), worst)
+        finally:
+            ref.TOLERANCE = saved
+        for output, err in worst.items():
+            WORST[f"{name}.{output}"] = max(WORST.get(f"{name}.{output}", 0.0), err)
+
+    def test_outputs(self):
+        for name, options in CHECKPOINTS.items():
+            with self.subTest(model=name):
+                config = self.client.get_model_config(name, as_json=True)["config"]
+                outputs = {o["name"] for o in config["output"]}
+                expected = {"last_hidden_state", "embedding"}
+                if options.get("classifier"):
+                    expected.update({"logits", "score"})
+                self.assertEqual(outputs, expected)
+
+    def test_ragged_mixes_match_transformers(self):
+        rng = np.random.default_rng(31)
+        for name in CHECKPOINTS:
+            with self.subTest(model=name):
+                config = self.client.get_model_config(name, as_json=True)["config"]
+                outputs = [o["name"] for o in config["output"]]
+                requested = [grpcclient.InferRequestedOutput(o) for o in outputs]
+                # Mix 1: one sequence per request, lengths around and far beyond the window, in
+                # flight together.
+                pending = []
+                for length in (1, 3, 8, 9, 17, 40, 100, MAX_SEQ):
+                    ids = rng.integers(3, VOCAB, size=(1, length))
+                    mask = np.ones_like(ids)
+                    box = {}
+                    self.client.async_infer(
+                        name, self.inputs(ids, mask if length % 2 else None),
+                        lambda result, error, box=box: box.update(r=result, e=error),
+                        outputs=requested)
+                    pending.append((box, ids, mask))
+                deadline = time.monotonic() + 120
+                for box, ids, mask in pending:
+                    while "r" not in box and time.monotonic() < deadline:
+                        time.sleep(0.005)
+                    self.assertIn("r", box, f"{name}: no answer")
+                    self.assertIsNone(box.get("e"), f"{name}: {box.get('e')}")
+                    self.check(name, box["r"], ids, mask, outputs)
+                # Mix 2: rows padded to one length: masks of different lengths, an interior zero,
+                # and a run of zeros longer than the window (queries whose window sees no key).
+                ids = rng.integers(3, VOCAB, size=(4, 70))
+                mask = np.zeros_like(ids)
+                for row, length in enumerate((70, 12, 1, 45)):
+                    mask[row, :length] = 1
+                mask[1, 4] = 0
+                mask[0, 10:40] = 0
+                result = self.client.infer(name, self.inputs(ids, mask), outputs=requested)
+                self.check(name, result, ids, mask, outputs)
+
+    def test_precision_bf16_keeps_the_embeddings(self):
+        if not precision.HAS["bf16"]:
+            self.skipTest("this CPU has no AVX512_BF16 (precision: bf16 is refused there)")
+        rng = np.random.default_rng(36)
+        ids = rng.integers(3, VOCAB, size=(6, MAX_SEQ))
+        mask = np.zeros_like(ids)
+        for row, length in enumerate((MAX_SEQ, 100, 40, 17, 9, 2)):
+            mask[row, :length] = 1
+        requested = [grpcclient.InferRequestedOutput("embedding")]
+        got = self.client.infer("mb_st_bf16", self.inputs(ids, mask),
+                                outputs=requested).as_numpy("embedding")
+        want = self.reference("mb_st")(ids, mask)["embedding"]
+        cosines = np.sum(got * want, axis=1) / (np.linalg.norm(got, axis=1) *
+                                                np.linalg.norm(want, axis=1))
+        WORST["mb_st_bf16.min_cosine"] = float(np.min(cosines))
+        self.assertGreater(float(np.min(cosines)), precision.BF16_MIN_COSINE, cosines)
+
+    def test_broken_checkpoints_fail_alone(self):
+        index = self.client.get_model_repository_index(as_json=True)["models"]
+        by_name = {m["name"]: m for m in index}
+        for name, needles in BROKEN.items():
+            with self.subTest(model=name):
+                entry = by_name[name]
+                self.assertEqual(entry.get("state"), "UNAVAILABLE", entry)
+                for needle in needles:
+                    self.assertIn(needle, entry.get("reason", ""))
+        for name in list(CHECKPOINTS) + (["mb_st_bf16"] if precision.HAS["bf16"] else []):
+            self.assertTrue(self.client.is_model_ready(name), name)
+
+
+def main():
+    global ARGS
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--server", required=True)
+    parser.add_argument("--sanitizer-build", action="store_true",
+                        help="the server is an ASan/TSan build (accepted for symmetry)")
+    ARGS, rest = parser.parse_known_args()
+    torch.set_num_threads(1)
+    unittest.main(argv=[sys.argv[0]] + rest, verbosity=2)
+
+
+if __name__ == "__main__":
+    main()
