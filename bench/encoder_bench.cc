@@ -18,8 +18,10 @@
 // pass meets its weights), and OpenBLAS with the weights [N, K] read transposed ("nt", as the
 // forward pass called it before) and pre-transposed ([K, N]: "nn"), by CPU time, and the OpenBLAS
 // core type and packed variant in use; where the CPU has AVX512_BF16 also the BF16 GEMM on weights
-// packed in BF16 ("packed_bf16", "packed_bf16_cold": encoder_gemm_bf16.cc). --precision sets the
-// model's `precision` parameter (fp32, bf16, auto) for the forward-pass rounds.
+// packed in BF16 ("packed_bf16", "packed_bf16_cold": encoder_gemm_bf16.cc), and the INT8 GEMM on
+// weights packed in INT8 ("packed_int8", "packed_int8_cold": encoder_gemm_int8.cc, the activations
+// quantized per row inside the timed call; GOP/s, a multiply-add counted as 2). --precision sets
+// the model's `precision` parameter (fp32, bf16, int8, auto) for the forward-pass rounds.
 //
 //   echo "32 128 2" | build/bench/sluice-encoder-bench --model-dir /tmp/bert_base/1
 
@@ -157,8 +159,8 @@ int Main(int argc, char** argv) {
       ->capture_default_str();
   std::string precision = "fp32";
   app.add_option("--precision", precision,
-                 "the model's `precision` parameter: fp32, bf16 (AVX512_BF16 CPUs) or auto")
-      ->check(CLI::IsMember({"fp32", "bf16", "auto"}))
+                 "the model's `precision` parameter: fp32, bf16 (AVX512_BF16 CPUs), int8 or auto")
+      ->check(CLI::IsMember({"fp32", "bf16", "int8", "auto"}))
       ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
 
@@ -261,9 +263,19 @@ int Main(int argc, char** argv) {
           shapes.back()["packed_bf16_cold_gflops"] =
               PackedGemmGflops(tokens, n, k, seconds, true, WeightFormat::kBf16);
         }
+        {
+          using engine::models::encoder::WeightFormat;
+          shapes.back()["packed_int8_gops"] =
+              PackedGemmGflops(tokens, n, k, seconds, false, WeightFormat::kInt8);
+          shapes.back()["packed_int8_cold_gops"] =
+              PackedGemmGflops(tokens, n, k, seconds, true, WeightFormat::kInt8);
+        }
       }
       std::cout << nlohmann::json{{"core", openblas_get_corename()},
                                   {"packed", engine::models::encoder::gemm::Get().name},
+                                  {"packed_int8", engine::models::encoder::gemm::Int8KernelName(
+                                                      engine::models::encoder::gemm::Int8For(
+                                                          engine::models::encoder::gemm::Get()))},
                                   {"shapes", shapes}}
                        .dump()
                 << std::endl;

@@ -36,6 +36,7 @@ import transformers
 import tritonclient.grpc as grpcclient
 
 sys.path.insert(0, os.path.dirname(__file__))
+import encoder_precision_test as precision  # noqa: E402
 import encoder_reference_test as ref  # noqa: E402
 from encoder_reference_test import make_encoder_checkpoint  # noqa: E402
 from sluice_server import SluiceServer  # noqa: E402
@@ -145,7 +146,7 @@ def build_repository(root):
 
     ref.write_config(os.path.join(root, "mb_long"), "mb_long")
     make_encoder_checkpoint.write_checkpoint(os.path.join(root, "mb_long", "1"), **LONG)
-    if ref.HAS_BF16:
+    if precision.HAS["bf16"]:
         # The same FP32 checkpoint computed with `precision: bf16` (the layers' GEMMs in BF16).
         shutil.copytree(os.path.join(root, "mb_st", "1"), os.path.join(root, "mb_st_bf16", "1"))
         ref.write_config(os.path.join(root, "mb_st_bf16"), "mb_st_bf16",
@@ -265,7 +266,7 @@ class EncoderModernBertTest(unittest.TestCase):
         self.check("mb_long", result, ids, mask, ["last_hidden_state", "embedding"])
 
     def test_precision_bf16_keeps_the_embeddings(self):
-        if not ref.HAS_BF16:
+        if not precision.HAS["bf16"]:
             self.skipTest("this CPU has no AVX512_BF16 (precision: bf16 is refused there)")
         rng = np.random.default_rng(36)
         ids = rng.integers(3, VOCAB, size=(6, MAX_SEQ))
@@ -279,7 +280,7 @@ class EncoderModernBertTest(unittest.TestCase):
         cosines = np.sum(got * want, axis=1) / (np.linalg.norm(got, axis=1) *
                                                 np.linalg.norm(want, axis=1))
         WORST["mb_st_bf16.min_cosine"] = float(np.min(cosines))
-        self.assertGreater(float(np.min(cosines)), ref.BF16_MIN_COSINE, cosines)
+        self.assertGreater(float(np.min(cosines)), precision.BF16_MIN_COSINE, cosines)
 
     def test_broken_checkpoints_fail_alone(self):
         index = self.client.get_model_repository_index(as_json=True)["models"]
@@ -290,7 +291,7 @@ class EncoderModernBertTest(unittest.TestCase):
                 self.assertEqual(entry.get("state"), "UNAVAILABLE", entry)
                 for needle in needles:
                     self.assertIn(needle, entry.get("reason", ""))
-        for name in list(CHECKPOINTS) + ["mb_long"] + (["mb_st_bf16"] if ref.HAS_BF16 else []):
+        for name in list(CHECKPOINTS) + ["mb_long"] + (["mb_st_bf16"] if precision.HAS["bf16"] else []):
             self.assertTrue(self.client.is_model_ready(name), name)
 
 

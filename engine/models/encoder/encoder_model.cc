@@ -347,17 +347,15 @@ class EncoderModel final : public Model {
  public:
   EncoderModel(ModelConfig config, std::shared_ptr<const EncoderNetwork> net,
                std::shared_ptr<const encoder::EncoderTextInputs> text,
-               std::shared_ptr<ComputePool> pool)
+               std::shared_ptr<ComputePool> pool, std::string precision_summary)
       : config_(std::move(config)),
         net_(std::move(net)),
         text_(std::move(text)),
-        pool_(std::move(pool)) {}
+        pool_(std::move(pool)),
+        precision_summary_(std::move(precision_summary)) {}
 
   const ModelConfig& config() const override { return config_; }
-  std::string LoadSummary() const override {
-    absl::StatusOr<encoder::CpuPrecision> precision = encoder::ParseCpuPrecision(config_);
-    return precision.ok() ? absl::StrCat("CPU ", precision->summary) : "";
-  }
+  std::string LoadSummary() const override { return absl::StrCat("CPU ", precision_summary_); }
   const std::shared_ptr<const EncoderNetwork>& network() const { return net_; }
   absl::StatusOr<std::unique_ptr<ModelInstance>> CreateInstance(int) override {
     return std::make_unique<EncoderInstance>(config_, net_, pool_);
@@ -392,6 +390,8 @@ class EncoderModel final : public Model {
   // Null without a tokenizer in the version folder (then the config has no text inputs).
   const std::shared_ptr<const encoder::EncoderTextInputs> text_;
   const std::shared_ptr<ComputePool> pool_;
+  // The precision chosen at load and why (auto's accuracy check included).
+  const std::string precision_summary_;
 };
 
 absl::Status EncoderModel::ValidateTextRequest(InferenceRequest& request) const {
@@ -586,12 +586,14 @@ absl::StatusOr<std::unique_ptr<Model>> CreateEncoderModel(const ModelSpec& spec)
     if (!loaded.ok()) return WithContext(spec, loaded.status());
     text = *std::move(loaded);
   }
-  absl::StatusOr<std::shared_ptr<const EncoderNetwork>> net =
-      encoder::LoadEncoderNetwork(spec.version_path, *options);
-  if (!net.ok()) return WithContext(spec, net.status());
+  absl::StatusOr<encoder::CpuPrecision> precision = encoder::ParseCpuPrecision(config);
+  if (!precision.ok()) return WithContext(spec, precision.status());
+  absl::StatusOr<encoder::PrecisionLoad> network =
+      encoder::LoadEncoderNetworkInPrecision(spec.version_path, *options, *precision);
+  if (!network.ok()) return WithContext(spec, network.status());
   cpu::UseSingleThreadedBlas();
-  return std::make_unique<EncoderModel>(config, *std::move(net), std::move(text),
-                                        spec.compute_pool);
+  return std::make_unique<EncoderModel>(config, std::move(network->net), std::move(text),
+                                        spec.compute_pool, std::move(network->summary));
 }
 
 std::shared_ptr<const EncoderNetwork> LoadedEncoderNetwork(const Model& model) {
