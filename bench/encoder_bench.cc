@@ -18,8 +18,10 @@
 // pass meets its weights), and OpenBLAS with the weights [N, K] read transposed ("nt", as the
 // forward pass called it before) and pre-transposed ([K, N]: "nn"), by CPU time, and the OpenBLAS
 // core type and packed variant in use; where the CPU has AVX512_BF16 also the BF16 GEMM on weights
-// packed in BF16 ("packed_bf16", "packed_bf16_cold": encoder_gemm_bf16.cc). --precision sets the
-// model's `precision` parameter (fp32, bf16, auto) for the forward-pass rounds.
+// packed in BF16 ("packed_bf16", "packed_bf16_cold": encoder_gemm_bf16.cc), and the INT8 GEMM on
+// weights packed in INT8 ("packed_int8", "packed_int8_cold": encoder_gemm_int8.cc, the activations
+// quantized per row inside the timed call; GOP/s, a multiply-add counted as 2). --precision sets
+// the model's `precision` parameter (fp32, bf16, int8, auto) for the forward-pass rounds.
 //
 //   echo "32 128 2" | build/bench/sluice-encoder-bench --model-dir /tmp/bert_base/1
 
@@ -44,6 +46,8 @@
 #include "engine/core/backend.h"
 #include "engine/models/dense.h"
 #include "engine/models/encoder/encoder_gemm.h"
+#include "engine/models/encoder/encoder_model.h"
+#include "engine/models/encoder/encoder_network.h"
 #include "nlohmann/json.hpp"
 
 namespace sluice::bench {
@@ -155,8 +159,8 @@ int Main(int argc, char** argv) {
       ->capture_default_str();
   std::string precision = "fp32";
   app.add_option("--precision", precision,
-                 "the model's `precision` parameter: fp32, bf16 (AVX512_BF16 CPUs) or auto")
-      ->check(CLI::IsMember({"fp32", "bf16", "auto"}))
+                 "the model's `precision` parameter: fp32, bf16 (AVX512_BF16 CPUs), int8 or auto")
+      ->check(CLI::IsMember({"fp32", "bf16", "int8", "auto"}))
       ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
 
@@ -186,32 +190,32 @@ int Main(int argc, char** argv) {
     return 1;
   }
   const double load_s = std::chrono::duration<double>(Clock::now() - load_start).count();
-  std::ifstream config_file(model_dir + "/config.json");
-  const nlohmann::json config = nlohmann::json::parse(config_file);
-  const int64_t hidden = config["hidden_size"];
-  const int64_t layers = config["num_hidden_layers"];
-  // ModernBERT's GeGLU MLP: Wi is [2 x intermediate, hidden], so its MLP holds and computes what
-  // an ungated one of 1.5 x intermediate would; it has no position table.
-  // Qwen3's SwiGLU likewise (gate and up [I, hidden] each, down [hidden, I]), and its attention's
-  // projections are (heads + 2 kv_heads) x head_dim and heads x head_dim wide, not 3H and H.
-  const std::string model_type = config.value("model_type", "");
-  const bool modernbert = model_type == "modernbert";
-  const bool qwen3 = model_type == "qwen3";
-  const int64_t intermediate = config["intermediate_size"];
-  const int64_t inter = modernbert || qwen3 ? intermediate * 3 / 2 : intermediate;
-  const int64_t vocab = config["vocab_size"];
-  const int64_t positions =
-      modernbert || qwen3 ? 0 : config["max_position_embeddings"].get<int64_t>();
-  const int64_t types = modernbert || qwen3 ? 0 : config.value("type_vocab_size", 2);
-  const int64_t heads = config.value("num_attention_heads", int64_t{1});
-  const int64_t head_dim = qwen3 ? config.value("head_dim", hidden / heads) : hidden / heads;
-  const int64_t kv_heads = qwen3 ? config.value("num_key_value_heads", heads) : heads;
-  const int64_t qkv_width = (heads + 2 * kv_heads) * head_dim;
-  const int64_t context_width = heads * head_dim;
-  const double weight_mib =
-      static_cast<double>((vocab + positions + types) * hidden +
-                          layers * ((qkv_width + context_width) * hidden + 2 * hidden * inter)) *
-      4 / (1 << 20);
+  // The sizes from the network the backend loaded (config.json's keys differ by architecture:
+  // DistilBERT's dim, n_layers...). FLOPs per token: 2 per weight of the layers' linear layers
+  // (a GLU MLP's gate included), plus attention's two products (4 x seq x H per token and layer;
+  // a sliding-window layer does less, so its rate is understated).
+  const std::shared_ptr<const engine::models::encoder::EncoderNetwork> net =
+      engine::models::LoadedEncoderNetwork(**model);
+  if (net == nullptr) {
+    std::cerr << "the model is not an encoder\n";
+    return 1;
+  }
+  const int64_t hidden = net->hidden;
+  const int64_t layers = net->layers;
+  const int64_t intermediate = net->intermediate;
+  const int64_t vocab = net->vocab_size;
+  double linear_weights = 0;
+  for (const engine::models::encoder::EncoderLayer& layer : net->encoder_layers) {
+    for (const engine::models::encoder::PackedWeights* w :
+         {&layer.qkv_weight, &layer.attention_out_weight, &layer.intermediate_weight,
+          &layer.output_weight}) {
+      linear_weights += static_cast<double>(w->n()) * w->k();
+    }
+  }
+  const double weight_mib = static_cast<double>(net->weight_bytes) / (1 << 20);
+  // Attention's products run over heads x head_size (Qwen3's context width, not H; causal
+  // attention counted whole, as its 128-query blocks compute it).
+  const int64_t context_width = net->context_width();
   std::cout << nlohmann::json{{"load_s", load_s},
                               {"precision", (*model)->LoadSummary()},
                               {"rss_mib", ResidentMib()},
@@ -262,9 +266,19 @@ int Main(int argc, char** argv) {
           shapes.back()["packed_bf16_cold_gflops"] =
               PackedGemmGflops(tokens, n, k, seconds, true, WeightFormat::kBf16);
         }
+        {
+          using engine::models::encoder::WeightFormat;
+          shapes.back()["packed_int8_gops"] =
+              PackedGemmGflops(tokens, n, k, seconds, false, WeightFormat::kInt8);
+          shapes.back()["packed_int8_cold_gops"] =
+              PackedGemmGflops(tokens, n, k, seconds, true, WeightFormat::kInt8);
+        }
       }
       std::cout << nlohmann::json{{"core", openblas_get_corename()},
                                   {"packed", engine::models::encoder::gemm::Get().name},
+                                  {"packed_int8", engine::models::encoder::gemm::Int8KernelName(
+                                                      engine::models::encoder::gemm::Int8For(
+                                                          engine::models::encoder::gemm::Get()))},
                                   {"shapes", shapes}}
                        .dump()
                 << std::endl;
@@ -302,9 +316,7 @@ int Main(int argc, char** argv) {
     } while (elapsed < seconds);
     const double cpu = CpuSeconds() - cpu_start;
     const double per_sequence_flops =
-        static_cast<double>(layers) *
-        (2.0 * seq * hidden * (qkv_width + context_width) + 4.0 * seq * hidden * inter +
-         4.0 * seq * seq * context_width);  // causal attention counted whole, as computed
+        2.0 * seq * linear_weights + static_cast<double>(layers) * 4.0 * seq * seq * context_width;
     const double sequences_per_s = static_cast<double>(runs * batch) / elapsed;
     const double cpu_sequences_per_s = static_cast<double>(runs * batch) / cpu;
     std::cout << nlohmann::json{{"batch", batch},

@@ -15,6 +15,11 @@ shape from `sluice-make-encoder --vocab 30522 --hidden 768 --layers 12 --heads 1
 --intermediate 3072 --positions 512 --out /tmp/bert_base`. Needs the pinned torch, transformers,
 onnx, onnxruntime (tests/python-requirements.txt). Prints a markdown table.
 
+With --precision int8 sluice serves the checkpoint with `precision: int8` and ONNX Runtime runs
+the exported model after onnxruntime.quantization.quantize_dynamic (its defaults: INT8 weights per
+tensor, UINT8 activations quantized per tensor at run time, MatMulInteger on MLAS's VNNI kernels
+where the CPU has them); PyTorch stays FP32 (the reference of both).
+
 With --gemm TOKENS it instead compares the GEMMs alone, one thread each, alternating in rounds:
 sluice's packed GEMM as the encoder calls it (sluice-encoder-bench's "gemm" command: weights
 packed once beforehand, as at load; "hot" reuses one packed matrix, so it stays in cache, "cold"
@@ -46,9 +51,9 @@ def minilm_folder():
 
 
 class Sluice:
-    def __init__(self, binary, folder):
-        self.proc = subprocess.Popen([binary, "--model-dir", folder], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, text=True)
+    def __init__(self, binary, folder, precision="fp32"):
+        self.proc = subprocess.Popen([binary, "--model-dir", folder, "--precision", precision],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         self.load = json.loads(self.proc.stdout.readline())
 
     def ask(self, line):
@@ -96,7 +101,7 @@ class Torch:
 
 
 class Ort:
-    def __init__(self, folder, torch_side):
+    def __init__(self, folder, torch_side, quantize=False):
         self.file = tempfile.NamedTemporaryFile(suffix=".onnx", delete=False).name
         ids = torch.ones((1, 8), dtype=torch.long)
         with torch.inference_mode():
@@ -106,6 +111,11 @@ class Ort:
                               dynamic_axes={"input_ids": {0: "b", 1: "s"},
                                             "attention_mask": {0: "b", 1: "s"}},
                               opset_version=17, dynamo=False)
+        if quantize:
+            from onnxruntime.quantization import quantize_dynamic
+            fp32_file, self.file = self.file, self.file.replace(".onnx", ".int8.onnx")
+            quantize_dynamic(fp32_file, self.file)
+            os.unlink(fp32_file)
         options = onnxruntime.SessionOptions()
         options.intra_op_num_threads = 1
         options.inter_op_num_threads = 1
@@ -200,6 +210,8 @@ def main():
     parser.add_argument("--seconds", type=float, default=2.0)
     parser.add_argument("--no-ort", action="store_true",
                         help="skip ONNX Runtime (its export refuses checkpoints over 2 GiB)")
+    parser.add_argument("--precision", default="fp32", choices=["fp32", "bf16", "int8"],
+                        help="sluice's `precision`; int8 also quantizes ORT's model (see above)")
     parser.add_argument("--gemm", type=int, default=0,
                         help="compare the GEMMs alone with M = this many tokens (see above)")
     args = parser.parse_args()
@@ -214,9 +226,10 @@ def main():
     for folder in args.model:
         label = "all-MiniLM-L6-v2" if folder == "minilm" else os.path.basename(folder.rstrip("/"))
         folder = minilm_folder() if folder == "minilm" else folder
-        sluice = Sluice(args.bench, folder)
+        sluice = Sluice(args.bench, folder, args.precision)
         torch_side = Torch(folder)
-        ort = None if args.no_ort else Ort(folder, torch_side)
+        ort = None if args.no_ort else Ort(folder, torch_side,
+                                           quantize=args.precision == "int8")
         sgemm_rounds = []
         core = "?"
         for batch in [int(b) for b in args.batches.split(",")]:
@@ -264,7 +277,9 @@ def main():
         if ort is not None:
             ort.close()
     print(f"load average at end: {os.getloadavg()}")
-    print("\nseq/s by CPU time (medians of the rounds); the wall-clock ratios of the same rounds "
+    print(f"\nsluice {args.precision}, PyTorch fp32, ORT "
+          f"{'int8 (quantize_dynamic)' if args.precision == 'int8' else 'fp32'}; "
+          "seq/s by CPU time (medians of the rounds); the wall-clock ratios of the same rounds "
           "in the last two columns")
     print("\n| model | batch | sluice seq/s | PyTorch seq/s | ORT seq/s | vs PyTorch | vs ORT "
           "| share of 1-core SGEMM | vs PyTorch (wall) | vs ORT (wall) |")

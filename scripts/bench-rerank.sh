@@ -9,9 +9,12 @@
 # sentence-transformers' CrossEncoder on the same pairs. Non-2xx answers are fatal.
 #
 #   scripts/bench-rerank.sh [--rounds N] [--seconds S] [--connections "1 8 32"] [--engines "torch optimum"]
+#                           [--precision fp32|bf16|int8]
 #
 # sluice runs as the README configures a model (a three-line config.pbtxt, max_batch_size 32),
-# nothing tuned. infinity-emb 0.0.78 (torch and optimum/ONNX Runtime engines) lives in a virtual
+# nothing tuned. --precision (default fp32) adds the model's `precision` parameter for sluice and
+# gives infinity the same weights dtype (--dtype float32/bfloat16/int8); below fp32 the scores are
+# allowed to drift from CrossEncoder's FP32 ones (each server's drift and order are printed). infinity-emb 0.0.78 (torch and optimum/ONNX Runtime engines) lives in a virtual
 # environment of its own, made here once (it pins torch and sentence-transformers of its own).
 # Prints one table: pairs/s, p50, p99 per server and connection count, and sluice / best infinity.
 set -euo pipefail
@@ -21,13 +24,15 @@ ROUNDS=2
 SECONDS_PER_CELL=20
 CONNECTIONS="1 8 32"
 ENGINES="torch optimum"
+PRECISION=fp32
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --rounds) ROUNDS=$2; shift 2 ;;
     --seconds) SECONDS_PER_CELL=$2; shift 2 ;;
     --connections) CONNECTIONS=$2; shift 2 ;;
     --engines) ENGINES=$2; shift 2 ;;
-    -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
+    --precision) PRECISION=$2; shift 2 ;;
+    -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
     *) echo "unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -51,8 +56,15 @@ trap cleanup EXIT
 # Offline, and no telemetry: infinity-emb reports usage to a third party unless told not to.
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 DO_NOT_TRACK=1 INFINITY_ANONYMOUS_USAGE_STATS=0
 
+case "$PRECISION" in
+  fp32) INFINITY_DTYPE=float32 ;;
+  bf16) INFINITY_DTYPE=bfloat16 ;;
+  int8) INFINITY_DTYPE=int8 ;;
+  *) echo "--precision: fp32, bf16 or int8, not $PRECISION" >&2; exit 2 ;;
+esac
+
 # The checkpoint, the request body and the reference scores.
-"$PY" bench/rerank_bench.py prepare --work "$WORK"
+"$PY" bench/rerank_bench.py prepare --work "$WORK" --precision "$PRECISION"
 FOLDER="$WORK/models/reranker/1"
 # infinity's optimum engine reads an ONNX export from the folder (it downloads one otherwise): the
 # same checkpoint exported by optimum, in a copy of the folder that sluice does not read.
@@ -89,7 +101,7 @@ for engine in $ENGINES; do
   # globbed it, which optimum only finds when it is relative to the model folder.
   (cd "$INFINITY_FOLDER" && exec "$INFINITY_VENV/bin/infinity_emb" v2 --model-id . \
     --served-model-name reranker --engine "$engine" --port "$port" --url-prefix "" \
-    --batch-size 32 --no-bettertransformer) >"$WORK/infinity-$engine.log" 2>&1 &
+    --batch-size 32 --no-bettertransformer --dtype "$INFINITY_DTYPE") >"$WORK/infinity-$engine.log" 2>&1 &
   PIDS+=($!)
   if wait_http "http://127.0.0.1:$port/health" 300; then
     URL[infinity-$engine]="http://127.0.0.1:$port/rerank"
@@ -101,7 +113,8 @@ done
 
 # Correctness first: every server's scores against CrossEncoder's.
 for server in $SERVERS; do
-  "$PY" bench/rerank_bench.py check --work "$WORK" --url "${URL[$server]}" --name "$server"
+  "$PY" bench/rerank_bench.py check --work "$WORK" --url "${URL[$server]}" --name "$server" \
+    --precision "$PRECISION"
 done
 
 # wrk posts the one body; the Lua script counts non-2xx answers, which void the figure.

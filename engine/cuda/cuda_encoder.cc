@@ -291,10 +291,11 @@ absl::StatusOr<std::unique_ptr<CudaEncoder>> CudaEncoder::Create(
     return absl::UnimplementedError(absl::StrCat(
         "hidden size ", shape.hidden, " is above the GPU kernels' limit of ", kMaxEncoderHidden));
   }
-  if (shape.pooling.weightedmean || shape.pooling.lasttoken || !shape.dense.empty()) {
+  if (shape.pooling.weightedmean || shape.pooling.lasttoken || !shape.dense.empty() ||
+      shape.truncate_dim > 0) {
     return absl::UnimplementedError(
-        "sentence-transformers' weightedmean or lasttoken pooling, or a Dense module: the GPU "
-        "pools cls, max, mean and mean_sqrt_len");
+        "sentence-transformers' weightedmean or lasttoken pooling, a Dense module or the "
+        "`dimensions` parameter: the GPU pools cls, max, mean and mean_sqrt_len, untruncated");
   }
   if (!shape.layer_plans.empty() && shape.layer_plans.front().pre_norm) {
     return absl::UnimplementedError(

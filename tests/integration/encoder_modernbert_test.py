@@ -11,7 +11,8 @@
   `embedding`) at several ragged mixes: requests of many lengths in flight together, most longer
   than the local window (16: the sliding-window layers attend to 8 tokens each side), up to 192
   tokens; rows padded to one length with masks of different lengths, an interior zero and an
-  interior run of zeros longer than the window (queries that see no attended key).
+  interior run of zeros longer than the window (queries that see no attended key); and a long
+  context: 4,096 tokens through ModernBERT's own window of 128.
 - `precision: bf16` (where the CPU has AVX512_BF16): the FP32 sentence embedder computed in BF16
   keeps its embeddings (cosine similarity >= 0.999 to transformers' FP32).
 - Broken checkpoints (a missing tensor, a wrong shape, an unknown hidden_activation, an unknown
@@ -35,6 +36,7 @@ import transformers
 import tritonclient.grpc as grpcclient
 
 sys.path.insert(0, os.path.dirname(__file__))
+import encoder_precision_test as precision  # noqa: E402
 import encoder_reference_test as ref  # noqa: E402
 from encoder_reference_test import make_encoder_checkpoint  # noqa: E402
 from sluice_server import SluiceServer  # noqa: E402
@@ -56,6 +58,12 @@ CHECKPOINTS = {
                    act="gelu_pytorch_tanh", global_every=2, pooling="cls", seed=13),
 }
 WORST = {}
+# A long-context checkpoint: ModernBERT's real window (128) and positions (8,192), two layers (one
+# global, one local), asked for 4,096 tokens (the released models' 8,192 matched at 4e-7 by hand;
+# transformers' eager reference needs ~4x the memory there).
+LONG = dict(arch="modernbert", layers=2, local_attention=128, global_every=2, max_positions=8192,
+            pooling="mean", normalize=True, seed=14, vocab=1000)
+LONG_SEQ = 4096
 
 
 class ModernBertReference:
@@ -136,7 +144,9 @@ def build_repository(root):
             with open(path, "w") as f:
                 json.dump(config, f)
 
-    if ref.HAS_BF16:
+    ref.write_config(os.path.join(root, "mb_long"), "mb_long")
+    make_encoder_checkpoint.write_checkpoint(os.path.join(root, "mb_long", "1"), **LONG)
+    if precision.HAS["bf16"]:
         # The same FP32 checkpoint computed with `precision: bf16` (the layers' GEMMs in BF16).
         shutil.copytree(os.path.join(root, "mb_st", "1"), os.path.join(root, "mb_st_bf16", "1"))
         ref.write_config(os.path.join(root, "mb_st_bf16"), "mb_st_bf16",
@@ -171,8 +181,8 @@ class EncoderModernBertTest(unittest.TestCase):
     def reference(self, name):
         if name not in self.references:
             folder = os.path.join(self.root, name, "1")
-            self.references[name] = ModernBertReference(
-                folder, bool(CHECKPOINTS[name].get("classifier")))
+            options = LONG if name == "mb_long" else CHECKPOINTS[name]
+            self.references[name] = ModernBertReference(folder, bool(options.get("classifier")))
         return self.references[name]
 
     def inputs(self, ids, mask):
@@ -246,8 +256,17 @@ class EncoderModernBertTest(unittest.TestCase):
                 result = self.client.infer(name, self.inputs(ids, mask), outputs=requested)
                 self.check(name, result, ids, mask, outputs)
 
+    def test_long_context_matches_transformers(self):
+        rng = np.random.default_rng(8192)
+        ids = rng.integers(3, LONG["vocab"], size=(2, LONG_SEQ))
+        mask = np.ones_like(ids)
+        mask[1, 1000:] = 0  # a 1,000-token row padded to 4,096 in the same request
+        requested = [grpcclient.InferRequestedOutput(o) for o in ("last_hidden_state", "embedding")]
+        result = self.client.infer("mb_long", self.inputs(ids, mask), outputs=requested)
+        self.check("mb_long", result, ids, mask, ["last_hidden_state", "embedding"])
+
     def test_precision_bf16_keeps_the_embeddings(self):
-        if not ref.HAS_BF16:
+        if not precision.HAS["bf16"]:
             self.skipTest("this CPU has no AVX512_BF16 (precision: bf16 is refused there)")
         rng = np.random.default_rng(36)
         ids = rng.integers(3, VOCAB, size=(6, MAX_SEQ))
@@ -261,7 +280,7 @@ class EncoderModernBertTest(unittest.TestCase):
         cosines = np.sum(got * want, axis=1) / (np.linalg.norm(got, axis=1) *
                                                 np.linalg.norm(want, axis=1))
         WORST["mb_st_bf16.min_cosine"] = float(np.min(cosines))
-        self.assertGreater(float(np.min(cosines)), ref.BF16_MIN_COSINE, cosines)
+        self.assertGreater(float(np.min(cosines)), precision.BF16_MIN_COSINE, cosines)
 
     def test_broken_checkpoints_fail_alone(self):
         index = self.client.get_model_repository_index(as_json=True)["models"]
@@ -272,7 +291,7 @@ class EncoderModernBertTest(unittest.TestCase):
                 self.assertEqual(entry.get("state"), "UNAVAILABLE", entry)
                 for needle in needles:
                     self.assertIn(needle, entry.get("reason", ""))
-        for name in list(CHECKPOINTS) + (["mb_st_bf16"] if ref.HAS_BF16 else []):
+        for name in list(CHECKPOINTS) + ["mb_long"] + (["mb_st_bf16"] if precision.HAS["bf16"] else []):
             self.assertTrue(self.client.is_model_ready(name), name)
 
 

@@ -49,10 +49,10 @@ SENTENCES = [
 ]
 
 
-def write_config(folder, name):
+def write_config(folder, name, extra=""):
     os.makedirs(folder, exist_ok=True)
     with open(os.path.join(folder, "config.pbtxt"), "w") as f:
-        f.write(f'name: "{name}"\nbackend: "encoder"\nmax_batch_size: 16\n')
+        f.write(f'name: "{name}"\nbackend: "encoder"\nmax_batch_size: 16\n{extra}')
 
 
 def text_input(strings):
@@ -164,6 +164,12 @@ class SentencePipelineTest(unittest.TestCase):
         build_prompted(minilm, cls.prompted_dir)
         write_config(os.path.join(cls.root, "prompted"), "prompted")
         cls.broken = broken_variants(cls.pipeline_dir, cls.root)
+        # Matryoshka: the model's `dimensions` parameter, and one larger than its embedding.
+        for name, dims in (("matryoshka", 16), ("broken_dimensions", 25)):
+            shutil.copytree(cls.pipeline_dir, os.path.join(cls.root, name, "1"))
+            write_config(os.path.join(cls.root, name), name,
+                         f'parameters {{ key: "dimensions" value: {{ string_value: "{dims}" }} }}\n')
+        cls.broken["broken_dimensions"] = "'dimensions' = 25 is more than the 24 values"
         cls.server = SluiceServer(ARGS.server, cls.root, timeout_s=120)
         cls.grpc = grpcclient.InferenceServerClient(f"127.0.0.1:{cls.server.grpc_port}")
         cls.st = {
@@ -252,6 +258,14 @@ class SentencePipelineTest(unittest.TestCase):
         self.assertEqual(status, 200, body)
         got = [item["embedding"] for item in body["data"]]
         self.assertLess(rel_err(got, self.want("pipeline", SENTENCES[:3])), TOLERANCE)
+
+    def test_dimensions_parameter_truncates_and_normalises_again(self):
+        want = self.st["pipeline"].encode(SENTENCES, truncate_dim=16, convert_to_numpy=True)
+        want /= np.linalg.norm(want, axis=1, keepdims=True)
+        got = self.grpc_embed("matryoshka", SENTENCES)
+        self.assertEqual(got.shape, (len(SENTENCES), 16))
+        self.assertLess(rel_err(got, want), TOLERANCE)
+        np.testing.assert_allclose(np.linalg.norm(got, axis=1), 1.0, rtol=1e-5)
 
     def test_unknown_prompt_name_is_a_clear_error(self):
         with self.assertRaises(InferenceServerException) as caught:

@@ -358,10 +358,17 @@ void Pool(const EncoderNetwork& net, const PackedBatch& batch, const float* hidd
 
 void PoolEmbedding(const EncoderNetwork& net, const PackedBatch& batch, const float* hidden, int s,
                    float* out) {
+  // With Matryoshka truncation the full embedding goes to scratch and its first values to `out`.
+  std::vector<float> full;
+  float* target = out;
+  if (net.truncate_dim > 0) {
+    full.resize(static_cast<size_t>(net.full_embedding_size()));
+    target = full.data();
+  }
   if (net.dense.empty()) {
-    Pool(net, batch, hidden, s, out);
+    Pool(net, batch, hidden, s, target);
   } else {
-    // Pooled, then each Dense module in turn, the last one writing `out`.
+    // Pooled, then each Dense module in turn, the last one writing `target`.
     std::vector<float> in(static_cast<size_t>(net.pooled_size()));
     Pool(net, batch, hidden, s, in.data());
     std::vector<float> mapped;
@@ -369,10 +376,11 @@ void PoolEmbedding(const EncoderNetwork& net, const PackedBatch& batch, const fl
       const DenseLayer& layer = net.dense[d];
       const bool last = d + 1 == net.dense.size();
       if (!last) mapped.resize(static_cast<size_t>(layer.out_features));
-      ApplyDense(layer, in.data(), last ? out : mapped.data());
+      ApplyDense(layer, in.data(), last ? target : mapped.data());
       if (!last) in.swap(mapped);
     }
   }
+  if (net.truncate_dim > 0) std::copy_n(full.data(), net.truncate_dim, out);
   if (net.normalize) {
     const int size = net.embedding_size();
     double squares = 0;

@@ -17,6 +17,9 @@
 // pass, output GEMM with bias + residual + LayerNorm in one pass. Those passes and the softmax are
 // encoder_kernels.h's vectorized kernels (AVX-512F or AVX2 + FMA where the CPU has them); the QKV
 // bias is the GEMM accumulators' starting value.
+//
+// ModernBERT's pre-norm layers (EncoderNetwork::layer_plans) run encoder_modernbert.h's
+// ForwardPreNorm, which Forward calls, under the same contract.
 
 #include <cstdint>
 #include <vector>

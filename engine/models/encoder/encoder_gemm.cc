@@ -1,6 +1,7 @@
 #include "engine/models/encoder/encoder_gemm.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 
@@ -55,6 +56,17 @@ bool Bf16Supported() {
     if (__get_cpuid_count(7, 1, &eax, &ebx, &ecx, &edx) == 0) return false;
     return (eax & (1u << 5)) != 0;  // AVX512_BF16
   }();
+  return supported;
+#else
+  return false;
+#endif
+}
+
+bool Int8VnniSupported() {
+#if SLUICE_ENCODER_AVX2
+  static const bool supported =
+      __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
   return supported;
 #else
   return false;
@@ -175,14 +187,70 @@ PackedWeights PackedWeights::Pack(const std::vector<float>& w, int n, int k, Wei
     }
     return packed;
   }
+  if (format == WeightFormat::kInt8) {
+    const int padded = packed.panels() * kPanelWidth;
+    packed.int8_.reset(new (std::align_val_t{
+        64}) int8_t[static_cast<size_t>(packed.panels() * packed.int8_panel_stride())]);
+    packed.scales_.reset(new (std::align_val_t{64}) float[static_cast<size_t>(padded)]);
+    packed.sums_.reset(new (std::align_val_t{64}) int32_t[static_cast<size_t>(padded)]);
+    std::vector<int8_t> q(static_cast<size_t>(k));
+    for (int row = 0; row < padded; ++row) {
+      float amax = 0.0f;
+      const float* src = row < n ? w.data() + int64_t{row} * k : nullptr;
+      for (int p = 0; src != nullptr && p < k; ++p) amax = std::max(amax, std::fabs(src[p]));
+      // Symmetric, per output channel: the row's largest magnitude maps to 127.
+      const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+      int32_t sum = 0;
+      for (int p = 0; p < k; ++p) {
+        const float v = src != nullptr ? std::nearbyint(src[p] * inv) : 0.0f;
+        q[p] = static_cast<int8_t>(std::clamp(v, -127.0f, 127.0f));
+        sum += q[p];
+      }
+      packed.scales_[row] = amax / 127.0f;
+      packed.sums_[row] = sum;
+      int8_t* panel = packed.int8_.get() + (row / kPanelWidth) * packed.int8_panel_stride() +
+                      4 * (row % kPanelWidth);
+      for (int quad = 0; quad < packed.int8_quads(); ++quad) {
+        for (int t = 0; t < 4; ++t) {
+          const int p = 4 * quad + t;
+          panel[quad * 4 * kPanelWidth + t] = p < k ? q[p] : int8_t{0};
+        }
+      }
+    }
+    return packed;
+  }
   const int64_t floats = packed.bytes() / 4;
   packed.data_.reset(new (std::align_val_t{64}) float[static_cast<size_t>(floats)]);
   PackPanels(w.data(), k, n, k, packed.data_.get());
   return packed;
 }
 
+int64_t PackedWeights::bytes() const {
+  switch (format_) {
+    case WeightFormat::kBf16:
+      return int64_t{panels()} * bf16_panel_stride() * 2;
+    case WeightFormat::kInt8:
+      // The panels, and a float scale and an int32 sum per (padded) column.
+      return int64_t{panels()} * (int8_panel_stride() + kPanelWidth * 8);
+    case WeightFormat::kFp32:
+      break;
+  }
+  return int64_t{panels()} * panel_stride() * 4;
+}
+
 std::vector<float> PackedWeights::Unpack() const {
   std::vector<float> w(static_cast<size_t>(int64_t{n_} * k_));
+  if (format_ == WeightFormat::kInt8) {
+    for (int row = 0; row < n_; ++row) {
+      const int8_t* panel =
+          int8_data() + (row / kPanelWidth) * int8_panel_stride() + 4 * (row % kPanelWidth);
+      for (int p = 0; p < k_; ++p) {
+        w[static_cast<size_t>(int64_t{row} * k_ + p)] =
+            static_cast<float>(panel[(p / 4) * 4 * kPanelWidth + p % 4]) * scales_[row];
+      }
+    }
+    return w;
+  }
   if (format_ == WeightFormat::kBf16) {
     for (int row = 0; row < n_; ++row) {
       const uint16_t* panel =
@@ -270,6 +338,11 @@ void PackedGemm(const gemm::GemmKernel& kernel, const float* x, int64_t rows,
                         w.n());
     return;
   }
+  if (w.format() == WeightFormat::kInt8) {
+    gemm::Int8PanelGemm(gemm::Int8For(kernel), x, w.k(), rows, w.int8_data(), w.int8_panel_stride(),
+                        w.int8_scales(), w.int8_sums(), w.n(), w.k(), bias, y, w.n());
+    return;
+  }
   PanelGemm(kernel, x, w.k(), rows, w.data(), w.n(), w.k(), bias, y, w.n());
 }
 
@@ -309,6 +382,14 @@ void PackedGemm(ComputePool* pool, const gemm::GemmKernel& g, const float* x, in
                           w.bf16_data() + first_panel * w.bf16_panel_stride(),
                           w.bf16_panel_stride(), n, w.k(), bias != nullptr ? bias + col : nullptr,
                           y + r0 * w.n() + col, w.n());
+      return;
+    }
+    if (w.format() == WeightFormat::kInt8) {
+      gemm::Int8PanelGemm(gemm::Int8For(g), x + r0 * w.k(), w.k(), r,
+                          w.int8_data() + first_panel * w.int8_panel_stride(),
+                          w.int8_panel_stride(), w.int8_scales() + col, w.int8_sums() + col, n,
+                          w.k(), bias != nullptr ? bias + col : nullptr, y + r0 * w.n() + col,
+                          w.n());
       return;
     }
     PanelGemm(g, x + r0 * w.k(), w.k(), r, w.data() + first_panel * stride, n, w.k(),

@@ -49,7 +49,14 @@ inline constexpr int kPanelWidth = 16;
 // pair row, the operand layout of AVX-512 BF16's VDPBF16PS; rounded to nearest even at Pack.
 // Half the bytes of kFp32. PackedGemm on kBf16 weights converts X to BF16 per row block and
 // accumulates in FP32 (encoder_gemm_bf16.cc).
-enum class WeightFormat : int { kFp32, kBf16 };
+//
+// kInt8 (`precision: int8`): each row W_j quantized symmetrically to int8 with its own scale
+// (scale_j = max|W_j| / 127, q = round(W / scale_j) in [-127, 127]); each panel is ceil(K / 4)
+// rows of 16 quads (lane c of quad row q holds W[j*16 + c][4q .. 4q + 3], K padded with zeros to a
+// multiple of 4), 64 bytes per quad row, the operand layout of AVX512-VNNI's VPDPBUSD. Beside it
+// per column (padded to whole panels) the scale and the sum of the column's int8 values, for the
+// activations' zero point (encoder_gemm_int8.cc). A quarter of kFp32's bytes, plus 8 per column.
+enum class WeightFormat : int { kFp32, kBf16, kInt8 };
 
 // W [N, K] in panels (see the file comment). Move-only; immutable after Pack.
 class PackedWeights {
@@ -72,14 +79,19 @@ class PackedWeights {
   const uint16_t* bf16_data() const { return bf16_.get(); }
   int bf16_pairs() const { return (k_ + 1) / 2; }
   int64_t bf16_panel_stride() const { return int64_t{bf16_pairs()} * 2 * kPanelWidth; }
+  // kInt8: the int8 panels (see WeightFormat), null otherwise; quad rows per panel, bytes from one
+  // panel to the next; per column (panels() * 16 entries, zero past n) the scale and the sum of
+  // the column's int8 values.
+  const int8_t* int8_data() const { return int8_.get(); }
+  int int8_quads() const { return (k_ + 3) / 4; }
+  int64_t int8_panel_stride() const { return int64_t{int8_quads()} * 4 * kPanelWidth; }
+  const float* int8_scales() const { return scales_.get(); }
+  const int32_t* int8_sums() const { return sums_.get(); }
   bool empty() const { return n_ == 0; }
   // Bytes held (the padding of a last partial panel included).
-  int64_t bytes() const {
-    return format_ == WeightFormat::kBf16 ? int64_t{panels()} * bf16_panel_stride() * 2
-                                          : int64_t{panels()} * panel_stride() * 4;
-  }
+  int64_t bytes() const;
   // Back to row-major [n, k] (tests; a backend that needs the plain layout). kBf16: the BF16
-  // values widened.
+  // values widened; kInt8: the int8 values times their row's scale.
   std::vector<float> Unpack() const;
 
  private:
@@ -94,6 +106,9 @@ class PackedWeights {
   WeightFormat format_ = WeightFormat::kFp32;
   std::unique_ptr<float[], AlignedDelete> data_;
   std::unique_ptr<uint16_t[], AlignedDelete> bf16_;
+  std::unique_ptr<int8_t[], AlignedDelete> int8_;
+  std::unique_ptr<float[], AlignedDelete> scales_;
+  std::unique_ptr<int32_t[], AlignedDelete> sums_;
 };
 
 // FP32 -> BF16, rounded to nearest even (NaN stays a quiet NaN), and back.
@@ -151,6 +166,32 @@ double Bf16Speedup();
 void Bf16PanelGemm(const float* x, int64_t ldx, int64_t rows, const uint16_t* panels,
                    int64_t panel_stride, int n, int k, const float* bias, float* y, int64_t ldy);
 
+// The INT8 product (kInt8 weights, encoder_gemm_int8.cc). Variants: kAvx512Vnni (VPDPBUSD; x86-64
+// builds by GCC or Clang, CPUs with AVX-512F/BW/VL and AVX512_VNNI) and kGeneric (portable C++,
+// every CPU, several times slower than the FP32 GEMM). Both give the same bits.
+enum class Int8Kernel : int { kGeneric, kAvx512Vnni };
+bool Int8VnniSupported();
+// The variant PackedGemm runs on kInt8 weights: kAvx512Vnni where supported, unless the FP32
+// kernel it is given is Generic() (SLUICE_ENCODER_GEMM=generic, SLUICE_ENCODER_KERNELS=generic).
+Int8Kernel Int8For(const GemmKernel& kernel);
+const char* Int8KernelName(Int8Kernel kernel);  // "avx512-vnni", "generic"
+
+// The peak rate of VPDPBUSD (4 multiply-adds per 32-bit lane) over AVX-512F FMA's (1 per lane) on
+// this CPU, measured once (a few ms, on the first call). 0 where !Int8VnniSupported().
+double Int8Speedup();
+
+// y[rows, n] (row stride ldy) = dequantized (x[rows, k] (row stride ldx) quantized per row x W^T)
+// (+ bias[n]): each row of x is quantized to u8 with its own scale and zero point (its range,
+// widened to hold 0, over 255 values; round to nearest even), the products summed exactly in
+// int32, the zero point removed with the weights' column sums, and the result scaled back to FP32
+// by the row's and the column's scales. W's first n columns at `panels` in the kInt8 layout,
+// `panel_stride` bytes between panels, `scales` and `sums` its per-column arrays (from the first
+// column). A row's result does not depend on its batch-mates. REQUIRES kernel == kGeneric or
+// Int8VnniSupported(), x finite.
+void Int8PanelGemm(Int8Kernel kernel, const float* x, int64_t ldx, int64_t rows,
+                   const int8_t* panels, int64_t panel_stride, const float* scales,
+                   const int32_t* sums, int n, int k, const float* bias, float* y, int64_t ldy);
+
 }  // namespace gemm
 
 // Writes the [n, k] matrix w (row stride ldw) into `out` in PackedWeights' panel layout:
@@ -172,7 +213,8 @@ void PanelGemm(const gemm::GemmKernel& kernel, const float* x, int64_t ldx, int6
 
 // y[rows, w.n()] (row stride w.n()) = x[rows, w.k()] (row stride w.k()) x W^T (+ bias[w.n()] per
 // row where bias is not null), on the calling thread, with `kernel` (kFp32 weights; kBf16 weights
-// run gemm::Bf16PanelGemm whatever `kernel` is).
+// run gemm::Bf16PanelGemm whatever `kernel` is, kInt8 weights gemm::Int8PanelGemm with
+// gemm::Int8For(kernel)).
 void PackedGemm(const gemm::GemmKernel& kernel, const float* x, int64_t rows,
                 const PackedWeights& w, const float* bias, float* y);
 // The same with gemm::Get().

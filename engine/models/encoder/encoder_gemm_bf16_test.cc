@@ -197,7 +197,7 @@ TEST(EncoderPrecisionTest, ParsesEachValueAndRefusesBf16WhereTheCpuLacksIt) {
     auto bad = ParseCpuPrecision(WithPrecision("BF16"), has_bf16, 2.0);
     EXPECT_TRUE(absl::IsInvalidArgument(bad.status()));
     EXPECT_EQ(bad.status().message(),
-              "parameter 'precision' = 'BF16' must be one of fp32, bf16, auto");
+              "parameter 'precision' = 'BF16' must be one of fp32, bf16, int8, auto");
   }
   auto bf16 = ParseCpuPrecision(WithPrecision("bf16"), true, 0.5);
   ASSERT_TRUE(bf16.ok());
@@ -226,6 +226,47 @@ TEST(EncoderPrecisionTest, AutoTakesBf16OnlyWhereItIsFaster) {
                                  "product peaks at 1.96x"),
             std::string::npos)
       << faster->summary;
+}
+
+TEST(EncoderPrecisionTest, ParsesInt8AndAutoTriesInt8FirstWhereVnniIsFaster) {
+  for (const bool forced : {false, true}) {
+    auto int8 = ParseCpuPrecision(WithPrecision("int8"),
+                                  CpuFeatures{.int8_vnni = true, .int8_generic_forced = forced});
+    ASSERT_TRUE(int8.ok());
+    EXPECT_EQ(int8->format, WeightFormat::kInt8);
+    EXPECT_FALSE(int8->check_accuracy);
+    EXPECT_NE(int8->summary.find(forced ? "generic kernel, forced by SLUICE_ENCODER_GEMM"
+                                        : "AVX512-VNNI kernel)"),
+              std::string::npos)
+        << int8->summary;
+  }
+  auto refused = ParseCpuPrecision(WithPrecision("int8"), CpuFeatures{.bf16 = true});
+  EXPECT_TRUE(absl::IsInvalidArgument(refused.status()));
+  EXPECT_NE(refused.status().message().find("'int8' needs a CPU with AVX512_VNNI"),
+            std::string::npos)
+      << refused.status();
+  const CpuFeatures emerald{
+      .bf16 = true, .bf16_speedup = 0.5, .int8_vnni = true, .int8_speedup = 3.9};
+  auto chosen = ParseCpuPrecision(WithPrecision("auto"), emerald);
+  ASSERT_TRUE(chosen.ok());
+  EXPECT_EQ(chosen->format, WeightFormat::kInt8);
+  EXPECT_TRUE(chosen->check_accuracy);
+  EXPECT_EQ(chosen->summary,
+            "precision int8 (auto: the CPU has AVX512_VNNI, its VPDPBUSD peaks at 3.90x its FP32 "
+            "FMA rate; INT8 weights per output channel, activations per token, INT32 "
+            "accumulation)");
+  // Where the probe fails: auto's choice without int8 (here fp32: BF16 is slower).
+  EXPECT_EQ(chosen->fallback, WeightFormat::kFp32);
+  EXPECT_EQ(chosen->fallback_summary,
+            "precision fp32 (auto: the CPU has AVX512_BF16, but its BF16 dot product peaks at "
+            "0.50x its FP32 FMA rate, under 1.20x)");
+  CpuFeatures slow = emerald;
+  slow.int8_speedup = 1.1;
+  slow.bf16_speedup = 2.0;
+  auto bf16 = ParseCpuPrecision(WithPrecision("auto"), slow);
+  ASSERT_TRUE(bf16.ok());
+  EXPECT_EQ(bf16->format, WeightFormat::kBf16);
+  EXPECT_FALSE(bf16->check_accuracy);
 }
 
 TEST_F(EncoderGemmBf16ShapesTest, Bf16SpeedupIsMeasuredOnce) {

@@ -37,6 +37,7 @@ constexpr absl::string_view kPoolerOutput = "pooler_output";
 constexpr absl::string_view kLogits = "logits";
 constexpr absl::string_view kMaxBatchTokensParam = "max_batch_tokens";
 constexpr absl::string_view kNormalizeParam = "normalize";
+constexpr absl::string_view kDimensionsParam = "dimensions";
 // A budget larger than this is no budget (and would size scratch beyond any machine).
 constexpr int64_t kMaxBatchTokensLimit = int64_t{1} << 22;
 
@@ -55,14 +56,23 @@ absl::StatusOr<encoder::EncoderLoadOptions> LoadOptions(const ModelConfig& confi
   for (const auto& [key, value] : config.parameters) {
     // compute_type, allow_tf32 and cuda_buckets concern the GPU only; checked on every backend
     // (encoder::ParseGpuOptions) so that a typo fails the load wherever the model runs.
-    if (key != kMaxBatchTokensParam && key != kNormalizeParam && key != encoder::kPrecisionParam &&
-        key != encoder::kComputeTypeParam && key != encoder::kAllowTf32Param &&
-        key != encoder::kCudaBucketsParam) {
+    if (key != kMaxBatchTokensParam && key != kNormalizeParam && key != kDimensionsParam &&
+        key != encoder::kPrecisionParam && key != encoder::kComputeTypeParam &&
+        key != encoder::kAllowTf32Param && key != encoder::kCudaBucketsParam) {
       return absl::InvalidArgumentError(absl::StrCat(
           "unknown parameter '", key, "' (known: ", kMaxBatchTokensParam, ", ", kNormalizeParam,
-          ", ", encoder::kPrecisionParam, ", ", encoder::kComputeTypeParam, ", ",
-          encoder::kAllowTf32Param, ", ", encoder::kCudaBucketsParam, ")"));
+          ", ", kDimensionsParam, ", ", encoder::kPrecisionParam, ", ", encoder::kComputeTypeParam,
+          ", ", encoder::kAllowTf32Param, ", ", encoder::kCudaBucketsParam, ")"));
     }
+  }
+  if (auto it = config.parameters.find(std::string(kDimensionsParam));
+      it != config.parameters.end()) {
+    int value = 0;
+    if (!absl::SimpleAtoi(it->second, &value) || value < 1) {
+      return absl::InvalidArgumentError(absl::StrCat("parameter '", kDimensionsParam, "' = '",
+                                                     it->second, "' must be a positive integer"));
+    }
+    options.dimensions = value;
   }
   auto it = config.parameters.find(std::string(kNormalizeParam));
   if (it != config.parameters.end()) {
@@ -337,17 +347,15 @@ class EncoderModel final : public Model {
  public:
   EncoderModel(ModelConfig config, std::shared_ptr<const EncoderNetwork> net,
                std::shared_ptr<const encoder::EncoderTextInputs> text,
-               std::shared_ptr<ComputePool> pool)
+               std::shared_ptr<ComputePool> pool, std::string precision_summary)
       : config_(std::move(config)),
         net_(std::move(net)),
         text_(std::move(text)),
-        pool_(std::move(pool)) {}
+        pool_(std::move(pool)),
+        precision_summary_(std::move(precision_summary)) {}
 
   const ModelConfig& config() const override { return config_; }
-  std::string LoadSummary() const override {
-    absl::StatusOr<encoder::CpuPrecision> precision = encoder::ParseCpuPrecision(config_);
-    return precision.ok() ? absl::StrCat("CPU ", precision->summary) : "";
-  }
+  std::string LoadSummary() const override { return absl::StrCat("CPU ", precision_summary_); }
   const std::shared_ptr<const EncoderNetwork>& network() const { return net_; }
   absl::StatusOr<std::unique_ptr<ModelInstance>> CreateInstance(int) override {
     return std::make_unique<EncoderInstance>(config_, net_, pool_);
@@ -382,6 +390,8 @@ class EncoderModel final : public Model {
   // Null without a tokenizer in the version folder (then the config has no text inputs).
   const std::shared_ptr<const encoder::EncoderTextInputs> text_;
   const std::shared_ptr<ComputePool> pool_;
+  // The precision chosen at load and why (auto's accuracy check included).
+  const std::string precision_summary_;
 };
 
 absl::Status EncoderModel::ValidateTextRequest(InferenceRequest& request) const {
@@ -585,12 +595,14 @@ absl::StatusOr<std::unique_ptr<Model>> CreateEncoderModel(const ModelSpec& spec)
     if (!loaded.ok()) return WithContext(spec, loaded.status());
     text = *std::move(loaded);
   }
-  absl::StatusOr<std::shared_ptr<const EncoderNetwork>> net =
-      encoder::LoadEncoderNetwork(spec.version_path, *options);
-  if (!net.ok()) return WithContext(spec, net.status());
+  absl::StatusOr<encoder::CpuPrecision> precision = encoder::ParseCpuPrecision(config);
+  if (!precision.ok()) return WithContext(spec, precision.status());
+  absl::StatusOr<encoder::PrecisionLoad> network =
+      encoder::LoadEncoderNetworkInPrecision(spec.version_path, *options, *precision);
+  if (!network.ok()) return WithContext(spec, network.status());
   cpu::UseSingleThreadedBlas();
-  return std::make_unique<EncoderModel>(config, *std::move(net), std::move(text),
-                                        spec.compute_pool);
+  return std::make_unique<EncoderModel>(config, std::move(network->net), std::move(text),
+                                        spec.compute_pool, std::move(network->summary));
 }
 
 std::shared_ptr<const EncoderNetwork> LoadedEncoderNetwork(const Model& model) {

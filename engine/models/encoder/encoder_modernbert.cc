@@ -203,7 +203,7 @@ absl::Status ReadModernBertConfig(const Json& json, const std::string& path, Enc
   ASSIGN_OR_RETURN(const int64_t every,
                    Int(json, path, "global_attn_every_n_layers", kGlobalEveryN, 1, 1 << 20));
   ASSIGN_OR_RETURN(const int64_t local,
-                   Int(json, path, "local_attention", kLocalAttention, 1, 1 << 30));
+                   Int(json, path, "local_attention", kLocalAttention, 2, 1 << 30));
   ASSIGN_OR_RETURN(const std::string pooling, String(json, path, "classifier_pooling", "cls"));
   if (pooling != "cls" && pooling != "mean") {
     return FieldError(path, "classifier_pooling",

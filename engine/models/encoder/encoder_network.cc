@@ -17,9 +17,9 @@
 #include "common/status_macros.h"
 #include "engine/models/encoder/encoder_arch.h"
 #include "engine/models/encoder/encoder_config_json.h"
-#include "engine/models/encoder/encoder_sentence_modules.h"
 #include "engine/models/encoder/encoder_modernbert.h"
 #include "engine/models/encoder/encoder_qwen3.h"
+#include "engine/models/encoder/encoder_sentence_modules.h"
 #include "engine/models/safetensors.h"
 #include "nlohmann/json.hpp"
 
@@ -349,6 +349,14 @@ absl::StatusOr<std::shared_ptr<EncoderNetwork>> Describe(const fs::path& folder,
   RETURN_IF_ERROR(ReadConfigJson(folder, *net));
   RETURN_IF_ERROR(ReadSentenceModules(folder, *net));
   if (options.normalize.has_value()) net->normalize = *options.normalize;
+  if (options.dimensions > 0) {
+    if (options.dimensions > net->full_embedding_size()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("parameter 'dimensions' = ", options.dimensions, " is more than the ",
+                       net->full_embedding_size(), " values of the model's embedding"));
+    }
+    net->truncate_dim = options.dimensions;
+  }
   net->weight_format = options.weight_format;
   RETURN_IF_ERROR(DescribeHeads(file, *net));
   net->weight_bytes = WeightBytes(*net);

@@ -36,7 +36,8 @@
 namespace sluice::engine::models::encoder {
 
 // The architectures differ in config.json's keys, the tensors' names and the heads (described as
-// data in encoder_arch.h's table); the layers compute the same post-LayerNorm block.
+// data in encoder_arch.h's table); the layers compute the same post-LayerNorm block, except
+// ModernBERT's (pre-norm, rotary, GeGLU, sliding windows: EncoderNetwork::layer_plans).
 enum class EncoderArch {
   kBert,     // model_type "bert": positions 0..n-1, token types
   kRoberta,  // "roberta", "xlm-roberta": positions offset by pad_token_id + 1, pads at pad_token_id
@@ -269,7 +270,13 @@ struct EncoderNetwork {
   int context_width() const { return heads * head_size(); }
   // What pooling concatenates, and what the Dense modules (if any) make of it.
   int pooled_size() const { return hidden * pooling.count(); }
-  int embedding_size() const { return dense.empty() ? pooled_size() : dense.back().out_features; }
+  int full_embedding_size() const {
+    return dense.empty() ? pooled_size() : dense.back().out_features;
+  }
+  // Matryoshka truncation (the model's `dimensions` parameter): the first truncate_dim values of
+  // the full embedding, L2-normalised again when the model normalises. 0: the full embedding.
+  int truncate_dim = 0;
+  int embedding_size() const { return truncate_dim > 0 ? truncate_dim : full_embedding_size(); }
 };
 
 struct EncoderLoadOptions {
@@ -281,6 +288,9 @@ struct EncoderLoadOptions {
   // How the encoder layers' four linear layers are packed for the CPU GEMM: kBf16 (the model's
   // `precision: bf16`; REQUIRES gemm::Bf16Supported() to run it) rounds them to BF16 at load.
   WeightFormat weight_format = WeightFormat::kFp32;
+  // The model's `dimensions` parameter (Matryoshka truncation of `embedding`); 0: none.
+  // InvalidArgument at load when it exceeds the embedding's size.
+  int dimensions = 0;
 };
 
 // Reads config.json and the sentence-transformers files of `folder` without the weights: the

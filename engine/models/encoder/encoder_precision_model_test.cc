@@ -1,7 +1,7 @@
 // The encoder's `precision` parameter (encoder_precision.h) through the model API on a tiny
 // checkpoint: bf16 packs the layers' weights in BF16 (half the bytes), names itself in the load
 // summary and answers close to fp32; unknown values fail the load. The accuracy on the real
-// all-MiniLM-L6-v2 against sentence-transformers is tests/integration/encoder_reference_test.py.
+// all-MiniLM-L6-v2 against sentence-transformers is tests/integration/encoder_precision_test.py.
 
 #include <cmath>
 #include <string>
@@ -11,6 +11,7 @@
 #include "engine/models/encoder/encoder_gemm.h"
 #include "engine/models/encoder/encoder_model.h"
 #include "engine/models/encoder/encoder_network.h"
+#include "engine/models/encoder/encoder_precision.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/support/engine/encoder_checkpoint.h"
@@ -36,7 +37,7 @@ TEST_F(EncoderModelTest, PrecisionParameterChoosesTheWeightFormat) {
   ModelConfig bad;
   bad.parameters["precision"] = "fp16";
   EXPECT_THAT(CreateEncoderModel(Spec(folder, bad)).status().message(),
-              HasSubstr("parameter 'precision' = 'fp16' must be one of fp32, bf16, auto"));
+              HasSubstr("parameter 'precision' = 'fp16' must be one of fp32, bf16, int8, auto"));
   EXPECT_THAT(CompleteEncoderConfig(Spec(folder, bad)).status().message(),
               HasSubstr("'precision' = 'fp16'"));
 
@@ -89,6 +90,10 @@ TEST_F(EncoderModelTest, PrecisionParameterChoosesTheWeightFormat) {
   automatic.parameters["precision"] = "auto";
   auto chosen = CreateEncoderModel(Spec(folder, automatic));
   ASSERT_TRUE(chosen.ok()) << chosen.status();
+  if (encoder::gemm::Int8VnniSupported() && encoder::gemm::Int8Speedup() >= 1.2) {
+    // int8 first where VNNI outruns FP32 FMA (PrecisionAutoTakesInt8...: the probe's verdict).
+    return;
+  }
   // bf16 only where this CPU's BF16 dot product outruns its FP32 FMA (not on Intel without AMX).
   const bool faster = encoder::gemm::Bf16Speedup() >= 1.2;
   EXPECT_THAT((*chosen)->LoadSummary(),
@@ -96,6 +101,82 @@ TEST_F(EncoderModelTest, PrecisionParameterChoosesTheWeightFormat) {
                                : "precision fp32 (auto: the CPU has AVX512_BF16, but"));
   EXPECT_EQ(LoadedEncoderNetwork(**chosen)->weight_format,
             faster ? encoder::WeightFormat::kBf16 : encoder::WeightFormat::kFp32);
+}
+
+TEST_F(EncoderModelTest, PrecisionAutoTakesInt8WhereVnniIsFasterAndTheProbePasses) {
+  if (!encoder::gemm::Int8VnniSupported() || encoder::gemm::Int8Speedup() < 1.2) {
+    GTEST_SKIP() << "this CPU has no AVX512_VNNI outrunning its FP32 FMA: auto does not try int8";
+  }
+  const std::string folder = Write(TinyBert());
+  ModelConfig automatic;
+  automatic.parameters["precision"] = "auto";
+  auto chosen = CreateEncoderModel(Spec(folder, automatic));
+  ASSERT_TRUE(chosen.ok()) << chosen.status();
+  const auto net = LoadedEncoderNetwork(**chosen);
+  // The probe decides: int8 kept with its measured cosine, or the fallback saying why not.
+  const std::string summary = (*chosen)->LoadSummary();
+  if (net->weight_format == encoder::WeightFormat::kInt8) {
+    EXPECT_THAT(summary, HasSubstr("CPU precision int8 (auto: the CPU has AVX512_VNNI, its "
+                                   "VPDPBUSD peaks at"));
+    EXPECT_THAT(summary, HasSubstr("; probe embeddings' cosine to fp32 min 0.9"));
+  } else {
+    EXPECT_THAT(summary, HasSubstr("; int8 not taken: probe embeddings' cosine to fp32 min"));
+  }
+  // The probe itself: a network against itself is 1; int8 against fp32 close to it.
+  auto fp32 = CreateEncoderModel(Spec(folder));
+  ModelConfig int8_config;
+  int8_config.parameters["precision"] = "int8";
+  auto int8 = CreateEncoderModel(Spec(folder, int8_config));
+  ASSERT_TRUE(fp32.ok() && int8.ok());
+  const auto fp32_net = LoadedEncoderNetwork(**fp32);
+  EXPECT_NEAR(encoder::ProbeMinCosine(*fp32_net, *fp32_net), 1.0, 1e-9);
+  EXPECT_GT(encoder::ProbeMinCosine(*fp32_net, *LoadedEncoderNetwork(**int8)), 0.99);
+}
+
+TEST_F(EncoderModelTest, PrecisionInt8PacksAQuarterOfTheBytesAndAnswersCloseToFp32) {
+  const std::string folder = Write(TinyBert());
+  auto fp32 = CreateEncoderModel(Spec(folder));
+  ASSERT_TRUE(fp32.ok()) << fp32.status();
+  ModelConfig config;
+  config.parameters["precision"] = "int8";
+  auto int8 = CreateEncoderModel(Spec(folder, config));
+  if (!encoder::gemm::Int8VnniSupported()) {
+    EXPECT_THAT(int8.status().message(), HasSubstr("needs a CPU with AVX512_VNNI"));
+    GTEST_SKIP() << "this CPU has no AVX512_VNNI: the refusal checked, the int8 answers not";
+  }
+  ASSERT_TRUE(int8.ok()) << int8.status();
+  EXPECT_THAT((*int8)->LoadSummary(),
+              HasSubstr("CPU precision int8 (from its config: INT8 weights per output channel, "
+                        "activations per token, INT32 accumulation; AVX512-VNNI"));
+  const auto fp32_net = LoadedEncoderNetwork(**fp32);
+  const auto int8_net = LoadedEncoderNetwork(**int8);
+  ASSERT_EQ(int8_net->weight_format, encoder::WeightFormat::kInt8);
+  const encoder::EncoderLayer& layer = int8_net->encoder_layers[0];
+  for (const encoder::PackedWeights* w : {&layer.qkv_weight, &layer.attention_out_weight,
+                                          &layer.intermediate_weight, &layer.output_weight}) {
+    EXPECT_EQ(w->format(), encoder::WeightFormat::kInt8);
+    EXPECT_EQ(w->data(), nullptr);
+  }
+  // A quarter of the panels' bytes, plus a scale and a sum per column.
+  const encoder::PackedWeights& fp32_inter = fp32_net->encoder_layers[0].intermediate_weight;
+  EXPECT_EQ(layer.intermediate_weight.bytes(),
+            fp32_inter.bytes() / 4 + int64_t{fp32_inter.panels()} * encoder::kPanelWidth * 8);
+
+  Input in;
+  in.Add("input_ids", {2, 5}, {2, 7, 3, 9, 4, 5, 6, 11, 12, 3});
+  auto fp32_out = (*(*fp32)->CreateInstance(0))->Run(in.views);
+  auto int8_out = (*(*int8)->CreateInstance(0))->Run(in.views);
+  ASSERT_TRUE(fp32_out.ok() && int8_out.ok());
+  const std::vector<float> a = Floats((*fp32_out)[1]);
+  const std::vector<float> b = Floats((*int8_out)[1]);
+  ASSERT_EQ(a.size(), b.size());
+  EXPECT_NE(a, b);  // INT8 did run
+  const size_t dim = a.size() / 2;
+  for (size_t row = 0; row < 2; ++row) {
+    const std::vector<float> ra(a.begin() + row * dim, a.begin() + (row + 1) * dim);
+    const std::vector<float> rb(b.begin() + row * dim, b.begin() + (row + 1) * dim);
+    EXPECT_GT(Cosine(ra, rb), 0.99) << "sequence " << row;
+  }
 }
 
 }  // namespace

@@ -44,8 +44,8 @@ absl::Status ReadPooling(const fs::path& pooling_path, EncoderNetwork& net) {
     return absl::InvalidArgumentError(
         absl::StrCat("'", pooling_path.string(), "' enables no pooling mode"));
   }
-  if (auto it = pooling.find("include_prompt"); it != pooling.end() && it->is_boolean() &&
-                                                 !it->get<bool>()) {
+  if (auto it = pooling.find("include_prompt");
+      it != pooling.end() && it->is_boolean() && !it->get<bool>()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "'", pooling_path.string(),
         "': include_prompt false (pooling that leaves out the prompt's tokens, as INSTRUCTOR "
@@ -69,14 +69,14 @@ absl::Status ReadDenseConfig(const fs::path& dense_folder, const std::string& re
   ASSIGN_OR_RETURN(Json config, ReadJsonFile(path));
   DenseLayer layer;
   layer.path = relative;
-  ASSIGN_OR_RETURN(int64_t in, IntField(config, path, "in_features", std::nullopt, 1,
-                                        kMaxDenseFeatures));
-  ASSIGN_OR_RETURN(int64_t out, IntField(config, path, "out_features", std::nullopt, 1,
-                                         kMaxDenseFeatures));
+  ASSIGN_OR_RETURN(int64_t in,
+                   IntField(config, path, "in_features", std::nullopt, 1, kMaxDenseFeatures));
+  ASSIGN_OR_RETURN(int64_t out,
+                   IntField(config, path, "out_features", std::nullopt, 1, kMaxDenseFeatures));
   if (in != in_features) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("'", path.string(), "': in_features ", in, " but the module before it gives ",
-                     in_features, " values"));
+    return absl::InvalidArgumentError(absl::StrCat("'", path.string(), "': in_features ", in,
+                                                   " but the module before it gives ", in_features,
+                                                   " values"));
   }
   layer.in_features = static_cast<int>(in);
   layer.out_features = static_cast<int>(out);
@@ -108,9 +108,9 @@ absl::StatusOr<DenseActivation> ParseDenseActivation(const std::string& name) {
   if (cls == "ReLU") return DenseActivation::kRelu;
   if (cls == "Sigmoid") return DenseActivation::kSigmoid;
   if (cls == "GELU") return DenseActivation::kGelu;
-  return absl::InvalidArgumentError(absl::StrCat(
-      "activation_function '", name,
-      "' is not supported (supported: torch.nn Identity, Tanh, ReLU, Sigmoid, GELU)"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("activation_function '", name,
+                   "' is not supported (supported: torch.nn Identity, Tanh, ReLU, Sigmoid, GELU)"));
 }
 
 absl::Status ReadSentenceModules(const fs::path& folder, EncoderNetwork& net) {
@@ -134,8 +134,9 @@ absl::Status ReadSentenceModules(const fs::path& folder, EncoderNetwork& net) {
             absl::StrCat("'", modules_path.string(), "': module '", type, "' ", why));
       };
       if (net.normalize && !absl::EndsWith(type, ".Dropout")) {
-        return refuse("after Normalize: sluice runs Normalize last, as sentence-transformers' "
-                      "own models have it");
+        return refuse(
+            "after Normalize: sluice runs Normalize last, as sentence-transformers' "
+            "own models have it");
       }
       if (absl::EndsWith(type, ".Transformer") || absl::EndsWith(type, ".Dropout")) continue;
       if (absl::EndsWith(type, ".Normalize")) {
@@ -185,7 +186,8 @@ absl::Status ReadDenseWeights(const fs::path& folder, EncoderNetwork& net) {
           "with safetensors (sentence-transformers' default since 2.3)"));
     }
     ASSIGN_OR_RETURN(SafetensorsFile file, SafetensorsFile::Open(path.string()));
-    const auto read = [&](const char* name, const Shape& shape) -> absl::StatusOr<std::vector<float>> {
+    const auto read = [&](const char* name,
+                          const Shape& shape) -> absl::StatusOr<std::vector<float>> {
       const TensorView* tensor = file.Find(name);
       if (tensor == nullptr) {
         return absl::InvalidArgumentError(absl::StrCat("safetensors file '", path.string(),
@@ -237,9 +239,9 @@ absl::StatusOr<SentencePrompts> ReadSentencePrompts(const fs::path& folder) {
   ASSIGN_OR_RETURN(Json config, ReadJsonFile(path));
   if (auto prompts = config.find("prompts"); prompts != config.end() && !prompts->is_null()) {
     if (!prompts->is_object() || prompts->size() > kMaxPrompts) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "'", path.string(), "': \"prompts\" must be an object of at most ", kMaxPrompts,
-          " name: text entries"));
+      return absl::InvalidArgumentError(absl::StrCat("'", path.string(),
+                                                     "': \"prompts\" must be an object of at most ",
+                                                     kMaxPrompts, " name: text entries"));
     }
     for (const auto& [name, text] : prompts->items()) {
       if (!text.is_string()) {

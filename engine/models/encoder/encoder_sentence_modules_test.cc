@@ -71,8 +71,7 @@ TEST_F(SentenceModulesTest, NoFileNoPromptsAndBadDefaultRefused) {
 
 TEST_F(SentenceModulesTest, DenseActivationsByClassName) {
   EXPECT_EQ(*ParseDenseActivation("torch.nn.modules.activation.Tanh"), DenseActivation::kTanh);
-  EXPECT_EQ(*ParseDenseActivation("torch.nn.modules.linear.Identity"),
-            DenseActivation::kIdentity);
+  EXPECT_EQ(*ParseDenseActivation("torch.nn.modules.linear.Identity"), DenseActivation::kIdentity);
   EXPECT_EQ(*ParseDenseActivation("torch.nn.ReLU"), DenseActivation::kRelu);
   EXPECT_THAT(ParseDenseActivation("torch.nn.modules.activation.Softplus").status().message(),
               HasSubstr("'torch.nn.modules.activation.Softplus' is not supported"));

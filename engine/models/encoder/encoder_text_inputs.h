@@ -32,8 +32,7 @@ class EncoderTextInputs {
   // takes token_type_ids. InvalidArgument naming the batch item for text that cannot be encoded,
   // gives no tokens or is longer than the limit when the request asks for no truncation, and for
   // an unknown prompt_name.
-  absl::Status Prepare(const std::string& model, bool token_types,
-                       InferenceRequest& request) const;
+  absl::Status Prepare(const std::string& model, bool token_types, InferenceRequest& request) const;
 
   const text::Tokenizer& tokenizer() const { return *tokenizer_; }
   const SentencePrompts& prompts() const { return prompts_; }
