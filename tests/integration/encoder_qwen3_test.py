@@ -18,7 +18,8 @@ sentence-transformers, through the real server.
   <|endoftext|> (as Qwen3-Embedding's does), a SentenceTransformer saved with sentence-transformers'
   own save() with Qwen3-Embedding's instruction prompt; gRPC (prompt_name parameter) and HTTP
   (TEI /embed) against SentenceTransformer(folder).encode(..., prompt_name="query").
-- `precision: bf16` (where the CPU has AVX512_BF16): cosine >= 0.999 to FP32 transformers.
+- `precision: bf16` (where the CPU has AVX512_BF16) and `int8` (AVX512-VNNI): cosine >= 0.999
+  and >= 0.99 (encoder_precision_test.py's per-sentence bars) to FP32 transformers.
 - Broken checkpoints (a missing tensor, a wrong shape, hidden_act "gelu", rope_scaling yarn,
   use_sliding_window true) fail their load naming the tensor or field; the others serve.
 
@@ -43,6 +44,7 @@ import tritonclient.grpc as grpcclient
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "..", "text"))
+import encoder_precision_test as precision  # noqa: E402
 import encoder_reference_test as ref  # noqa: E402
 from encoder_reference_test import make_encoder_checkpoint  # noqa: E402
 from sluice_server import SluiceServer  # noqa: E402
@@ -186,10 +188,12 @@ def build_repository(root):
         config["architectures"] = ["Qwen3ForCausalLM"]
 
     variant("q3_causallm", "q3_gqa", causal_lm, causal_lm_config)
-    if ref.HAS_BF16:
-        shutil.copytree(os.path.join(root, "q3_gqa", "1"), os.path.join(root, "q3_bf16", "1"))
-        ref.write_config(os.path.join(root, "q3_bf16"), "q3_bf16",
-                         'parameters { key: "precision" value: { string_value: "bf16" } }\n')
+    for kind in ("bf16", "int8"):
+        if precision.HAS[kind]:
+            name = f"q3_{kind}"
+            shutil.copytree(os.path.join(root, "q3_gqa", "1"), os.path.join(root, name, "1"))
+            ref.write_config(os.path.join(root, name), name,
+                             f'parameters {{ key: "precision" value: {{ string_value: "{kind}" }} }}\n')
     variant("q3_broken_missing", "q3_gqa", lambda t: t.pop("layers.1.self_attn.k_norm.weight"))
     variant("q3_broken_shape", "q3_gqa",
             lambda t: t.__setitem__("layers.0.self_attn.k_proj.weight", torch.zeros((64, 32))))
@@ -336,22 +340,28 @@ class EncoderQwen3Test(unittest.TestCase):
         self.assertGreater(ref.rel_err(st.encode(SENTENCES, prompt_name="query"),
                                        st.encode(SENTENCES)), 1e-2)
 
-    def test_precision_bf16_keeps_the_embeddings(self):
-        if not ref.HAS_BF16:
-            self.skipTest("this CPU has no AVX512_BF16 (precision: bf16 is refused there)")
+    def test_precision_bf16_and_int8_keep_the_embeddings(self):
+        for kind, bar in (("bf16", precision.BF16_MIN_COSINE),
+                          ("int8", precision.BARS["minilm_int8"][1])):
+            with self.subTest(precision=kind):
+                if not precision.HAS[kind]:
+                    self.skipTest(f"this CPU cannot run precision: {kind}")
+                self.check_precision(kind, bar)
+
+    def check_precision(self, kind, bar):
         rng = np.random.default_rng(36)
         ids = rng.integers(0, VOCAB, size=(4, 100))
         mask = np.zeros_like(ids)
         for row, length in enumerate((100, 40, 9, 2)):
             mask[row, :length] = 1
-        got = self.client.infer("q3_bf16", self.inputs(ids, mask),
+        got = self.client.infer(f"q3_{kind}", self.inputs(ids, mask),
                                 outputs=[grpcclient.InferRequestedOutput("embedding")])
         got = got.as_numpy("embedding")
         want = self.reference("q3_gqa")(ids, mask)["embedding"]
         cosines = np.sum(got * want, axis=1) / (np.linalg.norm(got, axis=1) *
                                                 np.linalg.norm(want, axis=1))
-        WORST["q3_bf16.min_cosine"] = float(np.min(cosines))
-        self.assertGreater(float(np.min(cosines)), ref.BF16_MIN_COSINE, cosines)
+        WORST[f"q3_{kind}.min_cosine"] = float(np.min(cosines))
+        self.assertGreater(float(np.min(cosines)), bar, cosines)
 
     def test_broken_checkpoints_fail_alone(self):
         index = self.client.get_model_repository_index(as_json=True)["models"]
