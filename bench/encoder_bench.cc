@@ -213,6 +213,9 @@ int Main(int argc, char** argv) {
     }
   }
   const double weight_mib = static_cast<double>(net->weight_bytes) / (1 << 20);
+  // Attention's products run over heads x head_size (Qwen3's context width, not H; causal
+  // attention counted whole, as its 128-query blocks compute it).
+  const int64_t context_width = net->context_width();
   std::cout << nlohmann::json{{"load_s", load_s},
                               {"precision", (*model)->LoadSummary()},
                               {"rss_mib", ResidentMib()},
@@ -313,7 +316,7 @@ int Main(int argc, char** argv) {
     } while (elapsed < seconds);
     const double cpu = CpuSeconds() - cpu_start;
     const double per_sequence_flops =
-        2.0 * seq * linear_weights + static_cast<double>(layers) * 4.0 * seq * seq * hidden;
+        2.0 * seq * linear_weights + static_cast<double>(layers) * 4.0 * seq * seq * context_width;
     const double sequences_per_s = static_cast<double>(runs * batch) / elapsed;
     const double cpu_sequences_per_s = static_cast<double>(runs * batch) / cpu;
     std::cout << nlohmann::json{{"batch", batch},

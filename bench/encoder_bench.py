@@ -208,6 +208,8 @@ def main():
     parser.add_argument("--batches", default="1,32")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--seconds", type=float, default=2.0)
+    parser.add_argument("--no-ort", action="store_true",
+                        help="skip ONNX Runtime (its export refuses checkpoints over 2 GiB)")
     parser.add_argument("--precision", default="fp32", choices=["fp32", "bf16", "int8"],
                         help="sluice's `precision`; int8 also quantizes ORT's model (see above)")
     parser.add_argument("--gemm", type=int, default=0,
@@ -226,7 +228,8 @@ def main():
         folder = minilm_folder() if folder == "minilm" else folder
         sluice = Sluice(args.bench, folder, args.precision)
         torch_side = Torch(folder)
-        ort = Ort(folder, torch_side, quantize=args.precision == "int8")
+        ort = None if args.no_ort else Ort(folder, torch_side,
+                                           quantize=args.precision == "int8")
         sgemm_rounds = []
         core = "?"
         for batch in [int(b) for b in args.batches.split(",")]:
@@ -245,6 +248,10 @@ def main():
                 cpu["sluice"].append(reply["cpu_sequences_per_s"])
                 gflops.append(reply["cpu_gflops"])
                 for side, runner in (("torch", torch_side), ("onnxruntime", ort)):
+                    if runner is None:
+                        wall[side].append(float("nan"))
+                        cpu[side].append(float("nan"))
+                        continue
                     by_wall, by_cpu = runner.round(batch, args.seq, args.seconds)
                     wall[side].append(by_wall)
                     cpu[side].append(by_cpu)
@@ -267,7 +274,8 @@ def main():
               + (f", forced by OPENBLAS_CORETYPE={forced} in the environment" if forced else "")
               + ")", flush=True)
         sluice.close()
-        ort.close()
+        if ort is not None:
+            ort.close()
     print(f"load average at end: {os.getloadavg()}")
     print(f"\nsluice {args.precision}, PyTorch fp32, ORT "
           f"{'int8 (quantize_dynamic)' if args.precision == 'int8' else 'fp32'}; "

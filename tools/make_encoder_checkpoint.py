@@ -3,13 +3,14 @@
 backend's reference tests and benchmarks (issue 19).
 
 The weights come from transformers itself (BertModel, RobertaModel, DistilBertModel, MPNetModel,
-ModernBertModel,
+ModernBertModel, Qwen3Model,
 *ForSequenceClassification, initialised from a seed, saved with save_pretrained: config.json +
 model.safetensors, names and prefixes exactly as Hugging Face writes them). Optionally a
 sentence-transformers head:
 modules.json, 1_Pooling/config.json, sentence_bert_config.json and a Normalize module.
 
-    make_encoder_checkpoint.py OUT --arch bert|roberta|distilbert|mpnet|modernbert [--classifier N]
+    make_encoder_checkpoint.py OUT --arch bert|roberta|distilbert|mpnet|modernbert|qwen3
+        [--classifier N]
         [--pooling mean,cls] [--normalize] [--dtype f32|f16|bf16] [--hidden 32 --layers 2 --heads 4 ...]
 
 Used by tests/integration/encoder_reference_test.py and bench/encoder_bench.py; needs the pinned
@@ -27,6 +28,8 @@ POOLING_KEYS = {
     "max": "pooling_mode_max_tokens",
     "mean": "pooling_mode_mean_tokens",
     "mean_sqrt_len": "pooling_mode_mean_sqrt_len_tokens",
+    "weightedmean": "pooling_mode_weightedmean_tokens",
+    "lasttoken": "pooling_mode_lasttoken",
 }
 
 
@@ -74,6 +77,21 @@ def build(args):
             reference_compile=False)
         base = transformers.ModernBertModel
         classifier = transformers.ModernBertForSequenceClassification
+    elif args.arch == "qwen3":
+        # Qwen3-Embedding's architecture (Qwen3Config's own keys: num_key_value_heads, head_dim,
+        # rms_norm_eps, rope_theta): a decoder with grouped-query attention, an explicit head
+        # size, RMSNorm, rotary positions, SwiGLU; no pad token of its own.
+        config = transformers.Qwen3Config(
+            hidden_size=args.hidden, num_hidden_layers=args.layers,
+            num_attention_heads=args.heads, num_key_value_heads=args.kv_heads or args.heads,
+            head_dim=args.head_dim or args.hidden // args.heads,
+            intermediate_size=args.intermediate, hidden_act="silu", vocab_size=args.vocab,
+            max_position_embeddings=args.max_positions, rms_norm_eps=1e-6,
+            rope_theta=args.rope_theta, attention_bias=args.biases, use_sliding_window=False,
+            tie_word_embeddings=False, initializer_range=args.init_range,
+            pad_token_id=0 if args.classifier else None)  # the score head's last non-pad token
+        base = transformers.Qwen3Model
+        classifier = transformers.Qwen3ForSequenceClassification
     else:
         config = transformers.RobertaConfig(type_vocab_size=1, pad_token_id=1, **common)
         config.max_position_embeddings = args.max_positions + 2
@@ -83,7 +101,7 @@ def build(args):
         config.id2label = {i: f"LABEL_{i}" for i in range(args.classifier)}
         config.label2id = {v: k for k, v in config.id2label.items()}
         model = classifier(config)
-    elif args.arch in ("distilbert", "modernbert"):
+    elif args.arch in ("distilbert", "modernbert", "qwen3"):
         model = base(config)  # no pooler
     else:
         model = base(config, add_pooling_layer=not args.no_pooler)
@@ -92,10 +110,11 @@ def build(args):
     with torch.no_grad():
         for name, param in model.named_parameters():
             if "LayerNorm" in name or "layer_norm" in name or (
-                    args.arch == "modernbert" and "norm" in name):
+                    args.arch in ("modernbert", "qwen3") and "norm" in name):
                 param.add_(torch.randn_like(param) * 0.1)
-            elif args.arch == "modernbert" and name.endswith(".bias"):
-                # ModernBERT initialises its biases to 0: random ones, so that each is read.
+            elif args.arch in ("modernbert", "qwen3") and name.endswith(".bias"):
+                # ModernBERT and Qwen3 initialise their biases to 0: random ones, so that each is
+                # read.
                 param.add_(torch.randn_like(param) * 0.1)
     model.eval()
     return model
@@ -109,8 +128,6 @@ def write_sentence_transformers(out, args):
         pooling = {"word_embedding_dimension": args.hidden}
         for mode, key in POOLING_KEYS.items():
             pooling[key] = mode in modes
-        pooling["pooling_mode_weightedmean_tokens"] = False
-        pooling["pooling_mode_lasttoken"] = False
         pooling["include_prompt"] = True
         with open(os.path.join(out, "1_Pooling", "config.json"), "w") as f:
             json.dump(pooling, f, indent=2)
@@ -130,11 +147,12 @@ def write_sentence_transformers(out, args):
 def make_parser():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("out")
-    parser.add_argument("--arch", choices=["bert", "roberta", "distilbert", "mpnet", "modernbert"],
-                        default="bert")
+    parser.add_argument("--arch", default="bert",
+                        choices=["bert", "roberta", "distilbert", "mpnet", "modernbert", "qwen3"])
     parser.add_argument("--classifier", type=int, default=0, help="labels of a classification head")
     parser.add_argument("--no-pooler", action="store_true", help="base model without pooler.dense")
-    parser.add_argument("--pooling", default="", help="comma-separated: cls,max,mean,mean_sqrt_len")
+    parser.add_argument("--pooling", default="",
+                        help="comma-separated: cls,max,mean,mean_sqrt_len,weightedmean,lasttoken")
     parser.add_argument("--normalize", action="store_true")
     parser.add_argument("--dtype", choices=["f32", "f16", "bf16"], default="f32")
     parser.add_argument("--seed", type=int, default=1)
@@ -153,7 +171,14 @@ def make_parser():
     parser.add_argument("--global-every", type=int, default=3,
                         help="ModernBERT: global_attn_every_n_layers")
     parser.add_argument("--biases", action="store_true",
-                        help="ModernBERT: attention, MLP, LayerNorm and head biases")
+                        help="ModernBERT: attention, MLP, LayerNorm and head biases; Qwen3: "
+                        "attention_bias (q/k/v/o biases)")
+    # Qwen3 only.
+    parser.add_argument("--kv-heads", type=int, default=0,
+                        help="Qwen3: num_key_value_heads (0: --heads)")
+    parser.add_argument("--head-dim", type=int, default=0,
+                        help="Qwen3: head_dim (0: hidden / heads)")
+    parser.add_argument("--rope-theta", type=float, default=10000.0, help="Qwen3: rope_theta")
     parser.add_argument("--classifier-pooling", choices=["cls", "mean"], default="cls")
     parser.add_argument("--init-range", type=float, default=0.2,
                         help="weight scale (larger than HF's 0.02 so that every layer matters)")

@@ -275,6 +275,12 @@ absl::StatusOr<std::unique_ptr<CudaEncoder>> CudaEncoder::Create(
     const ModelConfig& config, std::shared_ptr<const enc::EncoderNetwork> net,
     const enc::GpuOptions& options, int device) {
   const enc::EncoderNetwork& shape = *net;
+  // First: the architecture is the reason, whatever else (head size, pooling) would also be.
+  if (!shape.layer_plans.empty() && shape.layer_plans.front().causal) {
+    return absl::UnimplementedError(
+        "Qwen3's decoder layers (causal attention, RMSNorm, grouped-query attention, rotary "
+        "embeddings, SwiGLU): the GPU kernels run BERT's post-norm layers");
+  }
   if (!SupportedHeadSize(shape.head_size())) {
     return absl::UnimplementedError(absl::StrCat("head size ", shape.head_size(), " (hidden ",
                                                  shape.hidden, " / ", shape.heads,

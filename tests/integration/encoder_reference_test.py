@@ -167,7 +167,7 @@ def build_broken(root):
 BROKEN = {
     "broken_missing": ["encoder.layer.1.output.dense.bias", "[32]"],
     "broken_shape": ["encoder.layer.0.intermediate.dense.weight", "[60,32]", "[64,32]"],
-    "broken_type": ["model_type 'gpt2'", "bert, distilbert, modernbert, mpnet, roberta, xlm-roberta"],
+    "broken_type": ["model_type 'gpt2'", "bert, distilbert, modernbert, mpnet, qwen3, roberta, xlm-roberta"],
     "broken_act": ["hidden_act 'swish'", "gelu"],
     "broken_declared": ["logits", "classification head"],
     "broken_distilbert_missing": ["transformer.layer.1.sa_layer_norm.weight", "[32]"],

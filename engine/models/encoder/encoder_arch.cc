@@ -18,6 +18,7 @@ constexpr ArchSpec kBertSpec{
     .fixed_padding_idx = -1,
     .relative_attention_bias = false,
     .modernbert = false,
+    .qwen3 = false,
     .task_prefix = "bert.",
     .word_embeddings = "embeddings.word_embeddings.weight",
     .layer_prefix = "encoder.layer.",
@@ -56,6 +57,7 @@ constexpr ArchSpec kDistilbertSpec{
     .fixed_padding_idx = -1,
     .relative_attention_bias = false,
     .modernbert = false,
+    .qwen3 = false,
     .task_prefix = "distilbert.",
     .word_embeddings = "embeddings.word_embeddings.weight",
     .layer_prefix = "transformer.layer.",
@@ -86,6 +88,7 @@ constexpr ArchSpec kMpnetSpec{
     .fixed_padding_idx = 1,
     .relative_attention_bias = true,
     .modernbert = false,
+    .qwen3 = false,
     .task_prefix = "mpnet.",
     .word_embeddings = "embeddings.word_embeddings.weight",
     .layer_prefix = "encoder.layer.",
@@ -117,6 +120,7 @@ constexpr ArchSpec kModernbertSpec{
     .fixed_padding_idx = -1,
     .relative_attention_bias = false,
     .modernbert = true,
+    .qwen3 = false,
     .task_prefix = "model.",
     .word_embeddings = "embeddings.tok_embeddings.weight",
     .layer_prefix = "layers.",
@@ -130,6 +134,38 @@ constexpr ArchSpec kModernbertSpec{
     .output_norm = "mlp_norm",
 };
 
+// modeling_qwen3.py: Qwen3Model (embed_tokens, layers.N.{input_layernorm, self_attn.{q,k,v,o}_proj,
+// self_attn.{q,k}_norm, post_attention_layernorm, mlp.{gate,up,down}_proj}, norm);
+// Qwen3ForCausalLM's and Qwen3ForSequenceClassification's "model." prefix. RMSNorm eps:
+// rms_norm_eps (1e-6 by default).
+constexpr ArchSpec kQwen3Spec{
+    .arch = EncoderArch::kQwen3,
+    .hidden_key = "hidden_size",
+    .layers_key = "num_hidden_layers",
+    .heads_key = "num_attention_heads",
+    .intermediate_key = "intermediate_size",
+    .activation_key = "hidden_act",
+    .layer_norm_eps_key = "rms_norm_eps",
+    .default_layer_norm_eps = 1e-6f,
+    .token_types = false,
+    .positions_after_pad = false,
+    .fixed_padding_idx = -1,
+    .relative_attention_bias = false,
+    .modernbert = false,
+    .qwen3 = true,
+    .task_prefix = "model.",
+    .word_embeddings = "embed_tokens.weight",
+    .layer_prefix = "layers.",
+    .query = "self_attn.q_proj",
+    .key = "self_attn.k_proj",
+    .value = "self_attn.v_proj",
+    .attention_out = "self_attn.o_proj",
+    .attention_norm = "input_layernorm",
+    .intermediate = "mlp.gate_proj",
+    .output = "mlp.down_proj",
+    .output_norm = "post_attention_layernorm",
+};
+
 }  // namespace
 
 const ArchSpec* FindArch(const std::string& model_type) {
@@ -138,11 +174,12 @@ const ArchSpec* FindArch(const std::string& model_type) {
   if (model_type == "distilbert") return &kDistilbertSpec;
   if (model_type == "mpnet") return &kMpnetSpec;
   if (model_type == "modernbert") return &kModernbertSpec;
+  if (model_type == "qwen3") return &kQwen3Spec;
   return nullptr;
 }
 
 const char* SupportedModelTypes() {
-  return "bert, distilbert, modernbert, mpnet, roberta, xlm-roberta";
+  return "bert, distilbert, modernbert, mpnet, qwen3, roberta, xlm-roberta";
 }
 
 }  // namespace sluice::engine::models::encoder

@@ -2,7 +2,7 @@
 
 // What distinguishes the encoder architectures, as data: the config.json keys of their sizes, the
 // names of their tensors, how their positions count and whether they have token types (and for
-// ModernBERT, EncoderNetwork::layer_plans: how each layer computes). The
+// ModernBERT and Qwen3, EncoderNetwork::layer_plans: how each layer computes). The
 // loader (encoder_network.cc) reads every architecture with one code path over this table; the
 // forward pass sees only EncoderNetwork's flags (positions offset, token types, head kind).
 
@@ -38,6 +38,11 @@ struct ArchSpec {
   // optional biases, alternating global and sliding-window attention: config and weights are read
   // by encoder_modernbert.cc over this table's names.
   bool modernbert;
+  // Qwen3: a decoder as an embedder (causal attention, RMSNorm, grouped queries with an explicit
+  // head_dim, q/k norms, rotary, SwiGLU): config and weights read by encoder_qwen3.cc over this
+  // table's names (query/key/value/attention_out: q/k/v/o_proj; intermediate: gate_proj, with
+  // up_proj beside it; output: down_proj).
+  bool qwen3;
   // The prefix a task model (…ForSequenceClassification) puts before the encoder's tensors.
   const char* task_prefix;
   // The word embeddings' tensor (also how the loader tells a task model's prefix).

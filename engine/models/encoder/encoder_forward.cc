@@ -12,6 +12,7 @@
 #include "engine/models/encoder/encoder_gemm.h"
 #include "engine/models/encoder/encoder_kernels.h"
 #include "engine/models/encoder/encoder_modernbert.h"
+#include "engine/models/encoder/encoder_qwen3.h"
 
 namespace sluice::engine::models::encoder {
 namespace {
@@ -91,8 +92,8 @@ void EncoderWorkspace::Reserve(const EncoderNetwork& net, int64_t tokens, int64_
   };
   const int64_t h = net.hidden;
   grow(hidden_, tokens * h);
-  grow(qkv_, chunk_tokens * 3 * h);
-  grow(context_, chunk_tokens * h);
+  grow(qkv_, chunk_tokens * std::max<int64_t>(3 * h, net.qkv_width()));
+  grow(context_, chunk_tokens * std::max<int64_t>(h, net.context_width()));
   grow(projected_, chunk_tokens * h);
   grow(intermediate_, chunk_tokens * net.intermediate);
   const bool gated = std::any_of(net.layer_plans.begin(), net.layer_plans.end(),
@@ -157,6 +158,10 @@ void ChunkSizes(const PackedBatch& batch, int64_t budget, int64_t* longest, int6
 
 void Forward(const EncoderNetwork& net, const PackedBatch& batch, EncoderWorkspace& ws,
              int64_t chunk_tokens, ComputePool* pool) {
+  if (!net.layer_plans.empty() && net.layer_plans.front().causal) {
+    ForwardDecoder(net, batch, ws, chunk_tokens, pool);
+    return;
+  }
   if (!net.layer_plans.empty() && net.layer_plans.front().pre_norm) {
     ForwardPreNorm(net, batch, ws, chunk_tokens, pool);
     return;
@@ -401,6 +406,10 @@ void Logits(const EncoderNetwork& net, const PackedBatch& batch, EncoderWorkspac
   const int h = net.hidden;
   const int sequences = batch.sequences();
   const int labels = net.num_labels;
+  if (net.classifier == ClassifierKind::kQwen3Score) {
+    Qwen3Logits(net, batch, ws.hidden_.data(), out);
+    return;
+  }
   if (net.classifier == ClassifierKind::kModernbert) {
     ModernBertLogits(net, batch, ws.hidden_.data(), ws.first_tokens_.data(), ws.head_.data(), out);
     return;

@@ -60,6 +60,8 @@ class EncoderWorkspace {
   friend void Logits(const EncoderNetwork&, const PackedBatch&, EncoderWorkspace&, float*);
   friend void ForwardPreNorm(const EncoderNetwork&, const PackedBatch&, EncoderWorkspace&, int64_t,
                              ComputePool*);
+  friend void ForwardDecoder(const EncoderNetwork&, const PackedBatch&, EncoderWorkspace&, int64_t,
+                             ComputePool*);
   // T tokens in the batch, C in its widest chunk (Forward's pass through the layers); attention
   // scratch for `workers` compute workers, scores for `query_rows` queries at a time (-1: the
   // longest sequence's).
@@ -76,8 +78,8 @@ class EncoderWorkspace {
   };
 
   std::vector<float> hidden_;                // [T, H]
-  std::vector<float> qkv_;                   // [C, 3H]
-  std::vector<float> context_;               // [C, H]
+  std::vector<float> qkv_;                   // [C, 3H] (Qwen3: [C, qkv_width()])
+  std::vector<float> context_;               // [C, H] (Qwen3: [C, context_width()])
   std::vector<float> projected_;             // [C, H]
   std::vector<float> intermediate_;          // [C, I]
   std::vector<float> gated_;                 // [C, 2I]: a gated MLP's input and gate

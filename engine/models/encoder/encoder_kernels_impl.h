@@ -157,6 +157,12 @@ void BiasActivate(float* values, const float* bias, int64_t rows, int width,
           v[j] = x > 0.0f ? x : 0.0f;
         }
         break;
+      case HiddenActivation::kSilu:
+        for (int j = 0; j < width; ++j) {
+          const float x = v[j] + bias[j];
+          v[j] = x / (1.0f + Exp(-x));
+        }
+        break;
     }
   }
 }

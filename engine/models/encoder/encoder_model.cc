@@ -559,16 +559,25 @@ absl::StatusOr<std::unique_ptr<Model>> CreateEncoderModel(const ModelSpec& spec)
                              : kDefaultEncoderMaxBatchTokens;
   // The hidden states of every token, and the layers' activations (QKV, context, projection,
   // intermediate) of one chunk of the forward pass: at most the chunk or one longest sequence.
-  const int64_t per_chunk_token = 5 * int64_t{shape.hidden} + shape.intermediate;
+  // (Qwen3's QKV and context rows are qkv_width() and context_width() wide; a gated MLP's input
+  // and gate rows 2 x intermediate.)
+  const int64_t h = shape.hidden;
+  const bool gated = !shape.layer_plans.empty() && shape.layer_plans.front().gated_mlp;
+  const int64_t per_chunk_token = std::max<int64_t>(3 * h, shape.qkv_width()) +
+                                  std::max<int64_t>(h, shape.context_width()) + h +
+                                  int64_t{shape.intermediate} * (gated ? 3 : 1);
   const int64_t longest = shape.max_sequence_length;
   const int64_t chunk = std::min(tokens, std::max(encoder::ForwardChunkTokens(), longest));
-  // Attention: one head's scores, [longest, longest], and its keys and values in panels.
+  // Attention: one head's scores, [longest, longest] (the pre-norm passes, ModernBERT's and
+  // Qwen3's, score 128 queries at a time: [128, longest]), its keys and values in panels.
+  const bool pre_norm = !shape.layer_plans.empty() && shape.layer_plans.front().pre_norm;
+  const int64_t score_rows = pre_norm ? std::min<int64_t>(longest, 128) : longest;
   const int64_t head_panels =
       2 * (longest + encoder::kPanelWidth) * (shape.head_size() + encoder::kPanelWidth);
   const int64_t scratch = SaturatingMul(
       SaturatingAdd(
           SaturatingAdd(SaturatingMul(tokens, shape.hidden), SaturatingMul(chunk, per_chunk_token)),
-          SaturatingAdd(SaturatingMul(longest, longest), head_panels)),
+          SaturatingAdd(SaturatingMul(score_rows, longest), head_panels)),
       sizeof(float));
   if (absl::Status status =
           CheckLoadBytes(config, spec.limits, scratch, shape.weight_bytes,

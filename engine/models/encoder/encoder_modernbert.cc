@@ -74,29 +74,6 @@ absl::StatusOr<std::string> String(const Json& json, const std::string& path, co
   return it->get<std::string>();
 }
 
-// transformers' default rope in FP32: inv_freq = 1 / theta^(2i / d) (torch.pow of float32), the
-// angle p * inv_freq rounded to float32, then its cos and sin.
-void FillRopeTable(RopeTable& table, int positions, int head_size) {
-  const int half = head_size / 2;
-  table.cos.resize(static_cast<size_t>(positions) * half);
-  table.sin.resize(static_cast<size_t>(positions) * half);
-  const float theta = static_cast<float>(table.theta);
-  std::vector<float> inv_freq(static_cast<size_t>(half));
-  for (int i = 0; i < half; ++i) {
-    const float exponent = static_cast<float>(2 * i) / static_cast<float>(head_size);
-    const float power = static_cast<float>(std::pow(double{theta}, double{exponent}));
-    inv_freq[static_cast<size_t>(i)] = 1.0f / power;
-  }
-  for (int p = 0; p < positions; ++p) {
-    for (int i = 0; i < half; ++i) {
-      const float angle = static_cast<float>(p) * inv_freq[static_cast<size_t>(i)];
-      const size_t at = static_cast<size_t>(p) * half + i;
-      table.cos[at] = static_cast<float>(std::cos(double{angle}));
-      table.sin[at] = static_cast<float>(std::sin(double{angle}));
-    }
-  }
-}
-
 // Rotates the query and key of every head of `rows` QKV rows (row stride 3H) by their positions:
 // q'[i] = q[i] cos - q[i + d/2] sin, q'[i + d/2] = q[i + d/2] cos + q[i] sin (rotate_half).
 void ApplyRotary(const EncoderNetwork& net, const RopeTable& table, const int32_t* positions,
@@ -257,6 +234,29 @@ absl::Status ReadModernBertConfig(const Json& json, const std::string& path, Enc
     plan.window = global ? 0 : static_cast<int>(local / 2);
   }
   return absl::OkStatus();
+}
+
+// transformers' default rope in FP32: inv_freq = 1 / theta^(2i / d) (torch.pow of float32), the
+// angle p * inv_freq rounded to float32, then its cos and sin.
+void FillRopeTable(RopeTable& table, int positions, int head_size) {
+  const int half = head_size / 2;
+  table.cos.resize(static_cast<size_t>(positions) * half);
+  table.sin.resize(static_cast<size_t>(positions) * half);
+  const float theta = static_cast<float>(table.theta);
+  std::vector<float> inv_freq(static_cast<size_t>(half));
+  for (int i = 0; i < half; ++i) {
+    const float exponent = static_cast<float>(2 * i) / static_cast<float>(head_size);
+    const float power = static_cast<float>(std::pow(double{theta}, double{exponent}));
+    inv_freq[static_cast<size_t>(i)] = 1.0f / power;
+  }
+  for (int p = 0; p < positions; ++p) {
+    for (int i = 0; i < half; ++i) {
+      const float angle = static_cast<float>(p) * inv_freq[static_cast<size_t>(i)];
+      const size_t at = static_cast<size_t>(p) * half + i;
+      table.cos[at] = static_cast<float>(std::cos(double{angle}));
+      table.sin[at] = static_cast<float>(std::sin(double{angle}));
+    }
+  }
 }
 
 int64_t ModernBertWeightBytes(const EncoderNetwork& net) {

@@ -50,6 +50,9 @@ using TensorReader = absl::FunctionRef<absl::StatusOr<std::vector<float>>(
 // the four linear layers of every layer packed in net.weight_format, and the rope tables.
 absl::Status ReadModernBertWeights(TensorReader read, const ArchSpec& spec, EncoderNetwork& net);
 
+// transformers' default rope in FP32 into `table` (its theta set): [positions, head_size / 2].
+void FillRopeTable(RopeTable& table, int positions, int head_size);
+
 // The FP32 bytes of a ModernBERT network's weights (EncoderNetwork::weight_bytes).
 int64_t ModernBertWeightBytes(const EncoderNetwork& net);
 

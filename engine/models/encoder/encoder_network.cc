@@ -18,6 +18,7 @@
 #include "engine/models/encoder/encoder_arch.h"
 #include "engine/models/encoder/encoder_config_json.h"
 #include "engine/models/encoder/encoder_modernbert.h"
+#include "engine/models/encoder/encoder_qwen3.h"
 #include "engine/models/encoder/encoder_sentence_modules.h"
 #include "engine/models/safetensors.h"
 #include "nlohmann/json.hpp"
@@ -105,13 +106,16 @@ absl::Status ReadConfigJson(const fs::path& folder, EncoderNetwork& net) {
     }
     net.relative_attention_buckets = static_cast<int>(buckets);
   }
-  if (hidden % heads != 0) {
+  if (!spec->qwen3 && hidden % heads != 0) {  // Qwen3's head_dim is its own field
     return absl::InvalidArgumentError(absl::StrCat("'", path.string(), "': ", spec->hidden_key, " ",
                                                    hidden, " is not a multiple of ",
                                                    spec->heads_key, " ", heads));
   }
-  ASSIGN_OR_RETURN(net.activation_name, StringField(json, path, spec->activation_key, "gelu"));
-  absl::StatusOr<HiddenActivation> activation = ParseHiddenActivation(net.activation_name);
+  ASSIGN_OR_RETURN(net.activation_name,
+                   StringField(json, path, spec->activation_key, spec->qwen3 ? "silu" : "gelu"));
+  absl::StatusOr<HiddenActivation> activation = spec->qwen3
+                                                    ? Qwen3Activation(net.activation_name)
+                                                    : ParseHiddenActivation(net.activation_name);
   if (!activation.ok()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "'", path.string(), "': \"", spec->activation_key, "\": ", activation.status().message()));
@@ -137,6 +141,7 @@ absl::Status ReadConfigJson(const fs::path& folder, EncoderNetwork& net) {
   net.pad_token_id = static_cast<int>(pad);
   net.layer_plans.assign(static_cast<size_t>(net.layers), LayerPlan{});
   if (spec->modernbert) RETURN_IF_ERROR(ReadModernBertConfig(json, path.string(), net));
+  if (spec->qwen3) RETURN_IF_ERROR(ReadQwen3Config(json, path.string(), net));
   if (spec->positions_after_pad) {
     net.position_offset = net.pad_token_id + 1;
     net.max_sequence_length = net.max_position_embeddings - net.position_offset;
@@ -255,7 +260,13 @@ absl::Status DescribeHeads(const SafetensorsFile& file, EncoderNetwork& net) {
     net.pooler_weight.assign(1, 0.0f);  // marks presence until the weights are read
   }
   const TensorView* classifier = nullptr;
-  if (const TensorView* out_proj = file.Find("classifier.out_proj.weight"); out_proj != nullptr) {
+  const TensorView* score = net.arch == EncoderArch::kQwen3 ? file.Find("score.weight") : nullptr;
+  if (score != nullptr) {
+    // Qwen3ForSequenceClassification: score [num_labels, H], no bias (read with the weights).
+    net.classifier = ClassifierKind::kQwen3Score;
+    classifier = score;
+  } else if (const TensorView* out_proj = file.Find("classifier.out_proj.weight");
+             out_proj != nullptr) {
     net.classifier = ClassifierKind::kRoberta;
     classifier = out_proj;
   } else if (const TensorView* linear = file.Find("classifier.weight");
@@ -309,6 +320,7 @@ absl::Status DescribeHeads(const SafetensorsFile& file, EncoderNetwork& net) {
 
 int64_t WeightBytes(const EncoderNetwork& net) {
   if (net.arch == EncoderArch::kModernbert) return ModernBertWeightBytes(net);
+  if (net.arch == EncoderArch::kQwen3) return Qwen3WeightBytes(net);
   const int64_t h = net.hidden;
   const int64_t i = net.intermediate;
   int64_t floats =
@@ -371,6 +383,11 @@ absl::StatusOr<SafetensorsFile> OpenWeights(const fs::path& folder) {
 absl::Status ReadWeights(const SafetensorsFile& file, EncoderNetwork& net) {
   const ArchSpec& spec = *FindArch(net.model_type);
   WeightSource w(file, DetectPrefix(file, net));
+  if (spec.qwen3) {
+    return ReadQwen3Weights([&w](const std::string& name, const Shape& shape,
+                                 bool head) { return w.Get(name, shape, head); },
+                            spec, net);
+  }
   if (spec.modernbert) {
     return ReadModernBertWeights([&w](const std::string& name, const Shape& shape,
                                       bool head) { return w.Get(name, shape, head); },

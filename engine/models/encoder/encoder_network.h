@@ -4,7 +4,7 @@
 // save_pretrained() and sentence-transformers write it:
 //
 //   config.json                 model_type (bert, roberta, xlm-roberta, distilbert, mpnet,
-//                               modernbert), sizes,
+//                               modernbert, qwen3), sizes,
 //                               hidden_act, eps... (DistilBERT's own keys: dim, n_layers...)
 //   model.safetensors           the weights (F32, F16 or BF16), with or without the "bert." /
 //                               "roberta." / "distilbert." / "mpnet." prefix that task-head
@@ -46,6 +46,9 @@ enum class EncoderArch {
   // "modernbert": no position table (rotary), pre-LayerNorm layers, GeGLU, alternating global and
   // sliding-window attention, optional biases (encoder_modernbert.h)
   kModernbert,
+  // "qwen3": a decoder served as an embedder (Qwen3-Embedding): causal attention, RMSNorm, grouped
+  // query attention with per-head q/k RMSNorm, rotary embeddings, SwiGLU (encoder_qwen3.h)
+  kQwen3,
 };
 
 // config.json's hidden_act. The two GELU forms differ by up to ~1e-3 and are never swapped.
@@ -53,6 +56,7 @@ enum class HiddenActivation {
   kGeluErf,   // "gelu": x/2 (1 + erf(x / sqrt 2)), as torch.nn.functional.gelu
   kGeluTanh,  // "gelu_new", "gelu_pytorch_tanh", "gelu_fast": the tanh approximation
   kRelu,      // "relu"
+  kSilu,      // "silu": x sigmoid(x) (Qwen3's SwiGLU only; the BERT-family kernels refuse it)
 };
 
 // Pooling modes of 1_Pooling/config.json, in the order sentence-transformers concatenates them.
@@ -90,6 +94,10 @@ enum class ClassifierKind {
   // ModernBertForSequenceClassification: the first token's or the mean hidden state
   // (classifier_pooling), head.dense + classifier_activation + head.norm, then classifier
   kModernbert,
+  // Qwen3ForSequenceClassification: score (no bias) on the hidden state of the last token whose id
+  // is not pad_token_id (the last token without one), as transformers'
+  // GenericForSequenceClassification
+  kQwen3Score,
 };
 
 // How one encoder layer computes, as data: the CPU forward pass executes it (encoder_forward.cc
@@ -108,6 +116,13 @@ struct LayerPlan {
   int rope_table = -1;
   // Sliding-window attention: a query attends to keys with |key - query| <= window; 0: every key.
   int window = 0;
+  // Qwen3 (encoder_qwen3.cc runs these): RMSNorm instead of LayerNorm (weight only, eps
+  // layer_norm_eps, in FP32); causal attention (a query sees the keys at and before it, within its
+  // sequence); per-head RMSNorm of queries and keys (q_norm, k_norm [head_size]) before rotary;
+  // the gated MLP's activation is EncoderNetwork::activation (SwiGLU: down(silu(gate) * up)).
+  bool rms_norm = false;
+  bool causal = false;
+  bool qk_norm = false;
 };
 
 // cos and sin of rotary position p and frequency i ([positions, head_size / 2] each, row p), as
@@ -134,6 +149,9 @@ struct EncoderLayer {
   std::vector<float> output_bias;           // [H]
   std::vector<float> output_norm_gamma;     // [H]
   std::vector<float> output_norm_beta;      // [H]
+  // Qwen3's q_norm and k_norm weights ([head_size] each; empty without LayerPlan::qk_norm).
+  std::vector<float> query_norm_gamma;
+  std::vector<float> key_norm_gamma;
 };
 
 // The activation of the `score` output (EncoderNetwork::score_activation).
@@ -146,6 +164,10 @@ struct EncoderNetwork {
   int hidden = 0;
   int layers = 0;
   int heads = 0;
+  // Grouped-query attention (Qwen3's num_key_value_heads; 0: one key/value head per query head)
+  // and an explicit head size (Qwen3's head_dim; 0: hidden / heads).
+  int kv_heads = 0;
+  int head_dim = 0;
   int intermediate = 0;
   HiddenActivation activation = HiddenActivation::kGeluErf;
   std::string activation_name;  // as written in config.json
@@ -154,6 +176,8 @@ struct EncoderNetwork {
   int max_position_embeddings = 0;
   int type_vocab_size = 0;
   int pad_token_id = 0;
+  // Qwen3: config.json's pad_token_id as written (-1: null or absent), which its score head reads.
+  int score_pad_token_id = -1;
 
   // The longest sequence the position table allows: max_position_embeddings for BERT, minus
   // pad_token_id + 1 for RoBERTa (whose positions start after the padding index).
@@ -239,7 +263,11 @@ struct EncoderNetwork {
   // weight_format: kBf16 for a model's `precision: bf16`).
   WeightFormat weight_format = WeightFormat::kFp32;
 
-  int head_size() const { return hidden / heads; }
+  int head_size() const { return head_dim > 0 ? head_dim : hidden / heads; }
+  int key_value_heads() const { return kv_heads > 0 ? kv_heads : heads; }
+  // Width of a token's fused query, key and value row, and of its attention context.
+  int qkv_width() const { return (heads + 2 * key_value_heads()) * head_size(); }
+  int context_width() const { return heads * head_size(); }
   // What pooling concatenates, and what the Dense modules (if any) make of it.
   int pooled_size() const { return hidden * pooling.count(); }
   int full_embedding_size() const {

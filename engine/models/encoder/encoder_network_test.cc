@@ -111,7 +111,7 @@ TEST_F(EncoderNetworkTest, DistilbertConfigErrorsNameTheirKeys) {
   ASSERT_FALSE(net.ok());
   EXPECT_THAT(net.status().message(),
               HasSubstr("model_type 'gpt2' is not supported by the encoder backend (supported: "
-                        "bert, distilbert, modernbert, mpnet, roberta, xlm-roberta)"));
+                        "bert, distilbert, modernbert, mpnet, qwen3, roberta, xlm-roberta)"));
 }
 
 TEST_F(EncoderNetworkTest, DistilbertClassifierIsPreClassifierAndClassifier) {
@@ -239,6 +239,87 @@ TEST_F(EncoderNetworkTest, ModernBertMissingTensorIsNamed) {
   ASSERT_FALSE(net.ok());
   EXPECT_THAT(net.status().message(), HasSubstr("no tensor 'layers.0.attn.Wqkv.weight'"));
   EXPECT_THAT(net.status().message(), HasSubstr("[96,32]"));
+}
+
+// A Qwen3Config as save_pretrained writes it (Qwen3-Embedding's shape, scaled down: 4 query heads
+// on 2 key/value heads, head_dim 16 where hidden / heads is 8), with `extra` fields appended.
+std::string Qwen3Config(const std::string& extra = "") {
+  return absl::StrCat(
+      R"({"model_type": "qwen3", "hidden_size": 32, "num_hidden_layers": 2,)",
+      R"( "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,)",
+      R"( "intermediate_size": 64, "vocab_size": 100, "max_position_embeddings": 512,)",
+      R"( "hidden_act": "silu", "rms_norm_eps": 1e-6, "rope_theta": 1000000.0,)",
+      R"( "rope_scaling": null, "use_sliding_window": false, "attention_bias": false,)",
+      R"( "layer_types": ["full_attention", "full_attention"])", extra, "}");
+}
+
+TEST_F(EncoderNetworkTest, Qwen3LayersAreDescribedAsData) {
+  auto net = Describe(Qwen3Config());
+  ASSERT_TRUE(net.ok()) << net.status();
+  const EncoderNetwork& n = **net;
+  EXPECT_EQ(n.arch, EncoderArch::kQwen3);
+  EXPECT_EQ(n.head_size(), 16);  // head_dim, not hidden / heads
+  EXPECT_EQ(n.key_value_heads(), 2);
+  EXPECT_EQ(n.qkv_width(), (4 + 2 * 2) * 16);
+  EXPECT_EQ(n.context_width(), 64);
+  EXPECT_FLOAT_EQ(n.layer_norm_eps, 1e-6f);
+  EXPECT_EQ(n.activation, HiddenActivation::kSilu);
+  EXPECT_EQ(n.max_sequence_length, 512);
+  EXPECT_FALSE(n.has_token_types());
+  EXPECT_FALSE(n.attention_biases);
+  ASSERT_EQ(n.rope_tables.size(), 1u);
+  EXPECT_EQ(n.rope_tables[0].theta, 1e6);
+  for (const LayerPlan& plan : n.layer_plans) {
+    EXPECT_TRUE(plan.pre_norm && plan.rms_norm && plan.causal && plan.qk_norm && plan.gated_mlp);
+    EXPECT_EQ(plan.rope_table, 0);
+    EXPECT_EQ(plan.window, 0);
+  }
+  // No 1_Pooling: a decoder's summary, the last token.
+  EXPECT_TRUE(n.pooling.lasttoken);
+  EXPECT_EQ(n.pooling.count(), 1);
+}
+
+TEST_F(EncoderNetworkTest, Qwen3ScoreHeadIsDescribed) {
+  // Qwen3ForSequenceClassification: "model." + the decoder, score.weight [labels, H] beside it.
+  auto net = Describe(Qwen3Config(R"(, "pad_token_id": 7)"),
+                      {"model.embed_tokens.weight", "score.weight"}, {{100, 32}, {2, 32}});
+  ASSERT_TRUE(net.ok()) << net.status();
+  EXPECT_EQ((*net)->classifier, ClassifierKind::kQwen3Score);
+  EXPECT_EQ((*net)->num_labels, 2);
+  EXPECT_EQ((*net)->score_pad_token_id, 7);
+  auto no_pad = Describe(Qwen3Config());
+  ASSERT_TRUE(no_pad.ok()) << no_pad.status();
+  EXPECT_EQ((*no_pad)->score_pad_token_id, -1);
+  EXPECT_EQ((*no_pad)->classifier, ClassifierKind::kNone);
+}
+
+TEST_F(EncoderNetworkTest, Qwen3ConfigErrorsNameTheirFields) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {R"(, "hidden_act": "gelu")", "\"hidden_act\": 'gelu' is not supported"},
+      {R"(, "rope_scaling": {"rope_type": "yarn", "factor": 4.0})",
+       "\"rope_scaling\" 'yarn' is not supported"},
+      {R"(, "rope_scaling": {"type": "linear", "factor": 2.0})",
+       "\"rope_scaling\" 'linear' is not supported"},
+      {R"(, "use_sliding_window": true)", "\"use_sliding_window\" true is not supported"},
+      {R"(, "num_key_value_heads": 3)", "\"num_key_value_heads\" 3 does not divide"},
+      {R"(, "head_dim": 15)", "\"head_dim\" 15 is odd"},
+      {R"(, "layer_types": ["sliding_attention"])", "\"layer_types\" entry \"sliding_attention\""},
+      {R"(, "rope_theta": 0)", "\"rope_theta\" must be a positive number"},
+  };
+  for (const auto& [extra, needle] : cases) {
+    // json keeps the last of duplicate keys: `extra` overrides the defaults above.
+    auto net = Describe(Qwen3Config(extra));
+    ASSERT_FALSE(net.ok()) << extra;
+    EXPECT_THAT(net.status().message(), HasSubstr(needle)) << extra;
+  }
+}
+
+TEST_F(EncoderNetworkTest, Qwen3MissingTensorIsNamed) {
+  const std::string folder = Write(Qwen3Config(), {"model.embed_tokens.weight"}, {{100, 32}});
+  auto net = LoadEncoderNetwork(folder, EncoderLoadOptions{});
+  ASSERT_FALSE(net.ok());
+  EXPECT_THAT(net.status().message(), HasSubstr("layers.0.input_layernorm.weight"));
+  EXPECT_THAT(net.status().message(), HasSubstr("[32]"));
 }
 
 }  // namespace

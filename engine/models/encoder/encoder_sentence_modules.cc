@@ -163,7 +163,13 @@ absl::Status ReadSentenceModules(const fs::path& folder, EncoderNetwork& net) {
   if (pooled) return absl::OkStatus();
   const fs::path pooling_path = pooling_dir / "config.json";
   if (!fs::exists(pooling_path, ec)) {
-    net.pooling.cls = true;  // BertModel users take the first token; so does the pooler
+    // BertModel users take the first token (so does the pooler); a decoder's summary is its last
+    // (Qwen3-Embedding's pooling).
+    if (net.arch == EncoderArch::kQwen3) {
+      net.pooling.lasttoken = true;
+    } else {
+      net.pooling.cls = true;
+    }
     return absl::OkStatus();
   }
   return ReadPooling(pooling_path, net);
