@@ -69,8 +69,10 @@ ALIASES = {"q3_causallm": "q3_gqa"}
 INSTRUCTION = "Instruct: Given a web search query, retrieve relevant passages\nQuery:"
 SENTENCES = ["what is the capital of France?", "Paris is the capital and largest city of France.",
              "x", "Café déjà vu — naïve résumé! 🚀",
-             # No trailing whitespace: SentenceTransformer's Transformer.tokenize strips it (and
-             # the server does not; a pipeline-wide difference, not Qwen3's).
+             # Surrounding whitespace (ASCII and Unicode): SentenceTransformer's
+             # Transformer.tokenize strips every text, and so does the server for a
+             # sentence-transformers folder; byte-level BPE would give it tokens of its own.
+             "  spaced out\u00a0\t", "\u3000ideographic space\n ",
              " ".join(["rotary embeddings rotate pairs of dimensions by an angle that grows with "
                        "the position"] * 3)]
 WORST = {}

@@ -79,12 +79,15 @@ def write_model(root, name, tokenizer, model_type, seed):
 
 
 def reference(folder, texts):
-    """transformers' mean-pooled embeddings on the ids `tokenizers` gives."""
+    """transformers' mean-pooled embeddings on the ids `tokenizers` gives for each text stripped of
+    surrounding whitespace, as sentence-transformers' Transformer module strips it (the folder is
+    a sentence-transformers one: modules.json; the whitespace inside a text still reaches the
+    tokenizer, and TEI's /tokenize below shows leading spaces' own tokens)."""
     tok = tokenizers.Tokenizer.from_file(os.path.join(folder, "tokenizer.json"))
     model = transformers.AutoModel.from_pretrained(folder).eval()
     out = []
     for text in texts:
-        ids = tok.encode(text).ids
+        ids = tok.encode(text.strip()).ids
         with torch.no_grad():
             hidden = model(input_ids=torch.tensor([ids]),
                            attention_mask=torch.ones(1, len(ids), dtype=torch.long))

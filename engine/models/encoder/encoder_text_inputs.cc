@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <cstdint>
+#include <filesystem>
 #include <limits>
 #include <utility>
 #include <vector>
@@ -39,6 +41,52 @@ std::vector<absl::string_view> BytesElements(const TensorView& tensor, int64_t c
   return elements;
 }
 
+// Python's str.isspace() codepoints, which sentence-transformers' str.strip() removes.
+bool IsPythonSpace(char32_t c) {
+  return (c >= 0x09 && c <= 0x0d) || (c >= 0x1c && c <= 0x20) || c == 0x85 || c == 0xa0 ||
+         c == 0x1680 || (c >= 0x2000 && c <= 0x200a) || c == 0x2028 || c == 0x2029 || c == 0x202f ||
+         c == 0x205f || c == 0x3000;
+}
+
+// The codepoint of the UTF-8 sequence `bytes` (1-4 bytes, not validated: a malformed one decodes
+// to something that is not a space, and the tokenizer refuses it later by its byte offset).
+char32_t Decode(absl::string_view bytes) {
+  const auto b = [&](size_t i) { return static_cast<char32_t>(static_cast<uint8_t>(bytes[i])); };
+  switch (bytes.size()) {
+    case 1:
+      return b(0);
+    case 2:
+      return ((b(0) & 0x1f) << 6) | (b(1) & 0x3f);
+    case 3:
+      return ((b(0) & 0x0f) << 12) | ((b(1) & 0x3f) << 6) | (b(2) & 0x3f);
+    default:
+      return ((b(0) & 0x07) << 18) | ((b(1) & 0x3f) << 12) | ((b(2) & 0x3f) << 6) | (b(3) & 0x3f);
+  }
+}
+
+size_t SequenceLength(uint8_t lead) {
+  return lead < 0x80 ? 1 : lead >= 0xf0 ? 4 : lead >= 0xe0 ? 3 : lead >= 0xc0 ? 2 : 1;
+}
+
+// `text` without leading and trailing whitespace, as Python's str.strip().
+absl::string_view StripLikePython(absl::string_view text) {
+  while (!text.empty()) {
+    const size_t n = std::min(SequenceLength(static_cast<uint8_t>(text[0])), text.size());
+    if (!IsPythonSpace(Decode(text.substr(0, n)))) break;
+    text.remove_prefix(n);
+  }
+  while (!text.empty()) {
+    size_t start = text.size() - 1;  // back over continuation bytes to the lead byte
+    while (start > 0 && text.size() - start < 4 &&
+           (static_cast<uint8_t>(text[start]) & 0xc0) == 0x80) {
+      --start;
+    }
+    if (!IsPythonSpace(Decode(text.substr(start)))) break;
+    text.remove_suffix(text.size() - start);
+  }
+  return text;
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<const EncoderTextInputs>> EncoderTextInputs::Load(
@@ -59,8 +107,10 @@ absl::StatusOr<std::unique_ptr<const EncoderTextInputs>> EncoderTextInputs::Load
                      " tokens, more than the checkpoint's vocab_size ", vocab_size));
   }
   ASSIGN_OR_RETURN(SentencePrompts prompts, ReadSentencePrompts(folder));
+  std::error_code ec;
+  const bool strip = std::filesystem::exists(std::filesystem::path(folder) / "modules.json", ec);
   return std::unique_ptr<const EncoderTextInputs>(
-      new EncoderTextInputs(*std::move(tokenizer), std::move(prompts), max_sequence_length));
+      new EncoderTextInputs(*std::move(tokenizer), std::move(prompts), max_sequence_length, strip));
 }
 
 absl::Status EncoderTextInputs::Prepare(const std::string& model, bool token_types,
@@ -105,9 +155,14 @@ absl::Status EncoderTextInputs::Prepare(const std::string& model, bool token_typ
       prompted.append(first.data(), first.size());
       first = prompted;
     }
+    absl::string_view second = pair == nullptr ? absl::string_view() : seconds[r];
+    if (strip_) {
+      first = StripLikePython(first);
+      second = StripLikePython(second);
+    }
     absl::StatusOr<text::Encoding> encoding =
         pair == nullptr ? tokenizer_->Encode(first, encode_options)
-                        : tokenizer_->EncodePair(first, seconds[r], encode_options);
+                        : tokenizer_->EncodePair(first, second, encode_options);
     if (!encoding.ok()) {
       return fail(absl::StrCat("input '", pair == nullptr ? kText : "text/text_pair",
                                "' batch item ", r, ": ", encoding.status().message()));

@@ -4,8 +4,8 @@
 // tensors the network reads (input_ids, attention_mask and, for models with token types,
 // token_type_ids), with the model's sentence-transformers prompt prepended to every text as
 // SentenceTransformer.encode(prompt_name=...) does (and counted in the length limit and the token
-// budget, as there). Runs on the preparation pool (Model::PrepareRequest), never on the request
-// path's threads.
+// budget, as there), and stripped of surrounding whitespace in a sentence-transformers folder. Runs
+// on the preparation pool (Model::PrepareRequest), never on the request path's threads.
 
 #include <memory>
 #include <string>
@@ -39,14 +39,20 @@ class EncoderTextInputs {
 
  private:
   EncoderTextInputs(std::unique_ptr<text::Tokenizer> tokenizer, SentencePrompts prompts,
-                    int max_sequence_length)
+                    int max_sequence_length, bool strip)
       : tokenizer_(std::move(tokenizer)),
         prompts_(std::move(prompts)),
-        max_sequence_length_(max_sequence_length) {}
+        max_sequence_length_(max_sequence_length),
+        strip_(strip) {}
 
   const std::unique_ptr<text::Tokenizer> tokenizer_;
   const SentencePrompts prompts_;
   const int max_sequence_length_;
+  // A sentence-transformers folder (modules.json): every text, the prompt included, and every
+  // second text is stripped of leading and trailing whitespace first, as its Transformer module
+  // does (str.strip()); it matters to byte-level BPE and Unigram tokenizers, whose tokens carry
+  // spaces. A plain transformers folder (a CrossEncoder's, too) keeps the text as sent.
+  const bool strip_;
 };
 
 }  // namespace sluice::engine::models::encoder
