@@ -6,6 +6,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/echo.h"
 #include "common/status_macros.h"
 #include "engine/models/encoder/encoder_config_json.h"
 #include "engine/models/safetensors.h"
@@ -223,10 +224,10 @@ absl::StatusOr<absl::string_view> SentencePrompts::Resolve(
   if (it == prompts.end()) {
     std::vector<std::string> names;
     for (const auto& [known, text] : prompts) names.push_back(known);
-    return absl::InvalidArgumentError(
-        absl::StrCat("prompt_name '", chosen, "' is not one of the model's prompts (",
-                     names.empty() ? "it has none" : absl::StrJoin(names, ", "),
-                     "; config_sentence_transformers.json)"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "prompt_name '", common::EchoInput(chosen), "' is not one of the model's prompts (",
+        names.empty() ? "it has none" : absl::StrJoin(names, ", "),
+        "; config_sentence_transformers.json)"));
   }
   return absl::string_view(it->second);
 }
