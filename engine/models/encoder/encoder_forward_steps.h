@@ -1,8 +1,8 @@
 #pragma once
 
-// Steps both forward passes share (encoder_forward.cc's post-norm layers, encoder_modernbert.cc's
-// pre-norm ones): how a batch is cut into chunks of whole sequences and how row-wise kernels are
-// split over the compute pool.
+// Steps the forward passes share (encoder_forward.cc's post-norm layers, encoder_modernbert.cc's
+// and encoder_qwen3.cc's pre-norm ones): how a batch is cut into chunks of whole sequences and how
+// row-wise kernels are split over the compute pool.
 
 #include <algorithm>
 #include <cstdint>
@@ -32,6 +32,18 @@ void ForRowBlocks(ComputePool* pool, int64_t rows, int64_t min_rows, const Fn& f
     const int64_t end = rows * (task + 1) / blocks;
     fn(begin, end - begin);
   });
+}
+
+// Rotary position embedding of one head's vector `x` [2 x half] in place, transformers'
+// rotate_half form (ModernBERT's and Qwen3's): pairs (i, i + half) turned by the angle whose cos
+// and sin are the RopeTable row of the token's position.
+inline void RotateHalf(float* x, const float* cos, const float* sin, int half) {
+  for (int i = 0; i < half; ++i) {
+    const float a = x[i];
+    const float b = x[i + half];
+    x[i] = a * cos[i] - b * sin[i];
+    x[i + half] = b * cos[i] + a * sin[i];
+  }
 }
 
 // The sequences [first, end) of the next chunk: whole sequences while they fit in `budget`

@@ -87,13 +87,7 @@ void ApplyRotary(const EncoderNetwork& net, const RopeTable& table, const int32_
     float* row = qkv + r * 3 * h;
     for (int part = 0; part < 2; ++part) {  // query, then key
       for (int head = 0; head < net.heads; ++head) {
-        float* x = row + part * h + head * d;
-        for (int i = 0; i < half; ++i) {
-          const float a = x[i];
-          const float b = x[i + half];
-          x[i] = a * cos[i] - b * sin[i];
-          x[i + half] = b * cos[i] + a * sin[i];
-        }
+        RotateHalf(row + part * h + head * d, cos, sin, half);
       }
     }
   }

@@ -83,12 +83,7 @@ void NormAndRotate(const EncoderNetwork& net, const EncoderLayer& layer, const L
       if (table == nullptr) continue;
       const float* cos = table->cos.data() + int64_t{positions[r]} * half;
       const float* sin = table->sin.data() + int64_t{positions[r]} * half;
-      for (int i = 0; i < half; ++i) {
-        const float a = x[i];
-        const float b = x[i + half];
-        x[i] = a * cos[i] - b * sin[i];
-        x[i + half] = b * cos[i] + a * sin[i];
-      }
+      RotateHalf(x, cos, sin, half);
     }
   }
 }
