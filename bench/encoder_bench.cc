@@ -3,8 +3,9 @@
 // with PyTorch eager and ONNX Runtime on the same checkpoint. Not a test.
 //
 // It loads the folder, prints one JSON line with the load time, the resident memory after the
-// load and the FP32 weights' size, then serves rounds: for each line "BATCH SEQ SECONDS" on stdin
-// it runs batches of BATCH sequences of SEQ random token ids for at least SECONDS and prints
+// load ("rss_mib") and at its peak ("peak_rss_mib") and the FP32 weights' size, then serves rounds:
+// for each line "BATCH SEQ SECONDS" on stdin it runs batches of BATCH sequences of SEQ random token
+// ids for at least SECONDS and prints
 // {"batch", "seq", "sequences_per_s", "gflops"} by wall-clock time and the same by the process's
 // CPU time ("cpu_sequences_per_s", "cpu_gflops"; see CpuSeconds). "sgemm" on stdin prints the
 // machine's one-thread SGEMM rate (a 1024 x 1024 x 1024 product on the same OpenBLAS), the
@@ -20,7 +21,9 @@
 // core type and packed variant in use; where the CPU has AVX512_BF16 also the BF16 GEMM on weights
 // packed in BF16 ("packed_bf16", "packed_bf16_cold": encoder_gemm_bf16.cc), and the INT8 GEMM on
 // weights packed in INT8 ("packed_int8", "packed_int8_cold": encoder_gemm_int8.cc, the activations
-// quantized per row inside the timed call; GOP/s, a multiply-add counted as 2). --precision sets
+// quantized per row inside the timed call; GOP/s, a multiply-add counted as 2), and the FP32 GEMM
+// on weights held in BF16 as a BF16 checkpoint's are ("packed_held_bf16", "packed_held_bf16_cold":
+// widened per block, the same bits as "packed"). --precision sets
 // the model's `precision` parameter (fp32, bf16, int8, auto) for the forward-pass rounds.
 //
 //   echo "32 128 2" | build/bench/sluice-encoder-bench --model-dir /tmp/bert_base/1
@@ -64,14 +67,17 @@ double CpuSeconds() {
   return static_cast<double>(now.tv_sec) + static_cast<double>(now.tv_nsec) * 1e-9;
 }
 
-double ResidentMib() {
+// /proc/self/status's VmRSS (resident now) or VmHWM (the most resident so far), in MiB.
+double StatusMib(const char* field = "VmRSS:") {
   std::ifstream status("/proc/self/status");
   std::string line;
+  const size_t length = std::strlen(field);
   while (std::getline(status, line)) {
-    if (line.rfind("VmRSS:", 0) == 0) return std::stod(line.substr(6)) / 1024.0;
+    if (line.compare(0, length, field) == 0) return std::stod(line.substr(length)) / 1024.0;
   }
   return 0;
 }
+double ResidentMib() { return StatusMib("VmRSS:"); }
 
 // One-thread SGEMM GFLOP/s of a 1024^3 product for about a CPU second: {by wall, by CPU time}.
 std::pair<double, double> SgemmGflops() {
@@ -220,6 +226,8 @@ int Main(int argc, char** argv) {
                               {"precision", (*model)->LoadSummary()},
                               {"rss_mib", ResidentMib()},
                               {"rss_before_mib", rss_before},
+                              // The load's peak (one tensor widened while the others are held).
+                              {"peak_rss_mib", StatusMib("VmHWM:")},
                               {"weights_mib", weight_mib}}
                    .dump()
             << std::endl;
@@ -265,6 +273,15 @@ int Main(int argc, char** argv) {
               PackedGemmGflops(tokens, n, k, seconds, false, WeightFormat::kBf16);
           shapes.back()["packed_bf16_cold_gflops"] =
               PackedGemmGflops(tokens, n, k, seconds, true, WeightFormat::kBf16);
+        }
+        {
+          // The FP32 product on weights held in BF16 (a BF16 checkpoint's, widened per block):
+          // against "packed" / "packed_cold", what not inflating the weights at load costs.
+          using engine::models::encoder::WeightFormat;
+          shapes.back()["packed_held_bf16_gflops"] =
+              PackedGemmGflops(tokens, n, k, seconds, false, WeightFormat::kFp32HeldBf16);
+          shapes.back()["packed_held_bf16_cold_gflops"] =
+              PackedGemmGflops(tokens, n, k, seconds, true, WeightFormat::kFp32HeldBf16);
         }
         {
           using engine::models::encoder::WeightFormat;

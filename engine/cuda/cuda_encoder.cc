@@ -140,7 +140,7 @@ absl::Status CudaEncoder::Upload() {
   const enc::EncoderNetwork& net = *net_;
   const int h = net.hidden;
   const int inter = net.intermediate;
-  ASSIGN_OR_RETURN(word_, UploadAs(net.word_embeddings, type_));
+  ASSIGN_OR_RETURN(word_, UploadAs(net.word_embeddings.Widened(), type_));
   ASSIGN_OR_RETURN(position_, UploadAs(net.position_embeddings, type_));
   if (!net.type_embeddings.empty()) {
     ASSIGN_OR_RETURN(type_embeddings_, UploadAs(net.type_embeddings, type_));

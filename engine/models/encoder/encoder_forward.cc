@@ -180,14 +180,14 @@ void Forward(const EncoderNetwork& net, const PackedBatch& batch, EncoderWorkspa
   // Embeddings: word + token type + position (HF's order of addition), then LayerNorm.
   ForRowBlocks(pool, tokens, kMinRowsPerTask, [&](int64_t t0, int64_t count) {
     for (int64_t t = t0; t < t0 + count; ++t) {
-      const float* word = net.word_embeddings.data() + int64_t{batch.token_ids[t]} * h;
       const float* position = net.position_embeddings.data() + int64_t{batch.positions[t]} * h;
       float* xt = ws.hidden_.data() + t * h;
+      net.word_embeddings.CopyRow(batch.token_ids[t], xt);  // the word's row, then added to
       if (!net.type_embeddings.empty()) {
         const float* type = net.type_embeddings.data() + int64_t{batch.token_types[t]} * h;
-        for (int j = 0; j < h; ++j) xt[j] = word[j] + type[j] + position[j];
+        for (int j = 0; j < h; ++j) xt[j] = xt[j] + type[j] + position[j];
       } else {
-        for (int j = 0; j < h; ++j) xt[j] = word[j] + position[j];
+        for (int j = 0; j < h; ++j) xt[j] = xt[j] + position[j];
       }
     }
     k.layer_norm(ws.hidden_.data() + t0 * h, net.embedding_norm_gamma.data(),

@@ -1,6 +1,7 @@
 #include "engine/models/encoder/encoder_gemm.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -10,6 +11,7 @@
 #endif
 
 #include "common/check.h"
+#include "common/wire/float16.h"
 
 namespace sluice::engine::models::encoder {
 namespace gemm {
@@ -164,6 +166,40 @@ float Bf16ToFloat(uint16_t value) {
   return out;
 }
 
+namespace {
+
+uint32_t BitsOf(float value) { return std::bit_cast<uint32_t>(value); }
+
+// Whether `bits` (an FP32) is exactly an IEEE binary16 value.
+bool IsHalfValue(uint32_t bits) {
+  const uint32_t magnitude = bits & 0x7fffffffu;
+  if (magnitude == 0x7f800000u) return true;  // infinity
+  if (magnitude > 0x7f800000u) {
+    // NaN: only the one FloatToHalf gives back unchanged (the quiet NaN without payload).
+    return std::bit_cast<uint32_t>(
+               wire::HalfToFloat(wire::FloatToHalf(std::bit_cast<float>(bits)))) == bits;
+  }
+  if (magnitude == 0) return true;
+  const int exponent = static_cast<int>(magnitude >> 23) - 127;
+  if (exponent > 15 || exponent < -24) return false;
+  // binary16 keeps 10 fraction bits for normals (exponent >= -14), fewer below: a subnormal is a
+  // multiple of 2^-24.
+  const int dropped = exponent >= -14 ? 13 : 13 + (-14 - exponent);
+  return (magnitude & ((1u << dropped) - 1)) == 0;
+}
+
+}  // namespace
+
+WeightFormat ExactFp32Storage(const std::vector<float>& w) {
+  uint32_t low_bits = 0;
+  for (float v : w) low_bits |= BitsOf(v) & 0xffffu;
+  if (low_bits == 0) return WeightFormat::kFp32HeldBf16;
+  for (float v : w) {
+    if (!IsHalfValue(BitsOf(v))) return WeightFormat::kFp32;
+  }
+  return WeightFormat::kFp32HeldFp16;
+}
+
 PackedWeights PackedWeights::Pack(const std::vector<float>& w, int n, int k, WeightFormat format) {
   CHECK(n > 0 && k > 0 && static_cast<int64_t>(w.size()) == int64_t{n} * k);
   PackedWeights packed;
@@ -219,6 +255,31 @@ PackedWeights PackedWeights::Pack(const std::vector<float>& w, int n, int k, Wei
     }
     return packed;
   }
+  if (format == WeightFormat::kFp32HeldBf16 || format == WeightFormat::kFp32HeldFp16) {
+    const bool fp16 = format == WeightFormat::kFp32HeldFp16;
+    packed.held_.reset(new (std::align_val_t{
+        64}) uint16_t[static_cast<size_t>(packed.held_pairs() * 2 * packed.panel_stride())]);
+    uint16_t* out = packed.held_.get();
+    for (int pair = 0; pair < packed.held_pairs(); ++pair) {
+      for (int p = 0; p < k; ++p) {
+        for (int slot = 0; slot < 2 * kPanelWidth; ++slot) {
+          const int row = (2 * pair + slot % 2) * kPanelWidth + slot / 2;
+          if (row >= n) {
+            *out++ = 0;
+            continue;
+          }
+          const float v = w[static_cast<size_t>(int64_t{row} * k + p)];
+          // Exact values: FP16's rounding returns them; BF16's are their high halves.
+          const uint16_t bits =
+              fp16 ? wire::FloatToHalf(v) : static_cast<uint16_t>(BitsOf(v) >> 16);
+          // The format's precondition: the 16 bits are the value, not a rounding of it.
+          CHECK(BitsOf(fp16 ? wire::HalfToFloat(bits) : Bf16ToFloat(bits)) == BitsOf(v));
+          *out++ = bits;
+        }
+      }
+    }
+    return packed;
+  }
   const int64_t floats = packed.bytes() / 4;
   packed.data_.reset(new (std::align_val_t{64}) float[static_cast<size_t>(floats)]);
   PackPanels(w.data(), k, n, k, packed.data_.get());
@@ -232,6 +293,9 @@ int64_t PackedWeights::bytes() const {
     case WeightFormat::kInt8:
       // The panels, and a float scale and an int32 sum per (padded) column.
       return int64_t{panels()} * (int8_panel_stride() + kPanelWidth * 8);
+    case WeightFormat::kFp32HeldBf16:
+    case WeightFormat::kFp32HeldFp16:
+      return int64_t{held_pairs()} * 2 * panel_stride() * 2;
     case WeightFormat::kFp32:
       break;
   }
@@ -262,6 +326,19 @@ std::vector<float> PackedWeights::Unpack() const {
     }
     return w;
   }
+  if (format_ == WeightFormat::kFp32HeldBf16 || format_ == WeightFormat::kFp32HeldFp16) {
+    for (int row = 0; row < n_; ++row) {
+      const int panel = row / kPanelWidth;
+      const uint16_t* pair =
+          held_data() + (panel / 2) * 2 * panel_stride() + 2 * (row % kPanelWidth) + panel % 2;
+      for (int p = 0; p < k_; ++p) {
+        const uint16_t bits = pair[p * 2 * kPanelWidth];
+        w[static_cast<size_t>(int64_t{row} * k_ + p)] =
+            format_ == WeightFormat::kFp32HeldFp16 ? wire::HalfToFloat(bits) : Bf16ToFloat(bits);
+      }
+    }
+    return w;
+  }
   for (int row = 0; row < n_; ++row) {
     const float* panel = data() + (row / kPanelWidth) * panel_stride() + row % kPanelWidth;
     for (int p = 0; p < k_; ++p)
@@ -270,10 +347,23 @@ std::vector<float> PackedWeights::Unpack() const {
   return w;
 }
 
-void PanelGemm(const gemm::GemmKernel& kernel, const float* x, int64_t ldx, int64_t rows,
-               const float* packed, int n, int k, const float* bias, float* y, int64_t ldy) {
+namespace {
+
+// Where the tiles of one tile column (np panels at K rows [pc, pc + kc)) read W.
+struct TileColumn {
+  const float* panels;  // the first panel, at row pc
+  int64_t stride;       // floats from one panel to the next
+  // What the column's first tile prefetches (the next column's panels, where they come from
+  // memory), or null.
+  const float* prefetch;
+};
+
+// The blocked product of PanelGemm's comment, each tile column's panels from
+// column_of(jp, np, jc, jc_end, pc, kc) (panels [jp, jp + np) of the column block [jc, jc_end)).
+template <typename ColumnOf>
+void BlockedGemm(const gemm::GemmKernel& kernel, const float* x, int64_t ldx, int64_t rows, int n,
+                 int k, const float* bias, float* y, int64_t ldy, const ColumnOf& column_of) {
   const int panels = (n + kPanelWidth - 1) / kPanelWidth;
-  const int64_t stride = int64_t{k} * kPanelWidth;
   const int k_blocks = (k + kKc - 1) / kKc;
   const int kc_even = (k + k_blocks - 1) / k_blocks;
   // A tile whose columns run past n (the last, partial panel) is computed into `edge` and copied.
@@ -292,22 +382,12 @@ void PanelGemm(const gemm::GemmKernel& kernel, const float* x, int64_t ldx, int6
           const int np = std::min(kernel.np, panels - jp);
           const int col = jp * kPanelWidth;
           const int width = std::min(np * kPanelWidth, n - col);
-          const float* b = packed + jp * stride + int64_t{pc} * kPanelWidth;
+          const TileColumn column = column_of(jp, np, jc, jc_end, pc, kc);
           const float* tile_bias = bias != nullptr ? bias + col : nullptr;
           if (width < np * kPanelWidth && init == gemm::TileInit::kBias) {
             std::fill_n(edge_bias, 2 * kPanelWidth, 0.0f);
             std::copy_n(bias + col, width, edge_bias);
             tile_bias = edge_bias;
-          }
-          // The first tile of this column prefetches the next column's panels: the next in the
-          // column block, else the block's first at the next K block, else the next block's first.
-          const float* next = nullptr;
-          if (jp + kernel.np < jc_end) {
-            next = b + kernel.np * stride;
-          } else if (pc + kc < k) {
-            next = packed + jc * stride + int64_t{pc + kc} * kPanelWidth;
-          } else if (jc_end < panels) {
-            next = packed + jc_end * stride;
           }
           for (int64_t ir = 0; ir < mc; ir += kernel.mr) {
             const int mr = static_cast<int>(std::min<int64_t>(kernel.mr, mc - ir));
@@ -315,20 +395,77 @@ void PanelGemm(const gemm::GemmKernel& kernel, const float* x, int64_t ldx, int6
             const float* xt = x + (ic + ir) * ldx + pc;
             float* yt = y + (ic + ir) * ldy + col;
             if (width == np * kPanelWidth) {
-              tile(kc, xt, ldx, b, stride, yt, ldy, tile_bias, init, ir == 0 ? next : nullptr);
+              tile(kc, xt, ldx, column.panels, column.stride, yt, ldy, tile_bias, init,
+                   ir == 0 ? column.prefetch : nullptr);
               continue;
             }
             const int ld = np * kPanelWidth;
             if (init == gemm::TileInit::kLoad) {
               for (int r = 0; r < mr; ++r) std::copy_n(yt + r * ldy, width, edge + r * ld);
             }
-            tile(kc, xt, ldx, b, stride, edge, ld, tile_bias, init, nullptr);
+            tile(kc, xt, ldx, column.panels, column.stride, edge, ld, tile_bias, init, nullptr);
             for (int r = 0; r < mr; ++r) std::copy_n(edge + r * ld, width, yt + r * ldy);
           }
         }
       }
     }
   }
+}
+
+// A per-thread buffer of one widened panel pair (<= kKc rows of 2 x 16 floats: 32 KiB, which the
+// tiles then read from L1; widening a whole column block at once spilled it to L2 and cost 17% at
+// 16 rows).
+float* WidenedPairBuffer() {
+  struct Buffer {
+    std::unique_ptr<float[], void (*)(float*)> floats{
+        new (std::align_val_t{64}) float[size_t{2} * kKc * kPanelWidth],
+        [](float* p) { ::operator delete[](p, std::align_val_t{64}); }};
+  };
+  thread_local Buffer buffer;
+  return buffer.floats.get();
+}
+
+}  // namespace
+
+void PanelGemm(const gemm::GemmKernel& kernel, const float* x, int64_t ldx, int64_t rows,
+               const float* packed, int n, int k, const float* bias, float* y, int64_t ldy) {
+  const int panels = (n + kPanelWidth - 1) / kPanelWidth;
+  const int64_t stride = int64_t{k} * kPanelWidth;
+  BlockedGemm(kernel, x, ldx, rows, n, k, bias, y, ldy,
+              [&](int jp, int np, int jc, int jc_end, int pc, int kc) {
+                const float* b = packed + jp * stride + int64_t{pc} * kPanelWidth;
+                // The next tile column in the column block, else the block's first at the next K
+                // block, else the next column block's first.
+                const float* next = nullptr;
+                if (jp + np < jc_end) {
+                  next = b + np * stride;
+                } else if (pc + kc < k) {
+                  next = packed + jc * stride + int64_t{pc + kc} * kPanelWidth;
+                } else if (jc_end < panels) {
+                  next = packed + jc_end * stride;
+                }
+                return TileColumn{b, stride, next};
+              });
+}
+
+void HeldPanelGemm(const gemm::GemmKernel& kernel, const float* x, int64_t ldx, int64_t rows,
+                   const uint16_t* pairs, bool fp16, int n, int k, const float* bias, float* y,
+                   int64_t ldy) {
+  const int64_t pair_stride = int64_t{k} * 2 * kPanelWidth;
+  const gemm::WidenFn widen = fp16 ? kernel.widen_fp16 : kernel.widen_bf16;
+  float* buffer = WidenedPairBuffer();
+  BlockedGemm(kernel, x, ldx, rows, n, k, bias, y, ldy,
+              [&](int jp, int /*np*/, int /*jc*/, int /*jc_end*/, int pc, int kc) {
+                // A pair is widened when its lower panel's column comes (every column of a
+                // two-panel kernel; a one-panel kernel reads the upper panel next, from the
+                // buffer). A last odd panel's partner is padding, widened and never read.
+                const int64_t block_stride = int64_t{kc} * kPanelWidth;
+                if (jp % 2 == 0) {
+                  widen(pairs + (jp / 2) * pair_stride + int64_t{pc} * 2 * kPanelWidth, kc, buffer,
+                        buffer + block_stride);
+                }
+                return TileColumn{buffer + (jp % 2) * block_stride, block_stride, nullptr};
+              });
 }
 
 void PackedGemm(const gemm::GemmKernel& kernel, const float* x, int64_t rows,
@@ -341,6 +478,11 @@ void PackedGemm(const gemm::GemmKernel& kernel, const float* x, int64_t rows,
   if (w.format() == WeightFormat::kInt8) {
     gemm::Int8PanelGemm(gemm::Int8For(kernel), x, w.k(), rows, w.int8_data(), w.int8_panel_stride(),
                         w.int8_scales(), w.int8_sums(), w.n(), w.k(), bias, y, w.n());
+    return;
+  }
+  if (w.format() != WeightFormat::kFp32) {
+    HeldPanelGemm(kernel, x, w.k(), rows, w.held_data(), w.format() == WeightFormat::kFp32HeldFp16,
+                  w.n(), w.k(), bias, y, w.n());
     return;
   }
   PanelGemm(kernel, x, w.k(), rows, w.data(), w.n(), w.k(), bias, y, w.n());
@@ -390,6 +532,13 @@ void PackedGemm(ComputePool* pool, const gemm::GemmKernel& g, const float* x, in
                           w.int8_panel_stride(), w.int8_scales() + col, w.int8_sums() + col, n,
                           w.k(), bias != nullptr ? bias + col : nullptr, y + r0 * w.n() + col,
                           w.n());
+      return;
+    }
+    if (w.format() != WeightFormat::kFp32) {
+      // first_panel is even: the pair first_panel / 2 starts first_panel panel strides in.
+      HeldPanelGemm(g, x + r0 * w.k(), w.k(), r, w.held_data() + first_panel * stride,
+                    w.format() == WeightFormat::kFp32HeldFp16, n, w.k(),
+                    bias != nullptr ? bias + col : nullptr, y + r0 * w.n() + col, w.n());
       return;
     }
     PanelGemm(g, x + r0 * w.k(), w.k(), r, w.data() + first_panel * stride, n, w.k(),

@@ -56,13 +56,36 @@ inline constexpr int kPanelWidth = 16;
 // multiple of 4), 64 bytes per quad row, the operand layout of AVX512-VNNI's VPDPBUSD. Beside it
 // per column (padded to whole panels) the scale and the sum of the column's int8 values, for the
 // activations' zero point (encoder_gemm_int8.cc). A quarter of kFp32's bytes, plus 8 per column.
-enum class WeightFormat : int { kFp32, kBf16, kInt8 };
+//
+// kFp32HeldBf16 / kFp32HeldFp16 (issue 31: a checkpoint stored in BF16 or FP16, Qwen3-Embedding's
+// BF16 among them, is not inflated to FP32 at load): the FP32 product, on weights every value of
+// which is exactly a BF16 (FP16) value, held as those 16 bits: half kFp32's bytes. Panels go in
+// pairs (an odd last one paired with zeros), each pair K rows of 32 values, value 2c + t of row p
+// being W[(2q + t) * 16 + c][p] for pair q: one 64-byte line per row, which one load and two
+// integer operations widen into both panels' FP32 rows. PackedGemm widens each (column block, K
+// block) of panels into a per-thread FP32 buffer, exactly, just before the FP32 micro-kernels read
+// it, so the result is kFp32's to the bit; once per block of up to 192 rows, which costs a few
+// percent at 128 rows and more at a handful (docs/performance.md, "Qwen3"). ExactFp32Storage says
+// which of the three a matrix can be held in.
+enum class WeightFormat : int { kFp32, kBf16, kInt8, kFp32HeldBf16, kFp32HeldFp16 };
+
+// The most compact format of the FP32 product that holds `w` exactly: kFp32HeldBf16 where every
+// value is a BF16 value (the low 16 bits of each FP32 are zero), else kFp32HeldFp16 where every
+// value is an FP16 value (subnormals, infinities and NaN included), else kFp32. One pass over w,
+// stopping at the first value that fits neither.
+WeightFormat ExactFp32Storage(const std::vector<float>& w);
+// Whether `format` computes in FP32 (kFp32 and the two held 16-bit forms).
+inline bool IsFp32Product(WeightFormat format) {
+  return format == WeightFormat::kFp32 || format == WeightFormat::kFp32HeldBf16 ||
+         format == WeightFormat::kFp32HeldFp16;
+}
 
 // W [N, K] in panels (see the file comment). Move-only; immutable after Pack.
 class PackedWeights {
  public:
   PackedWeights() = default;
-  // Packs row-major `w` ([n, k], nn.Linear's layout). REQUIRES w.size() == n * k, n, k > 0.
+  // Packs row-major `w` ([n, k], nn.Linear's layout). REQUIRES w.size() == n * k, n, k > 0; for
+  // kFp32HeldBf16 / kFp32HeldFp16 every value exactly representable (ExactFp32Storage).
   static PackedWeights Pack(const std::vector<float>& w, int n, int k,
                             WeightFormat format = WeightFormat::kFp32);
 
@@ -71,8 +94,12 @@ class PackedWeights {
   int panels() const { return (n_ + kPanelWidth - 1) / kPanelWidth; }
   // Floats from one panel to the next.
   int64_t panel_stride() const { return int64_t{k_} * kPanelWidth; }
-  // The FP32 panels (null for kBf16 weights).
+  // The FP32 panels (kFp32 only; null otherwise).
   const float* data() const { return data_.get(); }
+  // kFp32HeldBf16 / kFp32HeldFp16: the 16-bit panel pairs (see WeightFormat), null otherwise; pair
+  // q starts 2 q panel_stride() values in.
+  const uint16_t* held_data() const { return held_.get(); }
+  int held_pairs() const { return (panels() + 1) / 2; }
   WeightFormat format() const { return format_; }
   // kBf16: the BF16 panels (16-bit values, see WeightFormat), null for kFp32; pair rows per
   // panel, and 16-bit values from one panel to the next.
@@ -106,6 +133,7 @@ class PackedWeights {
   WeightFormat format_ = WeightFormat::kFp32;
   std::unique_ptr<float[], AlignedDelete> data_;
   std::unique_ptr<uint16_t[], AlignedDelete> bf16_;
+  std::unique_ptr<uint16_t[], AlignedDelete> held_;
   std::unique_ptr<int8_t[], AlignedDelete> int8_;
   std::unique_ptr<float[], AlignedDelete> scales_;
   std::unique_ptr<int32_t[], AlignedDelete> sums_;
@@ -130,11 +158,17 @@ using TileFn = void (*)(int kc, const float* x, int64_t ldx, const float* b, int
                         float* c, int64_t ldc, const float* bias, TileInit init,
                         const float* prefetch);
 
+// Widens `rows` rows of a 16-bit panel pair at src (kFp32HeldBf16 / kFp32HeldFp16's layout: 32
+// values per row) into the two panels' FP32 rows (16 floats each) at lower and upper, exactly.
+using WidenFn = void (*)(const uint16_t* src, int64_t rows, float* lower, float* upper);
+
 struct GemmKernel {
   const char* name;  // "avx512f", "avx2-fma", "generic"
   int mr;            // rows per tile (<= kMaxRows)
   int np;            // panels per tile: 1 or 2
   TileFn tile[8][2];
+  WidenFn widen_bf16;
+  WidenFn widen_fp16;
 };
 inline constexpr int kMaxRows = 8;
 
@@ -211,9 +245,16 @@ void PackTransposedPanels(const float* v, int64_t ldv, int k, int n, float* out)
 void PanelGemm(const gemm::GemmKernel& kernel, const float* x, int64_t ldx, int64_t rows,
                const float* panels, int n, int k, const float* bias, float* y, int64_t ldy);
 
+// PanelGemm on pairs of 16-bit panels (kFp32HeldBf16's layout, or kFp32HeldFp16's where `fp16`),
+// widened block by block into a per-thread buffer: the same bits as PanelGemm on the widened
+// panels. `pairs` points at the pair of W's first column.
+void HeldPanelGemm(const gemm::GemmKernel& kernel, const float* x, int64_t ldx, int64_t rows,
+                   const uint16_t* pairs, bool fp16, int n, int k, const float* bias, float* y,
+                   int64_t ldy);
+
 // y[rows, w.n()] (row stride w.n()) = x[rows, w.k()] (row stride w.k()) x W^T (+ bias[w.n()] per
-// row where bias is not null), on the calling thread, with `kernel` (kFp32 weights; kBf16 weights
-// run gemm::Bf16PanelGemm whatever `kernel` is, kInt8 weights gemm::Int8PanelGemm with
+// row where bias is not null), on the calling thread, with `kernel` (FP32-product weights; kBf16
+// weights run gemm::Bf16PanelGemm whatever `kernel` is, kInt8 weights gemm::Int8PanelGemm with
 // gemm::Int8For(kernel)).
 void PackedGemm(const gemm::GemmKernel& kernel, const float* x, int64_t rows,
                 const PackedWeights& w, const float* bias, float* y);

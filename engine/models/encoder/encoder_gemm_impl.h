@@ -91,6 +91,56 @@ void Tile(int kc, const float* x, int64_t ldx, const float* b, int64_t panel_str
   }
 }
 
+// 16 values at a time, whatever the vector width (the compiler splits them into its registers).
+typedef uint32_t Word16 __attribute__((vector_size(16 * sizeof(uint32_t))));
+typedef int32_t Int16 __attribute__((vector_size(16 * sizeof(int32_t))));
+typedef float Float16 __attribute__((vector_size(16 * sizeof(float))));
+
+// A BF16 value is the high half of an FP32: each 32-bit word of a pair row holds the lower
+// panel's value in its low half (shifted into place) and the upper panel's in its high half (the
+// low half cleared), so one load, two integer operations and two stores widen 32 values exactly.
+void WidenBf16Pair(const uint16_t* src, int64_t rows, float* lower, float* upper) {
+  for (int64_t p = 0; p < rows; ++p) {
+    Word16 words;
+    __builtin_memcpy(&words, src + 32 * p, sizeof words);
+    const Word16 low = words << 16;
+    const Word16 high = words & 0xffff0000u;
+    __builtin_memcpy(lower + 16 * p, &low, sizeof low);
+    __builtin_memcpy(upper + 16 * p, &high, sizeof high);
+  }
+}
+
+// IEEE binary16 (in the low 16 bits of each word) -> FP32 bits, exactly, in integer and exact
+// float operations only (no F16C, no reliance on denormal handling: a subnormal half is its integer
+// mantissa times 2^-24, an exact product).
+inline Word16 HalfToFloatBits(Word16 x) {
+  const Word16 sign = (x & 0x8000u) << 16;
+  const Word16 magnitude = x & 0x7fffu;
+  // Normal: rebias the exponent (15 -> 127) and move the 10 mantissa bits up by 13.
+  const Word16 normal = (magnitude << 13) + (112u << 23);
+  // Infinity and NaN: the all-ones exponent, the mantissa (a NaN's payload) kept.
+  const Word16 special = (magnitude << 13) | 0x7f800000u;
+  const Float16 subnormal_value =
+      __builtin_convertvector(__builtin_convertvector(magnitude, Int16), Float16) * 0x1p-24f;
+  Word16 subnormal;
+  __builtin_memcpy(&subnormal, &subnormal_value, sizeof subnormal);
+  const Word16 is_subnormal = (Word16)(magnitude < 0x400u);
+  const Word16 is_special = (Word16)(magnitude >= 0x7c00u);
+  const Word16 is_normal = ~(is_subnormal | is_special);
+  return sign | (normal & is_normal) | (subnormal & is_subnormal) | (special & is_special);
+}
+
+void WidenFp16Pair(const uint16_t* src, int64_t rows, float* lower, float* upper) {
+  for (int64_t p = 0; p < rows; ++p) {
+    Word16 words;
+    __builtin_memcpy(&words, src + 32 * p, sizeof words);
+    const Word16 low = HalfToFloatBits(words & 0xffffu);
+    const Word16 high = HalfToFloatBits(words >> 16);
+    __builtin_memcpy(lower + 16 * p, &low, sizeof low);
+    __builtin_memcpy(upper + 16 * p, &high, sizeof high);
+  }
+}
+
 template <int R, int P>
 constexpr TileFn Entry() {
   if constexpr (R <= kMr && P <= kNp) {
@@ -113,6 +163,8 @@ const GemmKernel kKernel = {SLUICE_GEMM_NAME,
                              {Entry<5, 1>(), Entry<5, 2>()},
                              {Entry<6, 1>(), Entry<6, 2>()},
                              {Entry<7, 1>(), Entry<7, 2>()},
-                             {Entry<8, 1>(), Entry<8, 2>()}}};
+                             {Entry<8, 1>(), Entry<8, 2>()}},
+                            &WidenBf16Pair,
+                            &WidenFp16Pair};
 
 }  // namespace sluice::engine::models::encoder::gemm::SLUICE_GEMM_NS

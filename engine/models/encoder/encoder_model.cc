@@ -1,9 +1,12 @@
 #include "engine/models/encoder/encoder_model.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <limits>
+#include <string>
+#include <string_view>
 #include <utility>
 
 #include "absl/strings/numbers.h"
@@ -84,6 +87,10 @@ absl::StatusOr<encoder::EncoderLoadOptions> LoadOptions(const ModelConfig& confi
   }
   ASSIGN_OR_RETURN(const encoder::CpuPrecision precision, encoder::ParseCpuPrecision(config));
   options.weight_format = precision.format;
+  // A benchmark's switch, as SLUICE_ENCODER_GEMM: widen a BF16/FP16 checkpoint to FP32 at load
+  // (what holding it in 16 bits saves and costs, measured in one run: docs/performance.md).
+  const char* widen = std::getenv("SLUICE_ENCODER_WIDEN_WEIGHTS");
+  if (widen != nullptr && std::string_view(widen) == "1") options.hold_16bit_weights = false;
   return options;
 }
 

@@ -288,7 +288,7 @@ absl::Status ReadModernBertWeights(TensorReader read, const ArchSpec& spec, Enco
                           bool zero_bias) -> absl::Status {
     {
       ASSIGN_OR_RETURN(std::vector<float> w, read(name + ".weight", {n, k}, false));
-      weight = PackedWeights::Pack(w, static_cast<int>(n), static_cast<int>(k), net.weight_format);
+      weight = PackedWeights::Pack(w, static_cast<int>(n), static_cast<int>(k), PackFormat(net, w));
     }
     if (biased) {
       ASSIGN_OR_RETURN(bias, read(name + ".bias", {n}, false));
@@ -299,7 +299,12 @@ absl::Status ReadModernBertWeights(TensorReader read, const ArchSpec& spec, Enco
     }
     return absl::OkStatus();
   };
-  ASSIGN_OR_RETURN(net.word_embeddings, read(spec.word_embeddings, {net.vocab_size, h}, false));
+  {
+    ASSIGN_OR_RETURN(std::vector<float> words,
+                     read(spec.word_embeddings, {net.vocab_size, h}, false));
+    net.word_embeddings =
+        EmbeddingTable::Hold(std::move(words), net.vocab_size, net.hidden, net.hold_16bit_weights);
+  }
   RETURN_IF_ERROR(
       norm("embeddings.norm", net.embedding_norm_gamma, net.embedding_norm_beta, false));
   net.encoder_layers.resize(static_cast<size_t>(net.layers));
@@ -358,8 +363,7 @@ void ForwardPreNorm(const EncoderNetwork& net, const PackedBatch& batch, Encoder
   // Embeddings: LayerNorm(tok_embeddings[id]); positions enter through the rotary tables.
   ForRowBlocks(pool, tokens, kMinRowsPerTask, [&](int64_t t0, int64_t count) {
     for (int64_t t = t0; t < t0 + count; ++t) {
-      std::copy_n(net.word_embeddings.data() + int64_t{batch.token_ids[t]} * h, h,
-                  ws.hidden_.data() + t * h);
+      net.word_embeddings.CopyRow(batch.token_ids[t], ws.hidden_.data() + t * h);
     }
     k.layer_norm(ws.hidden_.data() + t0 * h, net.embedding_norm_gamma.data(),
                  net.embedding_norm_beta.data(), count, h, eps);

@@ -5,6 +5,7 @@
 #endif
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -14,7 +15,9 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/check.h"
 #include "common/status_macros.h"
+#include "common/wire/float16.h"
 #include "engine/models/encoder/encoder_arch.h"
 #include "engine/models/encoder/encoder_config_json.h"
 #include "engine/models/encoder/encoder_modernbert.h"
@@ -358,6 +361,7 @@ absl::StatusOr<std::shared_ptr<EncoderNetwork>> Describe(const fs::path& folder,
     net->truncate_dim = options.dimensions;
   }
   net->weight_format = options.weight_format;
+  net->hold_16bit_weights = options.hold_16bit_weights;
   RETURN_IF_ERROR(DescribeHeads(file, *net));
   net->weight_bytes = WeightBytes(*net);
   if (net->weight_bytes > options.max_weight_bytes) {
@@ -395,8 +399,12 @@ absl::Status ReadWeights(const SafetensorsFile& file, EncoderNetwork& net) {
   }
   const int64_t h = net.hidden;
   const int64_t inter = net.intermediate;
-  ASSIGN_OR_RETURN(net.word_embeddings,
-                   w.Get("embeddings.word_embeddings.weight", {net.vocab_size, h}));
+  {
+    ASSIGN_OR_RETURN(std::vector<float> words,
+                     w.Get("embeddings.word_embeddings.weight", {net.vocab_size, h}));
+    net.word_embeddings =
+        EmbeddingTable::Hold(std::move(words), net.vocab_size, net.hidden, net.hold_16bit_weights);
+  }
   ASSIGN_OR_RETURN(net.position_embeddings, w.Get("embeddings.position_embeddings.weight",
                                                   {net.max_position_embeddings, h}));
   if (net.type_vocab_size > 0) {
@@ -423,12 +431,12 @@ absl::Status ReadWeights(const SafetensorsFile& file, EncoderNetwork& net) {
       layer.qkv_bias.insert(layer.qkv_bias.end(), bias.begin(), bias.end());
     }
     layer.qkv_weight = PackedWeights::Pack(qkv_weight, static_cast<int>(3 * h), static_cast<int>(h),
-                                           net.weight_format);
+                                           PackFormat(net, qkv_weight));
     qkv_weight = {};
     {
       ASSIGN_OR_RETURN(std::vector<float> weight, w.Get(weight_of(spec.attention_out), {h, h}));
-      layer.attention_out_weight =
-          PackedWeights::Pack(weight, static_cast<int>(h), static_cast<int>(h), net.weight_format);
+      layer.attention_out_weight = PackedWeights::Pack(
+          weight, static_cast<int>(h), static_cast<int>(h), PackFormat(net, weight));
     }
     ASSIGN_OR_RETURN(layer.attention_out_bias, w.Get(bias_of(spec.attention_out), {h}));
     ASSIGN_OR_RETURN(layer.attention_norm_gamma, w.Get(weight_of(spec.attention_norm), {h}));
@@ -436,13 +444,13 @@ absl::Status ReadWeights(const SafetensorsFile& file, EncoderNetwork& net) {
     {
       ASSIGN_OR_RETURN(std::vector<float> weight, w.Get(weight_of(spec.intermediate), {inter, h}));
       layer.intermediate_weight = PackedWeights::Pack(weight, static_cast<int>(inter),
-                                                      static_cast<int>(h), net.weight_format);
+                                                      static_cast<int>(h), PackFormat(net, weight));
     }
     ASSIGN_OR_RETURN(layer.intermediate_bias, w.Get(bias_of(spec.intermediate), {inter}));
     {
       ASSIGN_OR_RETURN(std::vector<float> weight, w.Get(weight_of(spec.output), {h, inter}));
       layer.output_weight = PackedWeights::Pack(weight, static_cast<int>(h),
-                                                static_cast<int>(inter), net.weight_format);
+                                                static_cast<int>(inter), PackFormat(net, weight));
     }
     ASSIGN_OR_RETURN(layer.output_bias, w.Get(bias_of(spec.output), {h}));
     ASSIGN_OR_RETURN(layer.output_norm_gamma, w.Get(weight_of(spec.output_norm), {h}));
@@ -486,6 +494,58 @@ absl::Status ReadWeights(const SafetensorsFile& file, EncoderNetwork& net) {
 }
 
 }  // namespace
+
+EmbeddingTable EmbeddingTable::Hold(std::vector<float> values, int64_t rows, int cols,
+                                    bool compact) {
+  CHECK(rows >= 0 && cols >= 0 && static_cast<int64_t>(values.size()) == rows * cols);
+  EmbeddingTable table;
+  table.rows_ = rows;
+  table.cols_ = cols;
+  table.format_ = compact ? ExactFp32Storage(values) : WeightFormat::kFp32;
+  if (table.format_ == WeightFormat::kFp32) {
+    table.fp32_ = std::move(values);
+    return table;
+  }
+  const bool fp16 = table.format_ == WeightFormat::kFp32HeldFp16;
+  table.held_.resize(values.size());
+  for (size_t i = 0; i < values.size(); ++i) {
+    // Exact values (Hold chose the form so): FP16's rounding returns them, BF16's are the FP32's
+    // high halves.
+    table.held_[i] = fp16 ? wire::FloatToHalf(values[i])
+                          : static_cast<uint16_t>(std::bit_cast<uint32_t>(values[i]) >> 16);
+  }
+  return table;
+}
+
+int64_t EmbeddingTable::bytes() const {
+  return static_cast<int64_t>(fp32_.size() * sizeof(float) + held_.size() * sizeof(uint16_t));
+}
+
+void EmbeddingTable::CopyRow(int64_t id, float* out) const {
+  const size_t first = static_cast<size_t>(id * cols_);
+  if (format_ == WeightFormat::kFp32) {
+    std::copy_n(fp32_.data() + first, cols_, out);
+    return;
+  }
+  const uint16_t* row = held_.data() + first;
+  if (format_ == WeightFormat::kFp32HeldFp16) {
+    for (int j = 0; j < cols_; ++j) out[j] = wire::HalfToFloat(row[j]);
+  } else {
+    for (int j = 0; j < cols_; ++j) out[j] = wire::BFloat16ToFloat(row[j]);
+  }
+}
+
+std::vector<float> EmbeddingTable::Widened() const {
+  if (format_ == WeightFormat::kFp32) return fp32_;
+  std::vector<float> out(static_cast<size_t>(rows_ * cols_));
+  for (int64_t r = 0; r < rows_; ++r) CopyRow(r, out.data() + r * cols_);
+  return out;
+}
+
+WeightFormat PackFormat(const EncoderNetwork& net, const std::vector<float>& w) {
+  if (net.weight_format != WeightFormat::kFp32) return net.weight_format;
+  return net.hold_16bit_weights ? ExactFp32Storage(w) : WeightFormat::kFp32;
+}
 
 absl::StatusOr<HiddenActivation> ParseHiddenActivation(const std::string& name) {
   if (name == "gelu") return HiddenActivation::kGeluErf;

@@ -154,6 +154,35 @@ struct EncoderLayer {
   std::vector<float> key_norm_gamma;
 };
 
+// A table of vectors looked up by id (the word embeddings; Qwen3-0.6B's are 151,669 x 1,024),
+// held as compactly as its values allow: in 16 bits where every value is exactly a BF16 or FP16
+// value (a checkpoint stored so: ExactFp32Storage), widened per lookup, else in FP32.
+class EmbeddingTable {
+ public:
+  EmbeddingTable() = default;
+  // [rows, cols] row-major values; held in FP32 without `compact`.
+  static EmbeddingTable Hold(std::vector<float> values, int64_t rows, int cols,
+                             bool compact = true);
+
+  int64_t rows() const { return rows_; }
+  int cols() const { return cols_; }
+  bool empty() const { return rows_ == 0; }
+  // kFp32, kFp32HeldBf16 or kFp32HeldFp16.
+  WeightFormat format() const { return format_; }
+  int64_t bytes() const;
+  // Row `id` (REQUIRES 0 <= id < rows()) as FP32 into out[0, cols()).
+  void CopyRow(int64_t id, float* out) const;
+  // The whole table in FP32 (a backend that uploads it).
+  std::vector<float> Widened() const;
+
+ private:
+  int64_t rows_ = 0;
+  int cols_ = 0;
+  WeightFormat format_ = WeightFormat::kFp32;
+  std::vector<float> fp32_;
+  std::vector<uint16_t> held_;
+};
+
 // The activation of the `score` output (EncoderNetwork::score_activation).
 enum class ScoreActivation { kSigmoid, kSoftmax, kIdentity };
 
@@ -190,7 +219,7 @@ struct EncoderNetwork {
   // Whether requests may carry token_type_ids (type_vocab_size > 1).
   bool has_token_types() const { return type_vocab_size > 1; }
 
-  std::vector<float> word_embeddings;      // [vocab, H]
+  EmbeddingTable word_embeddings;          // [vocab, H]
   std::vector<float> position_embeddings;  // [max_position_embeddings, H]
   std::vector<float> type_embeddings;      // [type_vocab_size, H]
   std::vector<float> embedding_norm_gamma;
@@ -260,8 +289,10 @@ struct EncoderNetwork {
   // were FP32 (the BF16 layers' weights take half of theirs).
   int64_t weight_bytes = 0;
   // How the four linear layers of every encoder layer are packed (EncoderLoadOptions::
-  // weight_format: kBf16 for a model's `precision: bf16`).
+  // weight_format: kBf16 for a model's `precision: bf16`); kFp32: each matrix as PackFormat says.
   WeightFormat weight_format = WeightFormat::kFp32;
+  // EncoderLoadOptions::hold_16bit_weights.
+  bool hold_16bit_weights = true;
 
   int head_size() const { return head_dim > 0 ? head_dim : hidden / heads; }
   int key_value_heads() const { return kv_heads > 0 ? kv_heads : heads; }
@@ -288,6 +319,10 @@ struct EncoderLoadOptions {
   // How the encoder layers' four linear layers are packed for the CPU GEMM: kBf16 (the model's
   // `precision: bf16`; REQUIRES gemm::Bf16Supported() to run it) rounds them to BF16 at load.
   WeightFormat weight_format = WeightFormat::kFp32;
+  // Whether weights that are all exactly BF16 or FP16 values (a checkpoint stored so) are held in
+  // those 16 bits (PackFormat, EmbeddingTable): the same results in half the memory. false widens
+  // them to FP32 at load (the benchmarks' and tests' comparison).
+  bool hold_16bit_weights = true;
   // The model's `dimensions` parameter (Matryoshka truncation of `embedding`); 0: none.
   // InvalidArgument at load when it exceeds the embedding's size.
   int dimensions = 0;
@@ -305,6 +340,12 @@ absl::StatusOr<std::shared_ptr<EncoderNetwork>> ReadEncoderDescription(
 // needs [32,32]"); an unsupported model_type or hidden_act is named.
 absl::StatusOr<std::shared_ptr<const EncoderNetwork>> LoadEncoderNetwork(
     const std::string& folder, const EncoderLoadOptions& options);
+
+// The format a linear layer's weights `w` are packed in: the network's weight_format, except that
+// the FP32 product holds weights that are all exactly BF16 or FP16 values (a checkpoint stored in
+// that format) in those 16 bits rather than widened (ExactFp32Storage: the same results, half the
+// memory).
+WeightFormat PackFormat(const EncoderNetwork& net, const std::vector<float>& w);
 
 // "gelu" -> kGeluErf etc.; InvalidArgument listing the supported names.
 absl::StatusOr<HiddenActivation> ParseHiddenActivation(const std::string& name);

@@ -4,7 +4,9 @@
 // all-MiniLM-L6-v2 against sentence-transformers is tests/integration/encoder_precision_test.py.
 
 #include <cmath>
+#include <cstdlib>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "engine/core/backend.h"
@@ -30,6 +32,55 @@ double Cosine(const std::vector<float>& a, const std::vector<float>& b) {
     nb += double{b[i]} * b[i];
   }
   return dot / std::sqrt(na * nb);
+}
+
+// Issue 31: a checkpoint stored in BF16 or FP16 is held in its 16 bits (the linear layers and the
+// word embeddings: half the FP32 bytes), and answers as the same checkpoint widened to FP32 at
+// load does, to the bit.
+TEST_F(EncoderModelTest, ASixteenBitCheckpointIsHeldSoAndAnswersAsItsFp32Widening) {
+  for (DataType dtype : {DataType::kBf16, DataType::kFp16}) {
+    const bool bf16 = dtype == DataType::kBf16;
+    const std::string folder = Write(TinyBert(), bf16 ? "b" : "h", dtype);
+    const encoder::WeightFormat held_format =
+        bf16 ? encoder::WeightFormat::kFp32HeldBf16 : encoder::WeightFormat::kFp32HeldFp16;
+    auto held = CreateEncoderModel(Spec(folder));
+    ASSERT_TRUE(held.ok()) << held.status();
+    ::setenv("SLUICE_ENCODER_WIDEN_WEIGHTS", "1", 1);
+    auto wide = CreateEncoderModel(Spec(folder));
+    ::unsetenv("SLUICE_ENCODER_WIDEN_WEIGHTS");
+    ASSERT_TRUE(wide.ok()) << wide.status();
+    const auto held_net = LoadedEncoderNetwork(**held);
+    const auto wide_net = LoadedEncoderNetwork(**wide);
+    EXPECT_EQ(held_net->word_embeddings.format(), held_format);
+    EXPECT_EQ(wide_net->word_embeddings.format(), encoder::WeightFormat::kFp32);
+    EXPECT_EQ(2 * held_net->word_embeddings.bytes(), wide_net->word_embeddings.bytes());
+    for (int l = 0; l < 2; ++l) {
+      const encoder::EncoderLayer& h = held_net->encoder_layers[l];
+      const encoder::EncoderLayer& w = wide_net->encoder_layers[l];
+      using Weights = const encoder::PackedWeights*;
+      for (const auto& [held_w, wide_w] :
+           {std::pair<Weights, Weights>{&h.qkv_weight, &w.qkv_weight},
+            {&h.attention_out_weight, &w.attention_out_weight},
+            {&h.intermediate_weight, &w.intermediate_weight},
+            {&h.output_weight, &w.output_weight}}) {
+        EXPECT_EQ(held_w->format(), held_format) << "layer " << l;
+        EXPECT_EQ(wide_w->format(), encoder::WeightFormat::kFp32) << "layer " << l;
+        // (One 16-column panel here, held with a zero partner: the same bytes; half at scale.)
+        EXPECT_LE(held_w->bytes(), wide_w->bytes()) << "layer " << l;
+        EXPECT_EQ(held_w->Unpack(), wide_w->Unpack()) << "layer " << l;
+      }
+    }
+    Input in;
+    in.Add("input_ids", {3, 5}, {2, 7, 3, 9, 4, 5, 6, 11, 12, 3, 1, 19, 8, 0, 0});
+    auto held_out = (*(*held)->CreateInstance(0))->Run(in.views);
+    auto wide_out = (*(*wide)->CreateInstance(0))->Run(in.views);
+    ASSERT_TRUE(held_out.ok() && wide_out.ok());
+    ASSERT_EQ(held_out->size(), wide_out->size());
+    for (size_t i = 0; i < held_out->size(); ++i) {
+      EXPECT_EQ(Floats((*held_out)[i]), Floats((*wide_out)[i]))
+          << (bf16 ? "bf16 " : "fp16 ") << (*held_out)[i].name;
+    }
+  }
 }
 
 TEST_F(EncoderModelTest, PrecisionParameterChoosesTheWeightFormat) {

@@ -286,10 +286,16 @@ absl::Status ReadQwen3Weights(TensorReader read, const ArchSpec& spec, EncoderNe
       }
       n += *size++;
     }
-    weight = PackedWeights::Pack(all, static_cast<int>(n), static_cast<int>(k), net.weight_format);
+    weight =
+        PackedWeights::Pack(all, static_cast<int>(n), static_cast<int>(k), PackFormat(net, all));
     return absl::OkStatus();
   };
-  ASSIGN_OR_RETURN(net.word_embeddings, read(spec.word_embeddings, {net.vocab_size, h}, false));
+  {
+    ASSIGN_OR_RETURN(std::vector<float> words,
+                     read(spec.word_embeddings, {net.vocab_size, h}, false));
+    net.word_embeddings =
+        EmbeddingTable::Hold(std::move(words), net.vocab_size, net.hidden, net.hold_16bit_weights);
+  }
   net.encoder_layers.resize(static_cast<size_t>(net.layers));
   for (int l = 0; l < net.layers; ++l) {
     EncoderLayer& layer = net.encoder_layers[static_cast<size_t>(l)];
@@ -359,8 +365,7 @@ void ForwardDecoder(const EncoderNetwork& net, const PackedBatch& batch, Encoder
   const gemm::GemmKernel& g = gemm::Get();
 
   for (int64_t t = 0; t < tokens; ++t) {
-    std::copy_n(net.word_embeddings.data() + int64_t{batch.token_ids[t]} * h, h,
-                ws.hidden_.data() + t * h);
+    net.word_embeddings.CopyRow(batch.token_ids[t], ws.hidden_.data() + t * h);
     ws.mask_add_[t] = batch.attend[t] ? 0.0f : -std::numeric_limits<float>::infinity();
   }
 

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/wire/float16.h"
 #include "engine/core/backend.h"
 #include "engine/engine.h"
 #include "engine/models/encoder/encoder_forward.h"
@@ -97,8 +98,10 @@ class EncoderModelTest : public ::testing::Test {
   }
   void TearDown() override { fs::remove_all(dir_); }
 
-  // Writes the checkpoint into a fresh version folder; returns its path.
-  std::string Write(const Checkpoint& ck, const std::string& name = "m") {
+  // Writes the checkpoint into a fresh version folder, its tensors in `dtype` (kFp32, or kBf16 /
+  // kFp16: each value rounded to nearest even); returns its path.
+  std::string Write(const Checkpoint& ck, const std::string& name = "m",
+                    DataType dtype = DataType::kFp32) {
     const fs::path folder = dir_ / name / "1";
     fs::create_directories(folder);
     std::ofstream(folder / "config.json")
@@ -109,11 +112,24 @@ class EncoderModelTest : public ::testing::Test {
         << ", \"type_vocab_size\": " << ck.type_vocab << ", \"pad_token_id\": " << ck.pad
         << ", \"layer_norm_eps\": 1e-12}";
     std::vector<TensorView> views;
+    std::vector<std::vector<uint16_t>> narrowed;  // kBf16 / kFp16 tensors' bits
+    narrowed.reserve(ck.tensors.size());
     for (const auto& [tensor_name, entry] : ck.tensors) {
-      views.push_back(TensorView{
-          tensor_name, DataType::kFp32, entry.first,
-          std::span<const std::byte>(reinterpret_cast<const std::byte*>(entry.second.data()),
-                                     entry.second.size() * sizeof(float))});
+      if (dtype == DataType::kFp32) {
+        views.push_back(TensorView{
+            tensor_name, DataType::kFp32, entry.first,
+            std::span<const std::byte>(reinterpret_cast<const std::byte*>(entry.second.data()),
+                                       entry.second.size() * sizeof(float))});
+        continue;
+      }
+      std::vector<uint16_t>& bits = narrowed.emplace_back();
+      for (float v : entry.second) {
+        bits.push_back(dtype == DataType::kBf16 ? wire::FloatToBFloat16(v) : wire::FloatToHalf(v));
+      }
+      views.push_back(
+          TensorView{tensor_name, dtype, entry.first,
+                     std::span<const std::byte>(reinterpret_cast<const std::byte*>(bits.data()),
+                                                bits.size() * sizeof(uint16_t))});
     }
     EXPECT_TRUE(WriteSafetensorsFile((folder / "model.safetensors").string(), views).ok());
     return folder.string();
