@@ -15,7 +15,9 @@
 //   2_Dense/config.json         (optional, one folder per Dense module) in/out features, bias,
 //     + model.safetensors       activation; `linear.weight` [out, in], `linear.bias` [out]
 //
-// FP32 weights in PyTorch's own layouts (nn.Linear's [out_features, in_features], row-major), with
+// FP32 weights (except where said: a BF16 or FP16 checkpoint's linear layers and word embeddings
+// are held in their 16 bits, PackFormat and EmbeddingTable) in PyTorch's own layouts (nn.Linear's
+// [out_features, in_features], row-major), with
 // the query, key and value projections of each layer concatenated into one [3 x hidden, hidden]
 // matrix at load so that one GEMM computes all three; except the four linear layers of every
 // encoder layer, which are packed at load into the CPU GEMM's panel layout (encoder_gemm.h:
