@@ -100,12 +100,34 @@ class Torch:
         return timed(run, batch, seconds)
 
 
+class LastHiddenState(torch.nn.Module):
+    """The model called by keyword, without a cache, for the exporter: traced positionally, a
+    decoder (Qwen3Model) took the mask for another argument and also got use_cache twice."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_ids, attention_mask):
+        if not getattr(self.model.config, "use_cache", False):
+            return self.model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+        # A decoder: transformers builds its causal mask with torch.vmap, which the TorchScript
+        # exporter cannot trace; a 4-D additive mask is taken as given.
+        seq = input_ids.shape[1]
+        blocked = torch.ones(seq, seq, dtype=torch.bool).triu(1)[None, None]
+        blocked = blocked | (attention_mask[:, None, None, :] == 0)
+        mask = torch.zeros(blocked.shape, dtype=torch.float32).masked_fill(blocked, -1e30)
+        return self.model(input_ids=input_ids, attention_mask=mask,
+                          use_cache=False).last_hidden_state
+
+
 class Ort:
     def __init__(self, folder, torch_side, quantize=False):
         self.file = tempfile.NamedTemporaryFile(suffix=".onnx", delete=False).name
         ids = torch.ones((1, 8), dtype=torch.long)
         with torch.inference_mode():
-            torch.onnx.export(torch_side.model, (ids, torch.ones_like(ids)), self.file,
+            torch.onnx.export(LastHiddenState(torch_side.model), (ids, torch.ones_like(ids)),
+                              self.file,
                               input_names=["input_ids", "attention_mask"],
                               output_names=["last_hidden_state"],
                               dynamic_axes={"input_ids": {0: "b", 1: "s"},

@@ -11,6 +11,12 @@
 #   scripts/bench-embed.sh [--rounds 2] [--seconds 20] [--connections "1 16 64"]
 #                          [--sets "short medium long"] [--batches "1 32"]
 #                          [--engines "torch optimum"] [--cpus LIST] [--baseline BIN]
+#                          [--precision fp32|bf16|int8|auto] [--infinity-dtype float32|int8|...]
+#
+# --precision (default fp32) adds the model's `precision` parameter to sluice's config (issue 36:
+# `auto` takes int8 on a CPU with VNNI); --infinity-dtype (default: infinity's own, float32) is
+# infinity's --dtype. Below fp32 every server's embeddings must be within cosine 0.99 of
+# sentence-transformers' (the issue's int8 bar) rather than 0.9999.
 #
 # --cpus runs every server (and wrk) under `taskset -c LIST`, e.g. 0 for one core. --baseline
 # also serves the folder with another sluice-server binary (an older build: a regression check),
@@ -27,6 +33,8 @@ BATCHES="1 32"
 ENGINES="torch optimum"
 CPUS=""
 BASELINE=""
+PRECISION=fp32
+INFINITY_DTYPE=""
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --rounds) ROUNDS=$2; shift 2 ;;
@@ -37,7 +45,9 @@ while [[ $# -gt 0 ]]; do
     --engines) ENGINES=$2; shift 2 ;;
     --cpus) CPUS=$2; shift 2 ;;
     --baseline) BASELINE=$2; shift 2 ;;
-    -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
+    --precision) PRECISION=$2; shift 2 ;;
+    --infinity-dtype) INFINITY_DTYPE=$2; shift 2 ;;
+    -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
     *) echo "unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -63,7 +73,7 @@ trap cleanup EXIT
 # Offline, and no telemetry: infinity-emb reports usage to a third party unless told not to.
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 DO_NOT_TRACK=1 INFINITY_ANONYMOUS_USAGE_STATS=0
 
-"$PY" bench/embed_bench.py prepare --work "$WORK"
+"$PY" bench/embed_bench.py prepare --work "$WORK" --precision "$PRECISION"
 FOLDER="$WORK/models/minilm/1"
 # infinity's optimum engine reads an ONNX export from the folder (it would download one): the same
 # checkpoint exported by optimum, in a copy of the folder that sluice does not read.
@@ -117,11 +127,12 @@ for engine in $ENGINES; do
   # globbed it, which optimum only finds when it is relative to the model folder.
   # The folder's 1_Pooling says mean pooling; infinity's optimum engine does not read it (it pools
   # the CLS token unless told), its torch engine does (through sentence-transformers).
-  pooling=()
-  [[ $engine != optimum ]] || pooling=(--pooling-method mean)
+  engine_args=()
+  [[ $engine != optimum ]] || engine_args=(--pooling-method mean)
+  [[ -z "$INFINITY_DTYPE" ]] || engine_args+=(--dtype "$INFINITY_DTYPE")
   (cd "$INFINITY_FOLDER" && exec "${PIN[@]}" "$INFINITY_VENV/bin/infinity_emb" v2 --model-id . \
     --served-model-name minilm --engine "$engine" --port "$port" --url-prefix "" \
-    --batch-size 32 --no-bettertransformer "${pooling[@]}") >"$WORK/infinity-$engine.log" 2>&1 &
+    --batch-size 32 --no-bettertransformer "${engine_args[@]}") >"$WORK/infinity-$engine.log" 2>&1 &
   PIDS+=($!); PID[infinity-$engine]=$!
   if wait_http "http://127.0.0.1:$port/health" 300; then
     echo "startup server=infinity-$engine seconds=$(echo "$(date +%s.%N) - $start" | bc)" \
@@ -134,7 +145,8 @@ for engine in $ENGINES; do
 done
 
 for server in $SERVERS; do
-  "$PY" bench/embed_bench.py check --work "$WORK" --url "${URL[$server]}" --name "$server"
+  "$PY" bench/embed_bench.py check --work "$WORK" --url "${URL[$server]}" --name "$server" \
+    --precision "$PRECISION"
 done
 
 # wrk posts the set's bodies in turn; the Lua script counts non-2xx answers, which void the figure.
