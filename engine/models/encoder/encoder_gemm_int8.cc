@@ -187,6 +187,15 @@ SLUICE_VNNI_TARGET void QuantizeVnni(const float* x, int64_t ldx, int64_t rows, 
   }
 }
 
+// acc += VPDPBUSD(a, w), in place. Why assembly: GCC 12 gives _mm512_dpbusd_epi32 a fresh
+// destination, and in the unrolled 8 x 2 tile its register allocator then copied every
+// accumulator to another register and back each k step (and spilled two to the stack): 2
+// VMOVDQA per VPDPBUSD on the same ports, so the kernel ran at ~65-70% of the instruction's peak.
+// The "+v" operand keeps each accumulator in one register for the whole loop.
+SLUICE_VNNI_TARGET inline void DotInPlace(__m512i& acc, __m512i a, __m512i w) {
+  __asm__("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(a), "v"(w));
+}
+
 template <int R, int P>
 SLUICE_VNNI_TARGET void TileVnni(int quads, const uint8_t* x, int64_t ldx, const int8_t* b,
                                  int64_t panel_stride, float* c, int64_t ldc,
@@ -217,7 +226,7 @@ SLUICE_VNNI_TARGET void TileVnni(int quads, const uint8_t* x, int64_t ldx, const
       std::memcpy(&quad, x + r * ldx + 4 * q, 4);
       const __m512i a = _mm512_set1_epi32(quad);
 #pragma GCC unroll 2
-      for (int j = 0; j < P; ++j) acc[r][j] = _mm512_dpbusd_epi32(acc[r][j], a, w[j]);
+      for (int j = 0; j < P; ++j) DotInPlace(acc[r][j], a, w[j]);
     }
   }
   __m512i sums[P];
