@@ -274,7 +274,8 @@ void MaskedSoftmax(float* scores, const float* mask_add, int rows, int n, float 
     float* first = scores + static_cast<int64_t>(i) * n;
     float max[kSoftmaxGroup];
     float inv[kSoftmaxGroup];
-    for (int g = 0; g < group; ++g) max[g] = ScaledRowMax(first + int64_t{g} * n, mask_add, n, scale);
+    for (int g = 0; g < group; ++g)
+      max[g] = ScaledRowMax(first + int64_t{g} * n, mask_add, n, scale);
     for (int g = 0; g < group; ++g) inv[g] = 1.0f / ExpMinusMax(first + int64_t{g} * n, max[g], n);
     for (int g = 0; g < group; ++g) {
       float* row = first + int64_t{g} * n;
