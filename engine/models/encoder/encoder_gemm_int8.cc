@@ -159,9 +159,11 @@ SLUICE_VNNI_TARGET void QuantizeVnni(const float* x, int64_t ldx, int64_t rows, 
     // VMINPS (4 cycles for 16 values), twice the time of the conversion pass below. Min and max
     // do not depend on the order (x is finite), so the bits are the generic variant's.
     __m512 vmin[4], vmax[4];
+#pragma GCC unroll 4
     for (int a = 0; a < 4; ++a) vmin[a] = vmax[a] = _mm512_setzero_ps();
     int p = 0;
     for (; p + 64 <= k; p += 64) {
+#pragma GCC unroll 4
       for (int a = 0; a < 4; ++a) {
         const __m512 v = _mm512_loadu_ps(row + p + 16 * a);
         vmin[a] = _mm512_min_ps(vmin[a], v);
