@@ -238,16 +238,29 @@ float SquaredDeviations(const float* x, float mean, int n) {
 }
 
 // Three passes over a row that stays in L1: scale + mask and the max, exp and the sum, the
-// division.
+// division. Each pass runs over a group of kSoftmaxGroup rows before the next pass starts: a
+// row's max and sum end in a chain of kLanes dependent scalar steps (in a fixed order, which keeps
+// the bits), and with one row at a time the core waited on those chains at attention's short rows
+// (128 keys). Rows side by side let it overlap one row's chain with the next row's vectors: ~2%
+// of an INT8 all-MiniLM-L6-v2 forward pass on the Intel VM. Every row's arithmetic is unchanged.
+constexpr int kSoftmaxGroup = 4;
+
 void MaskedSoftmax(float* scores, const float* mask_add, int rows, int n, float scale) {
-  for (int i = 0; i < rows; ++i) {
-    float* row = scores + static_cast<int64_t>(i) * n;
-    const float max = ScaledRowMax(row, mask_add, n, scale);
-    const float inv = 1.0f / ExpMinusMax(row, max, n);
-    const Lanes invs = Splat(inv);
-    int j = 0;
-    for (; j + kLanes <= n; j += kLanes) StoreLanes(row + j, LoadLanes(row + j) * invs);
-    for (; j < n; ++j) row[j] *= inv;
+  for (int i = 0; i < rows; i += kSoftmaxGroup) {
+    const int group = rows - i < kSoftmaxGroup ? rows - i : kSoftmaxGroup;
+    float* first = scores + static_cast<int64_t>(i) * n;
+    float max[kSoftmaxGroup];
+    float inv[kSoftmaxGroup];
+    for (int g = 0; g < group; ++g)
+      max[g] = ScaledRowMax(first + int64_t{g} * n, mask_add, n, scale);
+    for (int g = 0; g < group; ++g) inv[g] = 1.0f / ExpMinusMax(first + int64_t{g} * n, max[g], n);
+    for (int g = 0; g < group; ++g) {
+      float* row = first + int64_t{g} * n;
+      const Lanes invs = Splat(inv[g]);
+      int j = 0;
+      for (; j + kLanes <= n; j += kLanes) StoreLanes(row + j, LoadLanes(row + j) * invs);
+      for (; j < n; ++j) row[j] *= inv[g];
+    }
   }
 }
 
