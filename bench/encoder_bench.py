@@ -20,6 +20,11 @@ the exported model after onnxruntime.quantization.quantize_dynamic (its defaults
 tensor, UINT8 activations quantized per tensor at run time, MatMulInteger on MLAS's VNNI kernels
 where the CPU has them); PyTorch stays FP32 (the reference of both).
 
+With --precision bf16 sluice serves the checkpoint with `precision: bf16` and PyTorch runs the
+same eager model under torch.autocast("cpu", dtype=torch.bfloat16) (its linear layers and
+matmuls in BF16 on oneDNN, one thread, as its FP32 run), alternated with it; ONNX Runtime stays
+FP32.
+
 With --gemm TOKENS it instead compares the GEMMs alone, one thread each, alternating in rounds:
 sluice's packed GEMM as the encoder calls it (sluice-encoder-bench's "gemm" command: weights
 packed once beforehand, as at load; "hot" reuses one packed matrix, so it stays in cache, "cold"
@@ -85,7 +90,8 @@ def timed(fn, batch, seconds):
 
 
 class Torch:
-    def __init__(self, folder):
+    def __init__(self, folder, bf16=False):
+        self.bf16 = bf16
         self.model = transformers.AutoModel.from_pretrained(folder, torch_dtype=torch.float32,
                                                             attn_implementation="eager").eval()
         self.vocab = self.model.config.vocab_size
@@ -95,7 +101,8 @@ class Torch:
         mask = torch.ones_like(ids)
 
         def run():
-            with torch.inference_mode():
+            with torch.inference_mode(), torch.autocast("cpu", dtype=torch.bfloat16,
+                                                         enabled=self.bf16):
                 self.model(input_ids=ids, attention_mask=mask)
         return timed(run, batch, seconds)
 
@@ -233,7 +240,8 @@ def main():
     parser.add_argument("--no-ort", action="store_true",
                         help="skip ONNX Runtime (its export refuses checkpoints over 2 GiB)")
     parser.add_argument("--precision", default="fp32", choices=["fp32", "bf16", "int8"],
-                        help="sluice's `precision`; int8 also quantizes ORT's model (see above)")
+                        help="sluice's `precision`; int8 also quantizes ORT's model, bf16 runs "
+                        "PyTorch under autocast (see above)")
     parser.add_argument("--gemm", type=int, default=0,
                         help="compare the GEMMs alone with M = this many tokens (see above)")
     args = parser.parse_args()
@@ -249,7 +257,7 @@ def main():
         label = "all-MiniLM-L6-v2" if folder == "minilm" else os.path.basename(folder.rstrip("/"))
         folder = minilm_folder() if folder == "minilm" else folder
         sluice = Sluice(args.bench, folder, args.precision)
-        torch_side = Torch(folder)
+        torch_side = Torch(folder, bf16=args.precision == "bf16")
         ort = None if args.no_ort else Ort(folder, torch_side,
                                            quantize=args.precision == "int8")
         sgemm_rounds = []
@@ -299,7 +307,8 @@ def main():
         if ort is not None:
             ort.close()
     print(f"load average at end: {os.getloadavg()}")
-    print(f"\nsluice {args.precision}, PyTorch fp32, ORT "
+    torch_label = "bf16 (autocast)" if args.precision == "bf16" else "fp32"
+    print(f"\nsluice {args.precision}, PyTorch {torch_label}, ORT "
           f"{'int8 (quantize_dynamic)' if args.precision == 'int8' else 'fp32'}; "
           "seq/s by CPU time (medians of the rounds); the wall-clock ratios of the same rounds "
           "in the last two columns")
