@@ -207,26 +207,17 @@ void Forward(const EncoderNetwork& net, const PackedBatch& batch, EncoderWorkspa
     const int64_t rows = batch.offsets[end] - t0;
     float* x = ws.hidden_.data() + t0 * h;
     const float* mask_add = ws.mask_add_.data() + t0;
-    const int chunk_sequences = end - first;
     for (const EncoderLayer& layer : net.encoder_layers) {
       // One GEMM for query, key and value, the bias its accumulators' starting value.
       float* qkv = ws.qkv_.data();
       PackedGemm(pool, g, x, rows, layer.qkv_weight, layer.qkv_bias.data(), qkv);
-      const auto attend = [&](int task, int worker) {
-        const int s = first + task / net.heads;
-        const int head = task % net.heads;
-        const int64_t begin = batch.offsets[s] - t0;
-        const int n = static_cast<int>(batch.offsets[s + 1] - batch.offsets[s]);
-        EncoderWorkspace::AttentionScratch& scratch = ws.attention_[static_cast<size_t>(worker)];
-        HeadAttention(net, k, g, qkv, mask_add, begin, n, head, scratch.scores.data(),
-                      scratch.key_panels, scratch.value_panels, ws.context_.data());
-      };
-      const int heads_tasks = chunk_sequences * net.heads;
-      if (pool != nullptr) {
-        pool->ParallelFor(heads_tasks, attend);
-      } else {
-        for (int task = 0; task < heads_tasks; ++task) attend(task, 0);
-      }
+      ForEachSequenceHead(
+          pool, batch, first, end, net.heads, [&](int head, int64_t begin, int n, int worker) {
+            EncoderWorkspace::AttentionScratch& scratch =
+                ws.attention_[static_cast<size_t>(worker)];
+            HeadAttention(net, k, g, qkv, mask_add, begin, n, head, scratch.scores.data(),
+                          scratch.key_panels, scratch.value_panels, ws.context_.data());
+          });
       PackedGemm(pool, g, ws.context_.data(), rows, layer.attention_out_weight, nullptr,
                  ws.projected_.data());
       ForRowBlocks(pool, rows, kMinRowsPerTask, [&](int64_t r0, int64_t count) {

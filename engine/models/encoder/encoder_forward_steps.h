@@ -34,6 +34,27 @@ void ForRowBlocks(ComputePool* pool, int64_t rows, int64_t min_rows, const Fn& f
   });
 }
 
+// Runs fn(head, begin, n, worker) for every head of every sequence of the chunk [first, end):
+// begin is the sequence's first token counted from the chunk's, n its tokens; over the pool where
+// there is one (worker: the pool's worker, whose attention scratch fn uses), else in order on the
+// calling thread (worker 0). Attention's split in all three forward passes.
+template <typename Fn>
+void ForEachSequenceHead(ComputePool* pool, const PackedBatch& batch, int first, int end, int heads,
+                         const Fn& fn) {
+  const int64_t t0 = batch.offsets[first];
+  const auto task_fn = [&](int task, int worker) {
+    const int s = first + task / heads;
+    fn(task % heads, batch.offsets[s] - t0,
+       static_cast<int>(batch.offsets[s + 1] - batch.offsets[s]), worker);
+  };
+  const int tasks = (end - first) * heads;
+  if (pool != nullptr) {
+    pool->ParallelFor(tasks, task_fn);
+  } else {
+    for (int task = 0; task < tasks; ++task) task_fn(task, 0);
+  }
+}
+
 // Rotary position embedding of one head's vector `x` [2 x half] in place, transformers'
 // rotate_half form (ModernBERT's and Qwen3's): pairs (i, i + half) turned by the angle whose cos
 // and sin are the RopeTable row of the token's position.

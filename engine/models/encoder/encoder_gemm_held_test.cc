@@ -14,23 +14,14 @@
 #include "common/wire/float16.h"
 #include "engine/core/compute_pool.h"
 #include "engine/models/encoder/encoder_gemm.h"
+#include "engine/models/encoder/encoder_gemm_test_support.h"
 #include "gtest/gtest.h"
 
 namespace sluice::engine::models::encoder {
 namespace {
 
-std::vector<const gemm::GemmKernel*> Kernels() {
-  std::vector<const gemm::GemmKernel*> kernels = {&gemm::Generic()};
-  if (gemm::Avx2Fma() != nullptr) kernels.push_back(gemm::Avx2Fma());
-  if (gemm::Avx512() != nullptr) kernels.push_back(gemm::Avx512());
-  return kernels;
-}
-
 std::vector<float> Random(int64_t size, std::mt19937& rng) {
-  std::normal_distribution<float> normal(0.0f, 0.05f);
-  std::vector<float> v(static_cast<size_t>(size));
-  for (float& value : v) value = normal(rng);
-  return v;
+  return test_support::RandomNormal(size, rng, 0.05f);
 }
 
 // `w` rounded to the 16-bit format, as a checkpoint stored in it holds it.
@@ -84,7 +75,7 @@ TEST(EncoderGemmHeldTest, EveryVariantWidensEverySixteenBitValueExactly) {
   std::vector<uint16_t> all(65536);
   for (int i = 0; i < 65536; ++i) all[i] = static_cast<uint16_t>(i);
   const int64_t rows = 65536 / 32;
-  for (const gemm::GemmKernel* kernel : Kernels()) {
+  for (const gemm::GemmKernel* kernel : test_support::GemmKernels()) {
     for (bool fp16 : {false, true}) {
       std::vector<float> lower(65536 / 2, -1.0f), upper(65536 / 2, -1.0f);
       (fp16 ? kernel->widen_fp16 : kernel->widen_bf16)(all.data(), rows, lower.data(),
@@ -141,7 +132,7 @@ TEST(EncoderGemmHeldTest, TheHeldProductIsTheFp32ProductBitForBit) {
           const PackedWeights held = PackedWeights::Pack(w, n, k, format);
           const std::string shape = std::to_string(m) + "x" + std::to_string(n) + "x" +
                                     std::to_string(k) + (fp16 ? " fp16" : " bf16");
-          for (const gemm::GemmKernel* kernel : Kernels()) {
+          for (const gemm::GemmKernel* kernel : test_support::GemmKernels()) {
             std::vector<float> expected(static_cast<size_t>(m * n), -1.0f);
             std::vector<float> got(static_cast<size_t>(m * n), -2.0f);
             PackedGemm(*kernel, x.data(), m, wide, bias.data(), expected.data());

@@ -18,16 +18,14 @@
 
 #include "engine/core/compute_pool.h"
 #include "engine/models/encoder/encoder_gemm.h"
+#include "engine/models/encoder/encoder_gemm_test_support.h"
 #include "gtest/gtest.h"
 
 namespace sluice::engine::models::encoder {
 namespace {
 
 std::vector<float> Random(int64_t size, std::mt19937& rng) {
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  std::vector<float> v(static_cast<size_t>(size));
-  for (float& value : v) value = normal(rng);
-  return v;
+  return test_support::RandomNormal(size, rng);
 }
 
 // Row-wise quantization as the GEMM documents it. Weights, symmetric: scale = max|row| / 127, q =

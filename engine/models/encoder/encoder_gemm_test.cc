@@ -13,23 +13,14 @@
 #include <string>
 #include <vector>
 
+#include "engine/models/encoder/encoder_gemm_test_support.h"
 #include "gtest/gtest.h"
 
 namespace sluice::engine::models::encoder {
 namespace {
 
-std::vector<const gemm::GemmKernel*> Kernels() {
-  std::vector<const gemm::GemmKernel*> kernels = {&gemm::Generic()};
-  if (gemm::Avx2Fma() != nullptr) kernels.push_back(gemm::Avx2Fma());
-  if (gemm::Avx512() != nullptr) kernels.push_back(gemm::Avx512());
-  return kernels;
-}
-
 std::vector<float> Random(int64_t size, std::mt19937& rng) {
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  std::vector<float> v(static_cast<size_t>(size));
-  for (float& value : v) value = normal(rng);
-  return v;
+  return test_support::RandomNormal(size, rng);
 }
 
 // Checks y against x w^T + bias in double: each element within the float summation bound
@@ -66,7 +57,7 @@ TEST(EncoderGemmTest, GetPicksTheWidestVariantOrTheForcedOne) {
   const char* widest = gemm::Avx512() ? "avx512f" : gemm::Avx2Fma() ? "avx2-fma" : "generic";
   std::string expected = widest;
   if (forced != nullptr) {
-    for (const gemm::GemmKernel* k : Kernels()) {
+    for (const gemm::GemmKernel* k : test_support::GemmKernels()) {
       if (std::string(forced) == k->name) expected = k->name;
     }
   } else if (kernels != nullptr && std::string(kernels) == "generic") {
@@ -95,7 +86,7 @@ TEST(EncoderGemmTest, PackUnpackRoundTripsAndPadsTheLastPanelWithZeros) {
 
 TEST(EncoderGemmTest, MatchesDoublePrecisionOnOddShapes) {
   std::mt19937 rng(1);
-  for (const gemm::GemmKernel* kernel : Kernels()) {
+  for (const gemm::GemmKernel* kernel : test_support::GemmKernels()) {
     for (int64_t m : {1, 2, 7, 129, 200}) {
       for (int n : {1, 17, 33, 48, 64}) {
         for (int k : {1, 3, 257, 600}) {
@@ -120,7 +111,7 @@ TEST(EncoderGemmTest, MatchesDoublePrecisionOnOddShapes) {
 TEST(EncoderGemmTest, MatchesDoublePrecisionOnTheEncoderShapes) {
   std::mt19937 rng(2);
   // MiniLM's QKV and output GEMMs (N x K = 1152 x 384, 384 x 1536) at 1 and 37 tokens.
-  for (const gemm::GemmKernel* kernel : Kernels()) {
+  for (const gemm::GemmKernel* kernel : test_support::GemmKernels()) {
     for (const auto& [n, k] : {std::pair{1152, 384}, std::pair{384, 1536}}) {
       for (int64_t m : {1, 37}) {
         const std::vector<float> x = Random(m * k, rng);
@@ -141,7 +132,7 @@ TEST(EncoderGemmTest, MatchesDoublePrecisionOnTheEncoderShapes) {
 // into a wider row (the per-head slices of QKV and of the context), columns beside Y's untouched.
 TEST(EncoderGemmTest, StridedPanelGemmMatchesDoublePrecisionAndWritesOnlyItsColumns) {
   std::mt19937 rng(4);
-  for (const gemm::GemmKernel* kernel : Kernels()) {
+  for (const gemm::GemmKernel* kernel : test_support::GemmKernels()) {
     for (int n : {5, 32, 64, 130}) {
       for (int k : {7, 32, 128}) {
         const int64_t m = 37;
@@ -223,7 +214,7 @@ TEST(EncoderGemmTest, ARowsResultDoesNotDependOnItsBatchMates) {
   const std::vector<float> x = Random(m * k, rng);
   const PackedWeights packed = PackedWeights::Pack(Random(int64_t{n} * k, rng), n, k);
   const std::vector<float> bias = Random(n, rng);
-  for (const gemm::GemmKernel* kernel : Kernels()) {
+  for (const gemm::GemmKernel* kernel : test_support::GemmKernels()) {
     std::vector<float> all(static_cast<size_t>(m * n));
     PackedGemm(*kernel, x.data(), m, packed, bias.data(), all.data());
     for (int64_t i : {0, 5, 7, 100, 191, 192, 202}) {

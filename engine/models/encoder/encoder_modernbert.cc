@@ -379,7 +379,6 @@ void ForwardPreNorm(const EncoderNetwork& net, const PackedBatch& batch, Encoder
     float* x = ws.hidden_.data() + t0 * h;
     const float* mask_add = ws.mask_add_.data() + t0;
     const int32_t* positions = batch.positions.data() + t0;
-    const int chunk_sequences = end - first;
     for (size_t l = 0; l < net.encoder_layers.size(); ++l) {
       const EncoderLayer& layer = net.encoder_layers[l];
       const LayerPlan& plan = net.layer_plans[l];
@@ -401,21 +400,14 @@ void ForwardPreNorm(const EncoderNetwork& net, const PackedBatch& batch, Encoder
           ApplyRotary(net, table, positions + r0, count, qkv + r0 * 3 * h);
         });
       }
-      const auto attend = [&](int task, int worker) {
-        const int s = first + task / net.heads;
-        const int head = task % net.heads;
-        const int64_t begin = batch.offsets[s] - t0;
-        const int n = static_cast<int>(batch.offsets[s + 1] - batch.offsets[s]);
-        EncoderWorkspace::AttentionScratch& scratch = ws.attention_[static_cast<size_t>(worker)];
-        HeadAttention(net, k, g, qkv, mask_add, begin, n, head, plan.window, scratch.scores.data(),
-                      scratch.key_panels, scratch.value_panels, ws.context_.data());
-      };
-      const int head_tasks = chunk_sequences * net.heads;
-      if (pool != nullptr) {
-        pool->ParallelFor(head_tasks, attend);
-      } else {
-        for (int task = 0; task < head_tasks; ++task) attend(task, 0);
-      }
+      ForEachSequenceHead(pool, batch, first, end, net.heads,
+                          [&](int head, int64_t begin, int n, int worker) {
+                            EncoderWorkspace::AttentionScratch& scratch =
+                                ws.attention_[static_cast<size_t>(worker)];
+                            HeadAttention(net, k, g, qkv, mask_add, begin, n, head, plan.window,
+                                          scratch.scores.data(), scratch.key_panels,
+                                          scratch.value_panels, ws.context_.data());
+                          });
       PackedGemm(pool, g, ws.context_.data(), rows, layer.attention_out_weight, nullptr,
                  ws.projected_.data());
       ForRowBlocks(pool, rows, kMinRowsPerTask, [&](int64_t r0, int64_t count) {
