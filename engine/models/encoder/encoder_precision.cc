@@ -25,6 +25,20 @@ std::string Ratio(double value) {
 
 }  // namespace
 
+const char* PrecisionName(WeightFormat network_weight_format) {
+  switch (network_weight_format) {
+    case WeightFormat::kBf16:
+    case WeightFormat::kFp32HeldBf16:
+      return "bf16";
+    case WeightFormat::kInt8:
+      return "int8";
+    case WeightFormat::kFp32:
+    case WeightFormat::kFp32HeldFp16:
+      break;
+  }
+  return "fp32";
+}
+
 absl::StatusOr<CpuPrecision> ParseCpuPrecision(const ModelConfig& config, bool bf16_supported,
                                                double bf16_speedup) {
   return ParseCpuPrecision(config,

@@ -39,6 +39,12 @@ namespace sluice::engine::models::encoder {
 
 inline constexpr char kPrecisionParam[] = "precision";
 
+// The precision a network with these weights serves, as the config names it: "bf16" for kBf16 and
+// kFp32HeldBf16 as a network's weight_format (BF16 weights; see ParseCpuPrecision for which
+// kernel), "int8" for kInt8, "fp32" otherwise. A network's weight_format is what its load chose
+// (auto resolved, fallbacks taken), so this names what serves, for ModelConfig, logs and metrics.
+const char* PrecisionName(WeightFormat network_weight_format);
+
 struct CpuPrecision {
   WeightFormat format = WeightFormat::kFp32;
   // For the load log: "precision fp32 (the default)", "precision bf16 (auto: the CPU has
