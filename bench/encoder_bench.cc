@@ -165,7 +165,7 @@ int Main(int argc, char** argv) {
       ->capture_default_str();
   std::string precision = "fp32";
   app.add_option("--precision", precision,
-                 "the model's `precision` parameter: fp32, bf16 (AVX512_BF16 CPUs), int8 or auto")
+                 "the model's `precision` parameter: fp32, bf16, int8 (AVX512-VNNI CPUs) or auto")
       ->check(CLI::IsMember({"fp32", "bf16", "int8", "auto"}))
       ->capture_default_str();
   CLI11_PARSE(app, argc, argv);

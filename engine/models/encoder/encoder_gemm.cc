@@ -269,11 +269,14 @@ PackedWeights PackedWeights::Pack(const std::vector<float>& w, int n, int k, Wei
             continue;
           }
           const float v = w[static_cast<size_t>(int64_t{row} * k + p)];
-          // Exact values: FP16's rounding returns them; BF16's are their high halves.
-          const uint16_t bits =
-              fp16 ? wire::FloatToHalf(v) : static_cast<uint16_t>(BitsOf(v) >> 16);
-          // The format's precondition: the 16 bits are the value, not a rounding of it.
-          CHECK(BitsOf(fp16 ? wire::HalfToFloat(bits) : Bf16ToFloat(bits)) == BitsOf(v));
+          // FP16: exact values, which its rounding returns (the format's precondition). BF16: an
+          // exact value is its high half (taken as is, so that any NaN payload survives); any
+          // other is rounded to nearest even (`precision: bf16` on an FP32 checkpoint).
+          const uint32_t v_bits = BitsOf(v);
+          const uint16_t bits = fp16                      ? wire::FloatToHalf(v)
+                                : (v_bits & 0xffffu) == 0 ? static_cast<uint16_t>(v_bits >> 16)
+                                                          : RoundToBf16(v);
+          CHECK(!fp16 || BitsOf(wire::HalfToFloat(bits)) == v_bits);
           *out++ = bits;
         }
       }

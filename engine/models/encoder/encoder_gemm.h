@@ -85,7 +85,8 @@ class PackedWeights {
  public:
   PackedWeights() = default;
   // Packs row-major `w` ([n, k], nn.Linear's layout). REQUIRES w.size() == n * k, n, k > 0; for
-  // kFp32HeldBf16 / kFp32HeldFp16 every value exactly representable (ExactFp32Storage).
+  // kFp32HeldFp16 every value exactly representable (ExactFp32Storage). kFp32HeldBf16 holds each
+  // value rounded to the nearest BF16 (exact values unchanged), `precision: bf16`'s weights.
   static PackedWeights Pack(const std::vector<float>& w, int n, int k,
                             WeightFormat format = WeightFormat::kFp32);
 

@@ -183,7 +183,7 @@ ModelConfig WithPrecision(const std::string& value) {
   return config;
 }
 
-TEST(EncoderPrecisionTest, ParsesEachValueAndRefusesBf16WhereTheCpuLacksIt) {
+TEST(EncoderPrecisionTest, ParsesEachValue) {
   for (const bool has_bf16 : {false, true}) {
     auto absent = ParseCpuPrecision(WithPrecision(""), has_bf16, 2.0);
     ASSERT_TRUE(absent.ok());
@@ -197,12 +197,50 @@ TEST(EncoderPrecisionTest, ParsesEachValueAndRefusesBf16WhereTheCpuLacksIt) {
     EXPECT_EQ(bad.status().message(),
               "parameter 'precision' = 'BF16' must be one of fp32, bf16, int8, auto");
   }
-  auto bf16 = ParseCpuPrecision(WithPrecision("bf16"), true, 0.5);
-  ASSERT_TRUE(bf16.ok());
-  EXPECT_EQ(bf16->format, WeightFormat::kBf16);
-  auto refused = ParseCpuPrecision(WithPrecision("bf16"), false, 0.0);
+}
+
+// bf16's weights are BF16 on every CPU; its arithmetic is the CPU's: BF16 dot products where they
+// outrun FP32 FMA, else the FP32 GEMM on the widened weights (kFp32HeldBf16).
+TEST(EncoderPrecisionTest, Bf16TakesDotProductsOnlyWhereTheyAreFaster) {
+  auto faster = ParseCpuPrecision(WithPrecision("bf16"), true, 1.96);
+  ASSERT_TRUE(faster.ok());
+  EXPECT_EQ(faster->format, WeightFormat::kBf16);
+  EXPECT_EQ(faster->summary,
+            "precision bf16 (from its config: BF16 weights and GEMM inputs, FP32 accumulation, on "
+            "AVX512-BF16 dot products, which peak at 1.96x its FP32 FMA rate)");
+  auto slower = ParseCpuPrecision(WithPrecision("bf16"), true, 0.497);
+  ASSERT_TRUE(slower.ok());
+  EXPECT_EQ(slower->format, WeightFormat::kFp32HeldBf16);
+  EXPECT_EQ(slower->summary,
+            "precision bf16 (from its config: BF16 weights, widened per panel into FP32 GEMMs, "
+            "FP32 activations and accumulation: the CPU's BF16 dot product peaks at 0.50x its FP32 "
+            "FMA rate, under 1.20x)");
+  auto lacks = ParseCpuPrecision(WithPrecision("bf16"), false, 0.0);
+  ASSERT_TRUE(lacks.ok());
+  EXPECT_EQ(lacks->format, WeightFormat::kFp32HeldBf16);
+  EXPECT_NE(lacks->summary.find(": the CPU lacks AVX512_BF16)"), std::string::npos)
+      << lacks->summary;
+
+  // SLUICE_ENCODER_BF16's two forcings (ParseCpuPrecision(config) reads it into CpuFeatures).
+  auto dot = ParseCpuPrecision(
+      WithPrecision("bf16"),
+      CpuFeatures{.bf16 = true, .bf16_speedup = 0.5, .bf16_arithmetic = Bf16Arithmetic::kDot});
+  ASSERT_TRUE(dot.ok());
+  EXPECT_EQ(dot->format, WeightFormat::kBf16);
+  EXPECT_NE(dot->summary.find("dot products, forced by SLUICE_ENCODER_BF16)"), std::string::npos)
+      << dot->summary;
+  auto widen = ParseCpuPrecision(
+      WithPrecision("bf16"),
+      CpuFeatures{.bf16 = true, .bf16_speedup = 2.0, .bf16_arithmetic = Bf16Arithmetic::kWiden});
+  ASSERT_TRUE(widen.ok());
+  EXPECT_EQ(widen->format, WeightFormat::kFp32HeldBf16);
+  EXPECT_NE(widen->summary.find(": forced by SLUICE_ENCODER_BF16)"), std::string::npos)
+      << widen->summary;
+  auto refused = ParseCpuPrecision(WithPrecision("bf16"),
+                                   CpuFeatures{.bf16_arithmetic = Bf16Arithmetic::kDot});
   EXPECT_TRUE(absl::IsInvalidArgument(refused.status()));
-  EXPECT_NE(refused.status().message().find("needs a CPU with AVX512_BF16"), std::string::npos)
+  EXPECT_NE(refused.status().message().find("SLUICE_ENCODER_BF16=dot needs a CPU with AVX512_BF16"),
+            std::string::npos)
       << refused.status();
 }
 

@@ -114,6 +114,43 @@ TEST(EncoderGemmHeldTest, PackedHeldWeightsTakeHalfTheBytesAndUnpackToTheirValue
   }
 }
 
+// `precision: bf16` on an FP32 checkpoint where the CPU's BF16 dot product is slow: Pack rounds
+// each value to the nearest BF16 (ties to even; exact values, NaN payloads included, as they are),
+// and the product is then the FP32 product on those rounded values, bit for bit.
+TEST(EncoderGemmHeldTest, HeldBf16RoundsOtherValuesToNearestEven) {
+  std::mt19937 rng(11);
+  const int n = 21, k = 13;
+  std::vector<float> w = Random(n * k, rng);
+  // Ties: halfway between two BF16 values, to the even one (down, then up), and a carry into the
+  // exponent.
+  w[0] = std::bit_cast<float>(0x3f808000u);
+  w[1] = std::bit_cast<float>(0x3f818000u);
+  w[2] = std::bit_cast<float>(0x3fffffffu);
+  w[3] = std::bit_cast<float>(0x7f810000u);  // a signalling NaN BF16 holds as it is
+  const PackedWeights held = PackedWeights::Pack(w, n, k, WeightFormat::kFp32HeldBf16);
+  const std::vector<float> got = held.Unpack();
+  EXPECT_EQ(std::bit_cast<uint32_t>(got[0]), 0x3f800000u);
+  EXPECT_EQ(std::bit_cast<uint32_t>(got[1]), 0x3f820000u);
+  EXPECT_EQ(std::bit_cast<uint32_t>(got[2]), 0x40000000u);
+  EXPECT_EQ(std::bit_cast<uint32_t>(got[3]), 0x7f810000u);
+  std::vector<float> rounded = Rounded(w, false);
+  rounded[3] = w[3];
+  EXPECT_EQ(Bits(got), Bits(rounded));
+
+  w[3] = 0.5f;
+  rounded[3] = 0.5f;
+  const int64_t m = 9;
+  const std::vector<float> x = Random(m * k, rng);
+  const PackedWeights from_fp32 = PackedWeights::Pack(w, n, k, WeightFormat::kFp32HeldBf16);
+  const PackedWeights wide = PackedWeights::Pack(rounded, n, k);
+  for (const gemm::GemmKernel* kernel : test_support::GemmKernels()) {
+    std::vector<float> expected(static_cast<size_t>(m * n)), product(static_cast<size_t>(m * n));
+    PackedGemm(*kernel, x.data(), m, wide, nullptr, expected.data());
+    PackedGemm(*kernel, x.data(), m, from_fp32, nullptr, product.data());
+    EXPECT_EQ(Bits(product), Bits(expected)) << kernel->name;
+  }
+}
+
 // The product on held weights is the kFp32 product's bits: single-threaded for each variant, and
 // pooled, on shapes across every block boundary (rows 192, K blocks of <= 256, 16-panel column
 // blocks, a partial last panel).

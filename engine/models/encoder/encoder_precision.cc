@@ -8,9 +8,11 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 #include "common/status_macros.h"
 #include "engine/models/encoder/encoder_forward.h"
 
@@ -55,18 +57,40 @@ absl::StatusOr<CpuPrecision> ParseCpuPrecision(const ModelConfig& config, const 
                                                  : "precision fp32 (from its config)"};
   }
   if (it->second == "bf16") {
-    if (!bf16_supported) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("parameter '", kPrecisionParam,
-                       "' = 'bf16' needs a CPU with AVX512_BF16 (and AVX-512BW/VL), which this "
-                       "one lacks; use fp32, or auto to take bf16 only where the CPU has it"));
+    const bool dot = cpu.bf16_arithmetic == Bf16Arithmetic::kDot ||
+                     (cpu.bf16_arithmetic == Bf16Arithmetic::kChoose && bf16_supported &&
+                      bf16_speedup >= kBf16DotMinSpeedup);
+    if (dot && !bf16_supported) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          kBf16ArithmeticEnv,
+          "=dot needs a CPU with AVX512_BF16 (and AVX-512BW/VL), which this one lacks; unset it "
+          "to serve 'precision' = 'bf16' on BF16 weights widened into FP32 GEMMs"));
     }
-    return CpuPrecision{WeightFormat::kBf16,
-                        "precision bf16 (from its config: BF16 weights and GEMM inputs, FP32 "
-                        "accumulation)"};
+    if (dot) {
+      return CpuPrecision{
+          WeightFormat::kBf16,
+          absl::StrCat(
+              "precision bf16 (from its config: BF16 weights and GEMM inputs, FP32 "
+              "accumulation, on AVX512-BF16 dot products",
+              cpu.bf16_arithmetic == Bf16Arithmetic::kDot
+                  ? absl::StrCat(", forced by ", kBf16ArithmeticEnv)
+                  : absl::StrCat(", which peak at ", Ratio(bf16_speedup), " its FP32 FMA rate"),
+              ")")};
+    }
+    std::string why =
+        cpu.bf16_arithmetic == Bf16Arithmetic::kWiden
+            ? absl::StrCat("forced by ", kBf16ArithmeticEnv)
+        : !bf16_supported
+            ? std::string("the CPU lacks AVX512_BF16")
+            : absl::StrCat("the CPU's BF16 dot product peaks at ", Ratio(bf16_speedup),
+                           " its FP32 FMA rate, under ", Ratio(kBf16DotMinSpeedup));
+    return CpuPrecision{WeightFormat::kFp32HeldBf16,
+                        absl::StrCat("precision bf16 (from its config: BF16 weights, widened per "
+                                     "panel into FP32 GEMMs, FP32 activations and accumulation: ",
+                                     why, ")")};
   }
   if (it->second == "int8") {
-    // Refused without VNNI, as bf16 without AVX512_BF16: the portable kernel (the same bits) ran
+    // Refused without VNNI: the portable kernel (the same bits) ran
     // all-MiniLM-L6-v2 at 1.2 sequences/s against fp32's ~40 on the Emerald Rapids VM, a trap
     // rather than a fallback. It stays for tests and SLUICE_ENCODER_GEMM=generic.
     if (!cpu.int8_vnni) {
@@ -127,10 +151,25 @@ absl::StatusOr<CpuPrecision> ParseCpuPrecision(const ModelConfig& config, const 
 absl::StatusOr<CpuPrecision> ParseCpuPrecision(const ModelConfig& config) {
   auto it = config.parameters.find(kPrecisionParam);
   const bool automatic = it != config.parameters.end() && it->second == "auto";
+  const bool bf16 = it != config.parameters.end() && it->second == "bf16";
+  Bf16Arithmetic arithmetic = Bf16Arithmetic::kChoose;
+  if (const char* forced = std::getenv(kBf16ArithmeticEnv); bf16 && forced != nullptr) {
+    const absl::string_view value(forced);
+    if (value == "dot") {
+      arithmetic = Bf16Arithmetic::kDot;
+    } else if (value == "widen") {
+      arithmetic = Bf16Arithmetic::kWiden;
+    } else if (!value.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(kBf16ArithmeticEnv, "='", value, "' must be dot or widen (or unset)"));
+    }
+  }
+  const bool measure_bf16 = automatic || (bf16 && arithmetic == Bf16Arithmetic::kChoose);
   return ParseCpuPrecision(
       config,
       CpuFeatures{.bf16 = gemm::Bf16Supported(),
-                  .bf16_speedup = automatic ? gemm::Bf16Speedup() : 0.0,
+                  .bf16_speedup = measure_bf16 ? gemm::Bf16Speedup() : 0.0,
+                  .bf16_arithmetic = arithmetic,
                   .int8_vnni = gemm::Int8VnniSupported(),
                   .int8_speedup = automatic ? gemm::Int8Speedup() : 0.0,
                   .int8_generic_forced = gemm::Int8For(gemm::Get()) == gemm::Int8Kernel::kGeneric});

@@ -4,24 +4,30 @@
 //
 //   fp32   (the default, and where the parameter is absent) every GEMM in FP32
 //   bf16   the encoder layers' four linear layers with BF16 weights (rounded at load, half the
-//          bytes) and BF16 activations (rounded per row block), accumulated in FP32
-//          (encoder_gemm_bf16.cc); attention's two products, LayerNorm, softmax, GELU, pooling
-//          and the heads stay FP32. Refused (a load error) on a CPU without AVX512_BF16: a model
-//          asked for by name is not silently served in another precision.
+//          bytes), accumulated in FP32; attention's two products, LayerNorm, softmax, GELU,
+//          pooling and the heads stay FP32. Two arithmetics, chosen at load by the CPU
+//          (Bf16Arithmetic): BF16 dot products (AVX512_BF16's VDPBF16PS on BF16 activations,
+//          rounded per row block: encoder_gemm_bf16.cc) where they peak at >= kBf16DotMinSpeedup
+//          x the CPU's FP32 FMA rate (gemm::Bf16Speedup); elsewhere the FP32 GEMM on the BF16
+//          weights widened per panel (kFp32HeldBf16, as a BF16 checkpoint is held; FP32
+//          activations), which keeps FP32's speed where VDPBF16PS would halve it (Intel
+//          without AMX: 0.5x) and runs on every CPU. Either way the weights are BF16 and the
+//          load log names the arithmetic and why.
 //   int8   the same four linear layers with INT8 weights (symmetric, one scale per output
 //          channel, quantized at load: a quarter of the bytes) and 8-bit activations (one scale
 //          and zero point per token, quantized per row block at run time), products summed in INT32
 //          and dequantized into FP32 (encoder_gemm_int8.cc); the rest FP32, as bf16. On
-//          AVX512-VNNI (VPDPBUSD); refused (a load error) on a CPU without it, as bf16: the
-//          portable kernel, the same bits, is ~30x slower than fp32 (kept for tests and for
+//          AVX512-VNNI (VPDPBUSD); refused (a load error) on a CPU without it: the portable kernel,
+//          the same bits, is ~30x slower than fp32 (kept for tests and for
 //          SLUICE_ENCODER_GEMM=generic, which it then runs, saying so in the load summary).
 //   auto   the fastest precision this CPU supports whose accuracy check passes, chosen at load
 //          and logged with the reason: int8 where the CPU has AVX512_VNNI, VPDPBUSD peaks at
 //          >= 1.2x its FP32 FMA rate (gemm::Int8Speedup, measured at the first load; 3.9x on this
 //          project's Emerald Rapids VM) and the model's int8 embeddings of a fixed probe batch
-//          (ProbeMinCosine) have cosine >= 0.99 to its fp32 ones; else bf16 where the CPU has
-//          AVX512_BF16 and its BF16 dot product peaks at >= 1.2x FP32 FMA (gemm::Bf16Speedup;
-//          0.5x on Intel without AMX); else fp32. The default stays fp32 everywhere.
+//          (ProbeMinCosine) have cosine >= 0.99 to its fp32 ones; else bf16 (dot products) where
+//          the CPU has AVX512_BF16 and its BF16 dot product peaks at >= 1.2x FP32 FMA
+//          (gemm::Bf16Speedup; 0.5x on Intel without AMX); else fp32 (bf16 on widened weights
+//          saves memory, not time, so auto does not take it). The default stays fp32.
 //
 // The GPU's own parameter is compute_type (encoder_batch.h); `precision` concerns the CPU backend
 // (a GPU instance of a bf16 or int8 model uploads PackedWeights::Unpack(): the BF16 values
@@ -58,10 +64,18 @@ struct CpuPrecision {
   std::string fallback_summary;
 };
 
+// How `precision: bf16` computes. kChoose (the default): kDot where the CPU has AVX512_BF16 and
+// its BF16 dot product peaks at >= kBf16DotMinSpeedup x its FP32 FMA, else kWiden.
+// SLUICE_ENCODER_BF16=dot|widen forces one (benchmarks' A/B, tests); dot where the CPU lacks
+// AVX512_BF16 is a load error.
+enum class Bf16Arithmetic : int { kChoose, kDot, kWiden };
+inline constexpr char kBf16ArithmeticEnv[] = "SLUICE_ENCODER_BF16";
+
 // What ParseCpuPrecision knows of the CPU (gemm::Bf16Supported() ...).
 struct CpuFeatures {
   bool bf16 = false;
   double bf16_speedup = 0.0;  // gemm::Bf16Speedup()
+  Bf16Arithmetic bf16_arithmetic = Bf16Arithmetic::kChoose;
   bool int8_vnni = false;
   double int8_speedup = 0.0;  // gemm::Int8Speedup()
   // The portable INT8 kernel forced (gemm::Int8For(gemm::Get()) is kGeneric on a VNNI CPU):
@@ -69,8 +83,11 @@ struct CpuFeatures {
   bool int8_generic_forced = false;
 };
 
-// auto takes bf16 (int8) from this ratio of BF16 (VPDPBUSD) to FP32 peak rates up.
+// auto takes bf16 (int8) from this ratio of BF16 (VPDPBUSD) to FP32 peak rates up; bf16 computes
+// with BF16 dot products from the same ratio up (below it, rounding the activations too would buy
+// little or no time for their accuracy).
 inline constexpr double kAutoBf16MinSpeedup = 1.2;
+inline constexpr double kBf16DotMinSpeedup = kAutoBf16MinSpeedup;
 inline constexpr double kAutoInt8MinSpeedup = 1.2;
 // auto keeps int8 where the probe's embeddings have at least this cosine to fp32's (the issue's
 // per-sentence minimum on MiniLM).
@@ -78,15 +95,16 @@ inline constexpr double kAutoMinCosine = 0.99;
 
 // The config's `precision`, on a CPU that has (bf16_supported) or lacks AVX512_BF16, whose BF16
 // dot product peaks at `bf16_speedup` x its FP32 FMA rate. InvalidArgument naming the parameter
-// for an unknown value, and for bf16 where the CPU lacks it.
+// for an unknown value.
 absl::StatusOr<CpuPrecision> ParseCpuPrecision(const ModelConfig& config, bool bf16_supported,
                                                double bf16_speedup);
 // The same with int8's facts too (int8_vnni false above).
 absl::StatusOr<CpuPrecision> ParseCpuPrecision(const ModelConfig& config, const CpuFeatures& cpu);
 
 // The same on this CPU (gemm::Bf16Supported(), Int8VnniSupported(), whether the generic kernel
-// is forced, and where auto asks Bf16Speedup(), Int8Speedup()). InvalidArgument also for int8
-// where the CPU lacks AVX512_VNNI.
+// is forced, SLUICE_ENCODER_BF16, and where bf16 or auto asks Bf16Speedup(), Int8Speedup()).
+// InvalidArgument also for int8 where the CPU lacks AVX512_VNNI, for an unknown
+// SLUICE_ENCODER_BF16 value, and for SLUICE_ENCODER_BF16=dot where the CPU lacks AVX512_BF16.
 absl::StatusOr<CpuPrecision> ParseCpuPrecision(const ModelConfig& config);
 
 // auto's accuracy check: the smallest cosine similarity between `candidate`'s and `reference`'s

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -98,43 +99,58 @@ TEST_F(EncoderModelTest, PrecisionParameterChoosesTheWeightFormat) {
   const auto fp32_net = LoadedEncoderNetwork(**fp32);
   EXPECT_EQ(fp32_net->weight_format, encoder::WeightFormat::kFp32);
 
-  ModelConfig config;
-  config.parameters["precision"] = "bf16";
-  auto bf16 = CreateEncoderModel(Spec(folder, config));
-  if (!encoder::gemm::Bf16Supported()) {
-    EXPECT_THAT(bf16.status().message(), HasSubstr("needs a CPU with AVX512_BF16"));
-    GTEST_SKIP() << "this CPU has no AVX512_BF16: the refusal checked, the bf16 answers not";
-  }
-  ASSERT_TRUE(bf16.ok()) << bf16.status();
-  EXPECT_THAT((*bf16)->LoadSummary(), HasSubstr("CPU precision bf16 (from its config"));
-  const auto bf16_net = LoadedEncoderNetwork(**bf16);
-  ASSERT_EQ(bf16_net->weight_format, encoder::WeightFormat::kBf16);
-  const encoder::EncoderLayer& layer = bf16_net->encoder_layers[0];
-  EXPECT_EQ(layer.qkv_weight.format(), encoder::WeightFormat::kBf16);
-  EXPECT_EQ(2 * layer.intermediate_weight.bytes(),
-            fp32_net->encoder_layers[0].intermediate_weight.bytes());
-  // The weights are the FP32 ones rounded to BF16.
-  const std::vector<float> fp32_w = fp32_net->encoder_layers[0].output_weight.Unpack();
-  const std::vector<float> bf16_w = layer.output_weight.Unpack();
-  for (size_t i = 0; i < fp32_w.size(); ++i) {
-    ASSERT_EQ(bf16_w[i], encoder::Bf16ToFloat(encoder::RoundToBf16(fp32_w[i]))) << i;
-  }
+  // bf16 in the arithmetic this CPU chooses, then in each forced one it has (SLUICE_ENCODER_BF16):
+  // BF16 weights either way; BF16 dot products only where AVX512_BF16 outruns FP32 FMA.
+  const bool dot_chosen =
+      encoder::gemm::Bf16Supported() && encoder::gemm::Bf16Speedup() >= encoder::kBf16DotMinSpeedup;
+  for (const char* forced : {"", "widen", "dot"}) {
+    SCOPED_TRACE(std::string("SLUICE_ENCODER_BF16=") + forced);
+    const bool dot = std::string_view(forced) == "dot" || (*forced == '\0' && dot_chosen);
+    if (dot && !encoder::gemm::Bf16Supported()) continue;  // a load error: the unit test's
+    setenv(encoder::kBf16ArithmeticEnv, forced, 1);
+    ModelConfig config;
+    config.parameters["precision"] = "bf16";
+    auto bf16 = CreateEncoderModel(Spec(folder, config));
+    unsetenv(encoder::kBf16ArithmeticEnv);
+    ASSERT_TRUE(bf16.ok()) << bf16.status();
+    EXPECT_THAT((*bf16)->LoadSummary(), HasSubstr(dot ? "CPU precision bf16 (from its config: "
+                                                        "BF16 weights and GEMM inputs"
+                                                      : "CPU precision bf16 (from its config: "
+                                                        "BF16 weights, widened per panel"));
+    const auto bf16_net = LoadedEncoderNetwork(**bf16);
+    const encoder::WeightFormat format =
+        dot ? encoder::WeightFormat::kBf16 : encoder::WeightFormat::kFp32HeldBf16;
+    ASSERT_EQ(bf16_net->weight_format, format);
+    EXPECT_STREQ(encoder::PrecisionName(bf16_net->weight_format), "bf16");
+    const encoder::EncoderLayer& layer = bf16_net->encoder_layers[0];
+    EXPECT_EQ(layer.qkv_weight.format(), format);
+    // Two bytes a value (kFp32HeldBf16 pairs its panels: an odd last one with a zero panel).
+    const encoder::PackedWeights& inter = layer.intermediate_weight;
+    EXPECT_EQ(inter.bytes(), (dot ? inter.panels() : 2 * inter.held_pairs()) *
+                                 inter.panel_stride() * int64_t{sizeof(uint16_t)});
+    // The weights are the FP32 ones rounded to BF16.
+    const std::vector<float> fp32_w = fp32_net->encoder_layers[0].output_weight.Unpack();
+    const std::vector<float> bf16_w = layer.output_weight.Unpack();
+    for (size_t i = 0; i < fp32_w.size(); ++i) {
+      ASSERT_EQ(bf16_w[i], encoder::Bf16ToFloat(encoder::RoundToBf16(fp32_w[i]))) << i;
+    }
 
-  Input in;
-  in.Add("input_ids", {2, 5}, {2, 7, 3, 9, 4, 5, 6, 11, 12, 3});
-  auto fp32_out = (*(*fp32)->CreateInstance(0))->Run(in.views);
-  auto bf16_out = (*(*bf16)->CreateInstance(0))->Run(in.views);
-  ASSERT_TRUE(fp32_out.ok() && bf16_out.ok());
-  ASSERT_EQ((*bf16_out)[1].name, "embedding");
-  const std::vector<float> a = Floats((*fp32_out)[1]);
-  const std::vector<float> b = Floats((*bf16_out)[1]);
-  ASSERT_EQ(a.size(), b.size());
-  EXPECT_NE(a, b);  // BF16 did run
-  const size_t dim = a.size() / 2;
-  for (size_t row = 0; row < 2; ++row) {
-    const std::vector<float> ra(a.begin() + row * dim, a.begin() + (row + 1) * dim);
-    const std::vector<float> rb(b.begin() + row * dim, b.begin() + (row + 1) * dim);
-    EXPECT_GT(Cosine(ra, rb), 0.999) << "sequence " << row;
+    Input in;
+    in.Add("input_ids", {2, 5}, {2, 7, 3, 9, 4, 5, 6, 11, 12, 3});
+    auto fp32_out = (*(*fp32)->CreateInstance(0))->Run(in.views);
+    auto bf16_out = (*(*bf16)->CreateInstance(0))->Run(in.views);
+    ASSERT_TRUE(fp32_out.ok() && bf16_out.ok());
+    ASSERT_EQ((*bf16_out)[1].name, "embedding");
+    const std::vector<float> a = Floats((*fp32_out)[1]);
+    const std::vector<float> b = Floats((*bf16_out)[1]);
+    ASSERT_EQ(a.size(), b.size());
+    EXPECT_NE(a, b);  // the BF16 weights did serve
+    const size_t dim = a.size() / 2;
+    for (size_t row = 0; row < 2; ++row) {
+      const std::vector<float> ra(a.begin() + row * dim, a.begin() + (row + 1) * dim);
+      const std::vector<float> rb(b.begin() + row * dim, b.begin() + (row + 1) * dim);
+      EXPECT_GT(Cosine(ra, rb), 0.999) << "sequence " << row;
+    }
   }
 
   ModelConfig automatic;
