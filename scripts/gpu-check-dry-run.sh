@@ -16,7 +16,7 @@
 #   4. the helpers on the CPU: gpu_torch_encoder.py --tiny --device cpu (when torch imports
 #      here), and gpu-check-e2e.sh on the real archive with --device cpu and a tiny checkpoint
 #      (with a real archive; under --skip-build only with GPU_CHECK_DRY_RUN_E2E=1).
-# GPU_CHECK_ARCHIVE: where the pack goes (default $BUILD_DIR/gpu-check.tar.gz).
+# GPU_CHECK_ARCHIVE: where the pack goes (default $BUILD_DIR/gpu-check.tar.xz).
 #
 # Exit 0 only if every check passed. The ctest `gpu_check_dry_run` (label gpu-check) runs it with
 # --skip-build.
@@ -51,21 +51,23 @@ echo "== 1. plan"
 check "the caps add up to under 540 s" '"$script" plan >/dev/null'
 plan_steps=$("$script" plan | awk 'NR > 1 && $1 != "sum" { print $1 }' | paste -sd' ')
 check "steps ordered by value" \
-  '[[ $plan_steps == "probe kernel-tests encoder-bench engine-bench e2e-server pytorch encoder-variants long-tests" ]]'
+  '[[ $plan_steps == "probe kernel-tests encoder-bench engine-bench e2e-server pytorch encoder-variants long-tests host-cpu" ]]'
 
 echo "== 2. pack"
-archive="${GPU_CHECK_ARCHIVE:-$build_dir/gpu-check.tar.gz}"
+archive="${GPU_CHECK_ARCHIVE:-$build_dir/gpu-check.tar.xz}"
 if ((skip_build)); then
   if [[ -n $(find "$build_dir" -type f -name sluice-server -perm -u+x 2>/dev/null | head -1) &&
     -f $build_dir/gpu-tests.txt ]] &&
-    GPU_CHECK_PACK_NO_BUILD=1 BUILD_DIR="$build_dir" "$script" pack "$archive" >"$tmp/pack.log" 2>&1; then
+    GPU_CHECK_XZ_LEVEL=1 GPU_CHECK_PACK_NO_BUILD=1 BUILD_DIR="$build_dir" "$script" pack "$archive" \
+      >"$tmp/pack.log" 2>&1; then
     echo "  packed the existing build without building"
   else
     echo "  (no complete build in $build_dir: pack not checked; see $tmp/pack.log)"
     archive=""
   fi
 else
-  BUILD_DIR="$build_dir" "$script" pack "$archive" || { echo "  FAILED: pack" >&2; exit 1; }
+  GPU_CHECK_XZ_LEVEL=1 BUILD_DIR="$build_dir" "$script" pack "$archive" ||
+    { echo "  FAILED: pack" >&2; exit 1; }
 fi
 if [[ -n $archive && -f $archive ]]; then
   archive_bytes=$(stat -c %s "$archive")
@@ -131,6 +133,23 @@ case "$name" in
     echo "| 64 | 1000000 | 20000 | 50 |"
     echo '{"executors": {"mlp": "cuda:0", "simple": "cuda:0"}, "results": [{"model": "mlp", "bucket": 64, "mode": "pipeline", "items_per_second": 1000000, "compute_infer_us_per_batch": 20.0}]}' >"$json"
     ;;
+  sluice-encoder-bench)
+    # The CPU encoder bench: a load line, then a GEMM line (stdin "gemm ...") or a round's line.
+    precision=fp32
+    for ((i = 0; i < ${#args[@]}; i++)); do
+      [[ ${args[i]} == --precision ]] && precision="${args[i + 1]}"
+    done
+    echo "{\"load_s\": 0.4, \"precision\": \"CPU precision $precision (from its config; stub)\"}"
+    if grep -q '^gemm' -; then
+      shapes=""
+      for gemm in qkv attention_out intermediate output; do
+        shapes+="${shapes:+,}{\"gemm\": \"$gemm\", \"m\": 128, \"packed_gflops\": 150, \"packed_cold_gflops\": 140, \"packed_bf16_gflops\": 85, \"packed_int8_gops\": 600}"
+      done
+      echo "{\"packed\": \"avx512f\", \"packed_int8\": \"avx512-vnni\", \"shapes\": [$shapes]}"
+    else
+      echo '{"batch": 32, "seq": 128, "sequences_per_s": 45.0, "gflops": 1000, "cpu_sequences_per_s": 6.0}'
+    fi
+    ;;
   sluice-loadtest)
     echo '{"levels": [{"throughput_rps": 5000, "tokens_per_s": 660000, "failed": 0, "latency_us": {"p50": 3000, "p99": 9000}}], "totals": {"succeeded": 20000}}' >"$json"
     ;;
@@ -140,7 +159,7 @@ EOF
 chmod +x "$stubs/bin/stub"
 for name in gpu_cuda_kernels_test gpu_cuda_encoder_test gpu_cuda_executor_test \
   gpu_cuda_shared_memory_test gpu_cuda_encoder_server_test sluice-engine-bench \
-  sluice-cuda-encoder-bench sluice-loadtest sluice-make-encoder; do
+  sluice-cuda-encoder-bench sluice-loadtest sluice-make-encoder sluice-encoder-bench; do
   cp "$stubs/bin/stub" "$stubs/bin/$name"
 done
 rm "$stubs/bin/stub"
@@ -200,9 +219,9 @@ check "the failing binary is named with its failure" \
 check "the hang is a timeout of its binary" \
   'grep -q "^long-tests .*gpu_cuda_executor_test: timeout" "$tmp/out-a/gpu-check-summary.txt"'
 check "every other step ran" \
-  '(( $(grep -cE "^(probe|encoder-bench|engine-bench|e2e-server|pytorch|encoder-variants) .* ok " "$tmp/out-a/gpu-check-summary.txt") == 6 ))'
+  '(( $(grep -cE "^(probe|encoder-bench|engine-bench|e2e-server|pytorch|encoder-variants|host-cpu) .* ok " "$tmp/out-a/gpu-check-summary.txt") == 7 ))'
 check "the report has the figures of every step" \
-  'grep -q "sluice / PyTorch" "$tmp/out-a/gpu-check-summary.txt" && grep -q "end to end" "$tmp/out-a/gpu-check-summary.txt" && grep -q "^engine" "$tmp/out-a/gpu-check-summary.txt"'
+  'grep -q "sluice / PyTorch" "$tmp/out-a/gpu-check-summary.txt" && grep -q "end to end" "$tmp/out-a/gpu-check-summary.txt" && grep -q "^engine" "$tmp/out-a/gpu-check-summary.txt" && grep -q "int8: 45.0 seq/s" "$tmp/out-a/gpu-check-summary.txt"'
 echo "   last lines:"
 tail -n 12 "$tmp/run-a.log" | cut -c1-150 | sed 's/^/   | /'
 
@@ -251,7 +270,7 @@ else
 fi
 if [[ -n $archive && -f $archive && ($skip_build == 0 || ${GPU_CHECK_DRY_RUN_E2E:-0} == 1) ]]; then
   mkdir -p "$tmp/e2e/unpacked" "$tmp/e2e/logs" "$tmp/e2e/repo/bert_base"
-  tar -C "$tmp/e2e/unpacked" -xzf "$archive"
+  tar -C "$tmp/e2e/unpacked" -xf "$archive"
   e2e_root="$tmp/e2e/unpacked/gpu-check"
   LD_LIBRARY_PATH="$e2e_root/lib" "$e2e_root/bin/sluice-make-encoder" --vocab 1000 --hidden 64 \
     --layers 2 --heads 4 --intermediate 128 --positions 512 --dtype F32 \

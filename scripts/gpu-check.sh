@@ -7,7 +7,7 @@
 #                                         sluice-server, sluice-loadtest and sluice-make-encoder,
 #                                         packs them with every shared library they load except
 #                                         glibc's and CUDA's, the bundled models and the helper
-#                                         scripts into ARCHIVE (default $BUILD_DIR/gpu-check.tar.gz;
+#                                         scripts into ARCHIVE (default $BUILD_DIR/gpu-check.tar.xz;
 #                                         with the working tree it travels with, < 64 MiB).
 #   scripts/gpu-check.sh run ARCHIVE      on the GPU machine: the steps below, in order of value,
 #                                         each under its cap, all under one budget.
@@ -34,7 +34,8 @@
 # Environment: BUILD_DIR (default build), CUDA_HOME (default /usr/local/cuda), GPU_CHECK_BUDGET_S
 # (the whole run, default 560: under the device tool's 600 s command limit), OUT (where the three
 # files go; a temporary folder when unset), GPU_CHECK_ONLY (comma-separated step names: run only
-# those), GPU_CHECK_SCRATCH (large files: checkpoints; default a temporary folder).
+# those), GPU_CHECK_SCRATCH (large files: checkpoints; default a temporary folder),
+# GPU_CHECK_XZ_LEVEL (pack's xz level, default 6).
 set -uo pipefail
 
 here="$(cd "$(dirname "$0")/.." && pwd)"
@@ -54,13 +55,14 @@ readonly -a kSteps=(
   "pytorch|75|PyTorch FP16 SDPA on the same checkpoint and batches (torch.compile if quick): sluice/PyTorch ratio"
   "encoder-variants|60|sluice-cuda-encoder-bench BF16 seq 128, FP16 seq 512, TF32 seq 128 (graphs on)"
   "long-tests|90|gpu_cuda_encoder_test, gpu_cuda_executor_test, gpu_cuda_shared_memory_test, gpu_cuda_encoder_server_test, in parallel"
+  "host-cpu|25|the GPU host's CPU (AMX where it has it): sluice-encoder-bench GEMMs alone and BERT-base fp32/bf16/int8, batch 32 x 128"
 )
 readonly kCapSumLimitS=540
 # Seconds kept back from the budget for the report after the last step.
 readonly kReserveS=10
 readonly kKernelTests="gpu_cuda_kernels_test"
 readonly kLongTests="gpu_cuda_encoder_test gpu_cuda_executor_test gpu_cuda_shared_memory_test gpu_cuda_encoder_server_test"
-readonly kTools="sluice-engine-bench sluice-cuda-encoder-bench sluice-loadtest sluice-make-encoder"
+readonly kTools="sluice-engine-bench sluice-cuda-encoder-bench sluice-loadtest sluice-make-encoder sluice-encoder-bench"
 
 step_field() { cut -d'|' -f"$2" <<<"$1"; }
 
@@ -94,7 +96,7 @@ is_left_out() {
 }
 
 pack() {
-  local archive="${1:-$build_dir/gpu-check.tar.gz}"
+  local archive="${1:-$build_dir/gpu-check.tar.xz}"
   set -e
   [[ -f "$build_dir/CMakeCache.txt" ]] || {
     echo "gpu-check: no build in $build_dir (run cmake first)" >&2
@@ -147,7 +149,11 @@ pack() {
     echo "git: $(git -C "$here" rev-parse --short HEAD 2>/dev/null || echo unknown)"
     echo "packed: $(date -u +%FT%TZ)"
   } >"$g/BUILD-INFO"
-  tar -C "$stage" -czf "$archive" gpu-check
+  # xz, not gzip: 34 MiB instead of 55 (the archive and the working tree share the device tool's
+  # 64 MiB; OpenBLAS and ICU's data are most of it), for ~30 s of packing on 2 cores. The dry run
+  # packs at level 1 (45 MiB in 5 s): a larger archive than the real one, so its size check holds
+  # for both.
+  tar -C "$stage" -cf - gpu-check | xz -T2 "-${GPU_CHECK_XZ_LEVEL:-6}" >"$archive"
   local bytes
   bytes=$(stat -c %s "$archive")
   echo "gpu-check: wrote $archive ($((bytes / 1024)) KiB; $(find "$g/bin" -type f | wc -l)" \
@@ -185,7 +191,12 @@ setup() {
   mkdir -p "$GC_WORK/status" "$GC_WORK/figures" "$GC_SCRATCH"
   local unpack="$GC_SCRATCH/unpacked"
   mkdir -p "$unpack"
-  tar -C "$unpack" -xzf "$archive" || { echo "gpu-check: cannot unpack $archive" >&2; return 1; }
+  # tar detects the compression; where the machine lacks the xz program, Python's tarfile (lzma is
+  # in its standard library) unpacks it instead.
+  tar -C "$unpack" -xf "$archive" 2>/dev/null ||
+    python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' \
+      "$archive" "$unpack" ||
+    { echo "gpu-check: cannot unpack $archive" >&2; return 1; }
   GC_ROOT="$unpack/gpu-check"
   export GC_ROOT GC_WORK GC_SCRATCH
   export LD_LIBRARY_PATH="$GC_ROOT/lib:$cuda_home/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
@@ -410,6 +421,55 @@ step_long_tests() {
     rm -f "$GC_WORK/status/long-$name"
   done
   status_line long-tests "$result" "${detail%; }"
+}
+
+# The CPU encoder on the GPU machine's host CPU: the only server-class CPU this project is lent,
+# and the one likely to have AMX (issue 36's BF16 and INT8 goals are set on AMX; the development
+# VMs expose none). Its CPU and matrix flags; the GEMMs alone (one thread, every packed format the
+# bench knows: FP32, BF16, INT8, and AMX's where present); then the BERT-base checkpoint at batch
+# 32 x 128 in each precision, on up to 8 threads. Figures: host-cpu.json and host-cpu-*.jsonl
+# (the bench's own JSON lines). A precision the CPU refuses (int8 without VNNI) is reported, not
+# failed; fp32 or the GEMMs failing fails the step.
+step_host_cpu() {
+  local limit="$1" start=$SECONDS folder
+  folder=$(checkpoint) || { status_line host-cpu fail "no checkpoint"; return; }
+  local cpu flags threads
+  cpu=$(awk -F': *' '/^model name/ { print $2; exit }' /proc/cpuinfo | tr -d '"\\')
+  flags=$(grep -m1 '^flags' /proc/cpuinfo | tr ' ' '\n' |
+    grep -xE 'avx2|avx512f|avx512_bf16|avx512_vnni|amx_tile|amx_bf16|amx_int8' | paste -sd' ')
+  threads=$(($(nproc) / 2))
+  ((threads < 1)) && threads=1
+  ((threads > 8)) && threads=8
+  printf '{"cpu": "%s", "flags": "%s", "cores": %d, "threads": %d}\n' "${cpu:-unknown}" "$flags" \
+    "$(nproc)" "$threads" >"$GC_WORK/figures/host-cpu.json"
+  echo "host CPU: ${cpu:-unknown}; $(nproc) cores; flags: ${flags:-none of interest}"
+  local bench="$GC_ROOT/bin/sluice-encoder-bench" rc=0 result=ok detail="" p left log
+  echo "gemm 128 0.1" | timeout -k 3 $((limit / 3)) "$bench" --model-dir "$folder" \
+    >"$GC_WORK/figures/host-cpu-gemm.jsonl" 2>"$GC_WORK/host-cpu-gemm.log" || rc=$?
+  if ((rc != 0)); then
+    result=fail
+    detail+="gemm: exit $rc; "
+  fi
+  for p in fp32 bf16 int8; do
+    left=$((limit - (SECONDS - start) - 2))
+    if ((left < 3)); then
+      [[ $p == fp32 ]] && result=fail
+      detail+="$p: no time; "
+      continue
+    fi
+    rc=0
+    log="$GC_WORK/host-cpu-$p.log"
+    printf '32 128 1\n' | timeout -k 2 "$left" "$bench" --model-dir "$folder" --threads "$threads" \
+      --precision "$p" >"$GC_WORK/figures/host-cpu-$p.jsonl" 2>"$log" || rc=$?
+    if ((rc == 0)); then
+      detail+="$p $(grep -o '"sequences_per_s":[0-9.]*' "$GC_WORK/figures/host-cpu-$p.jsonl" |
+        tail -1 | cut -d: -f2 | cut -c1-6) seq/s; "
+    else
+      [[ $p == fp32 ]] && result=fail
+      detail+="$p: exit $rc ($(tail -1 "$log" | cut -c1-90)); "
+    fi
+  done
+  status_line host-cpu "$result" "$threads threads: ${detail%; }"
 }
 
 # ---- the run: steps in order, the report after each.

@@ -2,7 +2,7 @@
 """gpu-check's report: the step table and the key figures of one run, from its logs folder.
 
 Reads LOGS/figures/*.json (gtest JSON, sluice-cuda-encoder-bench, sluice-engine-bench,
-sluice-loadtest + server CPU, gpu_torch_encoder.py) and the step table gpu-check.sh keeps, and
+sluice-loadtest + server CPU, gpu_torch_encoder.py; the host CPU's sluice-encoder-bench JSON lines) and the step table gpu-check.sh keeps, and
 writes one small JSON of every figure and the summary text gpu-check.sh prints last. Python
 standard library only (it runs on the GPU machine's python3, and here in the dry run). Missing or
 broken inputs are reported, never fatal: a half-finished run still gets its summary.
@@ -217,6 +217,68 @@ def pytorch_section(figures, encoder_runs, lines):
     return runs, ratios
 
 
+def json_lines(path):
+    """The JSON objects of a file of JSON lines (the CPU encoder bench's output); [] if absent."""
+    rows = []
+    try:
+        with open(path) as f:
+            for line in f:
+                try:
+                    rows.append(json.loads(line))
+                except ValueError:
+                    pass
+    except OSError:
+        pass
+    return rows
+
+
+def host_cpu_section(figures, lines):
+    """The host-cpu step: the CPU encoder on the GPU machine's CPU (AMX, where it has it)."""
+    info = load(os.path.join(figures, "host-cpu.json"))
+    if "error" in info:
+        return None
+    result = {"cpu": info, "gemm": {}, "forward": {}}
+    lines.append(f"host CPU: {info.get('cpu')} ({info.get('cores')} cores; "
+                 f"{info.get('flags') or 'no AVX-512/AMX flags'})")
+    gemm = [row for row in json_lines(os.path.join(figures, "host-cpu-gemm.jsonl"))
+            if "shapes" in row]
+    if gemm:
+        # Per packed format (every *_gflops / *_gops key the bench writes, AMX's included), the
+        # median over the encoder's four GEMM shapes, one thread, M = 128.
+        rates = {}
+        for shape in gemm[-1]["shapes"]:
+            for key, value in shape.items():
+                if key.startswith("packed") and isinstance(value, (int, float)):
+                    rates.setdefault(key, []).append(value)
+        medians = {key: sorted(v)[len(v) // 2] for key, v in sorted(rates.items())}
+        result["gemm"] = {"kernels": {k: v for k, v in gemm[-1].items() if k != "shapes"},
+                          "median_rates": medians}
+        def label(key):  # packed_gflops -> fp32, packed_int8_gops -> int8
+            name = key[len("packed"):].removesuffix("_gflops").removesuffix("_gops").strip("_")
+            return "fp32" if name in ("", "gflops") else name
+        hot = [f"{label(key)} {value:.0f}" for key, value in medians.items() if "cold" not in key]
+        lines.append("  GEMMs alone, one thread, M 128, median of 4 shapes (GFLOP/s; int8 GOP/s): "
+                     + ", ".join(hot))
+    base = None
+    for precision in ("fp32", "bf16", "int8"):
+        rows = json_lines(os.path.join(figures, f"host-cpu-{precision}.jsonl"))
+        loaded = next((row for row in rows if "precision" in row), {})
+        runs = [row for row in rows if "sequences_per_s" in row]
+        if not runs:
+            lines.append(f"  BERT-base {precision}: no figure (see host-cpu-{precision}.log)")
+            continue
+        run = runs[-1]
+        result["forward"][precision] = {"load": loaded, "run": run}
+        seq = run.get("sequences_per_s") or 0.0
+        base = seq if precision == "fp32" else base
+        ratio = f" = {seq / base:.2f}x fp32" if base and precision != "fp32" else ""
+        lines.append(f"  BERT-base batch {run.get('batch')} x {run.get('seq')}, "
+                     f"{info.get('threads')} threads, {precision}: {seq:.1f} seq/s, "
+                     f"{fmt(run.get('gflops'))} GFLOP/s{ratio}; "
+                     f"{loaded.get('precision', '')[:150]}")
+    return result
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--work", required=True)
@@ -249,6 +311,7 @@ def main():
     result["e2e"] = e2e_section(figures, figure_lines)
     result["engine"] = engine_section(figures, figure_lines)
     encoder_section(runs, [label for label in runs if label != main_label], figure_lines)
+    result["host_cpu"] = host_cpu_section(figures, figure_lines)
     with open(args.json, "w") as f:
         json.dump(result, f, indent=1, default=str)
     overall = "PASS" if steps and all(s["result"] in ("ok", "skipped") for s in steps) else "FAIL"
