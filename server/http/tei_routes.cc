@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -153,14 +154,6 @@ absl::StatusOr<std::vector<std::string>> StringInputs(const json& body, bool* si
   }
   if (texts.empty()) return absl::InvalidArgumentError("'inputs' cannot be empty");
   return texts;
-}
-
-// /tokenize's `prompt_name`: /embed applies the model's sentence-transformers prompts, /tokenize
-// does not yet; refused by name rather than ignored, so that no answer silently differs.
-TeiError PromptNameRefused(const std::string& prompt_name) {
-  return Invalid(absl::StrCat("prompt_name '", common::EchoInput(prompt_name),
-                              "': /tokenize does not apply the model's prompts (/embed does); "
-                              "prepend the prompt to the input"));
 }
 
 absl::Status CheckBatch(size_t count, size_t limit) {
@@ -411,7 +404,6 @@ void HttpRoutes::TeiTokenize(HttpRequest&& request, Responder respond) {
        {texts.status(), add_special_tokens.status(), model_field.status(), prompt_name.status()}) {
     if (!status.ok()) return respond(TeiResponse(FromStatus(status)));
   }
-  if (!prompt_name->empty()) return respond(TeiResponse(PromptNameRefused(*prompt_name)));
   if (absl::Status batch = CheckBatch(texts->size(), options_.text_limits.max_client_batch_size);
       !batch.ok()) {
     return respond(TeiResponse(FromStatus(batch)));
@@ -422,23 +414,36 @@ void HttpRoutes::TeiTokenize(HttpRequest&& request, Responder respond) {
   if (!model.ok()) return respond(TeiResponse(FromStatus(model.status())));
   absl::StatusOr<engine::Engine::ModelInfo> info = engine_->GetModel(*model, -1);
   if (!info.ok()) return respond(TeiResponse(FromStatus(info.status())));
-  // The tokenizer the encoder loaded, read again from the same version folder (once per load).
-  absl::StatusOr<std::shared_ptr<const text::Tokenizer>> tokenizer = tokenizers_.Get(
+  // The tokenizer and prompts the encoder loaded, read again from the same version folder (once
+  // per load).
+  absl::StatusOr<std::shared_ptr<const ModelText>> model_text = tokenizers_.Get(
       *model, info->config, absl::StrCat(repository_->root(), "/", *model, "/", info->version));
-  if (!tokenizer.ok()) {
+  if (!model_text.ok()) {
     return respond(TeiResponse(TeiError{
-        424, absl::StrCat("model '", *model, "': tokenizer: ", tokenizer.status().message()),
+        424, absl::StrCat("model '", *model, "': tokenizer: ", model_text.status().message()),
         "Tokenizer"}));
   }
-  // As TEI's /tokenize: no truncation, the special tokens as asked, byte offsets into each input
-  // (null for special tokens, and where the pipeline cannot tell them exactly: exact_offsets()).
+  const text::Tokenizer& tokenizer = *(*model_text)->tokenizer;
+  // As TEI's /tokenize: the prompt named (else the model's default one, if any) prepended to each
+  // input, which is then tokenized whole, so the tokens, their texts and their byte offsets are
+  // those of the prompted text, as TEI returns them.
+  absl::StatusOr<absl::string_view> prompt =
+      (*model_text)
+          ->prompts.Resolve(prompt_name->empty() ? std::nullopt
+                                                 : std::optional<std::string>(*prompt_name));
+  if (!prompt.ok()) return respond(TeiResponse(Invalid(std::string(prompt.status().message()))));
+  // No truncation, the special tokens as asked, byte offsets (null for special tokens, and where
+  // the pipeline cannot tell them exactly: exact_offsets()).
   text::EncodeOptions options;
   options.add_special_tokens = *add_special_tokens;
   options.ignore_length_limit = true;
   options.with_offsets = true;
   json out = json::array();
-  for (const std::string& text : *texts) {
-    absl::StatusOr<text::Encoding> encoding = (*tokenizer)->Encode(text, options);
+  std::string prompted;
+  for (const std::string& input : *texts) {
+    prompted.assign(prompt->data(), prompt->size());
+    prompted.append(input);
+    absl::StatusOr<text::Encoding> encoding = tokenizer.Encode(prompted, options);
     if (!encoding.ok()) {
       return respond(
           TeiResponse(TeiError{422, std::string(encoding.status().message()), "Tokenizer"}));
@@ -449,13 +454,13 @@ void HttpRoutes::TeiTokenize(HttpRequest&& request, Responder respond) {
       json token = {{"id", encoding->ids[i]}, {"special", encoding->special[i] != 0}};
       if (at.known()) {
         token["text"] =
-            text.substr(static_cast<size_t>(at.start), static_cast<size_t>(at.stop - at.start));
+            prompted.substr(static_cast<size_t>(at.start), static_cast<size_t>(at.stop - at.start));
         token["start"] = at.start;
         token["stop"] = at.stop;
       } else {
         // TEI's text of a special token is the token itself; so here for every token without
         // offsets that is an added token (empty for the others).
-        token["text"] = (*tokenizer)->IdToToken(encoding->ids[i]);
+        token["text"] = tokenizer.IdToToken(encoding->ids[i]);
         token["start"] = nullptr;
         token["stop"] = nullptr;
       }

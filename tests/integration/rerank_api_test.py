@@ -532,7 +532,8 @@ class RerankApiTest(unittest.TestCase):
         status, body = http(url, "/tokenize", {"model": "minilm", "inputs": "x",
                                                "prompt_name": "query"})
         self.assertEqual((status, body["error_type"]), (422, "Validation"))
-        self.assertIn("/tokenize does not apply the model's prompts", body["error"])
+        self.assertIn("prompt_name 'query' is not one of the model's prompts (it has none",
+                      body["error"])
         status, body = http(url, "/tokenize", {"model": "minilm", "inputs": ["x"] * 33})
         self.assertEqual((status, body["error_type"]), (413, "Validation"))
         status, body = http(url, "/tokenize", {"model": "minilm"})

@@ -88,13 +88,15 @@ def build_pipeline(minilm, out):
     model.save(out)
 
 
+PROMPTED_QUERY = "Represent this sentence for searching relevant passages: "
+
+
 def build_prompted(minilm, out):
     """MiniLM as it ships, with prompts and no default_prompt_name."""
     shutil.copytree(minilm, out)
     with open(os.path.join(out, "config_sentence_transformers.json")) as f:
         config = json.load(f)
-    config["prompts"] = {"query": "Represent this sentence for searching relevant passages: ",
-                         "document": ""}
+    config["prompts"] = {"query": PROMPTED_QUERY, "document": ""}
     config["default_prompt_name"] = None
     with open(os.path.join(out, "config_sentence_transformers.json"), "w") as f:
         json.dump(config, f)
@@ -281,6 +283,36 @@ class SentencePipelineTest(unittest.TestCase):
         self.assertIn("document, query", body["error"])
         # The server keeps answering.
         self.assertEqual(self.grpc_embed("pipeline", ["hello"]).shape, (1, 24))
+
+    def test_tokenize_shows_the_prompted_text_as_tei_does(self):
+        # TEI's /tokenize prepends the named prompt, else the model's default one, and returns
+        # the prompted text's tokens with offsets into it. The reference: the model's own
+        # Hugging Face tokenizer on prompt + text.
+        texts = ["hello world", "Sluice serves encoders."]
+        cases = (("pipeline", None, "query: "), ("pipeline", "passage", "passage: "),
+                 ("prompted", None, ""), ("prompted", "query", PROMPTED_QUERY))
+        for model, prompt_name, prompt in cases:
+            body = {"model": model, "inputs": texts}
+            if prompt_name is not None:
+                body["prompt_name"] = prompt_name
+            status, tokens = self.post("/tokenize", body)
+            self.assertEqual(status, 200, tokens)
+            hf = self.st[model].tokenizer
+            for text, got in zip(texts, tokens):
+                prompted = prompt + text
+                want = hf(prompted, return_offsets_mapping=True)
+                self.assertEqual([t["id"] for t in got], want["input_ids"], (model, prompt_name))
+                for token, (start, stop) in zip(got, want["offset_mapping"]):
+                    if token["special"]:
+                        continue
+                    self.assertEqual((token["start"], token["stop"]), (start, stop))
+                    self.assertEqual(token["text"], prompted[start:stop])
+        status, body = self.post("/tokenize", {"model": "pipeline", "inputs": "hi",
+                                               "prompt_name": "nope"})
+        self.assertEqual(status, 422, body)
+        self.assertEqual(body["error_type"], "Validation")
+        self.assertIn("prompt_name 'nope' is not one of the model's prompts (document, passage, "
+                      "query", body["error"])
 
     def test_metadata_reports_the_dense_output_size(self):
         metadata = self.grpc.get_model_metadata("pipeline", as_json=True)

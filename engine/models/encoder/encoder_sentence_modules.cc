@@ -20,7 +20,6 @@ namespace fs = std::filesystem;
 // the load allocate; real Dense layers are at most a few thousand wide).
 constexpr int64_t kMaxDenseFeatures = 1 << 20;
 constexpr size_t kMaxDenseModules = 16;
-constexpr size_t kMaxPrompts = 1024;
 
 // A module folder from modules.json: inside the model, never above it.
 absl::StatusOr<fs::path> ModuleFolder(const fs::path& modules_path, const fs::path& folder,
@@ -214,52 +213,6 @@ absl::Status ReadDenseWeights(const fs::path& folder, EncoderNetwork& net) {
     }
   }
   return absl::OkStatus();
-}
-
-absl::StatusOr<absl::string_view> SentencePrompts::Resolve(
-    const std::optional<std::string>& name) const {
-  const std::string& chosen = name.has_value() && !name->empty() ? *name : default_name;
-  if (chosen.empty()) return absl::string_view();
-  auto it = prompts.find(chosen);
-  if (it == prompts.end()) {
-    std::vector<std::string> names;
-    for (const auto& [known, text] : prompts) names.push_back(known);
-    return absl::InvalidArgumentError(absl::StrCat(
-        "prompt_name '", common::EchoInput(chosen), "' is not one of the model's prompts (",
-        names.empty() ? "it has none" : absl::StrJoin(names, ", "),
-        "; config_sentence_transformers.json)"));
-  }
-  return absl::string_view(it->second);
-}
-
-absl::StatusOr<SentencePrompts> ReadSentencePrompts(const fs::path& folder) {
-  SentencePrompts result;
-  const fs::path path = folder / "config_sentence_transformers.json";
-  std::error_code ec;
-  if (!fs::exists(path, ec)) return result;
-  ASSIGN_OR_RETURN(Json config, ReadJsonFile(path));
-  if (auto prompts = config.find("prompts"); prompts != config.end() && !prompts->is_null()) {
-    if (!prompts->is_object() || prompts->size() > kMaxPrompts) {
-      return absl::InvalidArgumentError(absl::StrCat("'", path.string(),
-                                                     "': \"prompts\" must be an object of at most ",
-                                                     kMaxPrompts, " name: text entries"));
-    }
-    for (const auto& [name, text] : prompts->items()) {
-      if (!text.is_string()) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("'", path.string(), "': prompt '", name, "' is not a string"));
-      }
-      result.prompts.emplace(name, text.get<std::string>());
-    }
-  }
-  ASSIGN_OR_RETURN(result.default_name,
-                   StringField(config, path, "default_prompt_name", std::string()));
-  if (!result.default_name.empty() && !result.prompts.contains(result.default_name)) {
-    return absl::InvalidArgumentError(absl::StrCat("'", path.string(), "': default_prompt_name '",
-                                                   result.default_name,
-                                                   "' is not one of its prompts"));
-  }
-  return result;
 }
 
 }  // namespace sluice::engine::models::encoder

@@ -11,18 +11,16 @@
 //                                      false (pooling that skips the prompt's tokens) is refused
 //   <Dense>/config.json                in_features, out_features, bias, activation_function
 //   <Dense>/model.safetensors          linear.weight [out, in], linear.bias [out]
-//   config_sentence_transformers.json  prompts {name: text} and default_prompt_name
+//   config_sentence_transformers.json  prompts {name: text} and default_prompt_name: read by
+//                                      text::ReadSentencePrompts (text/sentence_prompts.h)
 //
 // Without modules.json (a plain transformers folder) the embedding is the first token's hidden
 // state (CLS), unnormalised.
 
 #include <filesystem>
-#include <map>
-#include <optional>
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "absl/strings/string_view.h"
 #include "engine/models/encoder/encoder_network.h"
 
 namespace sluice::engine::models::encoder {
@@ -38,23 +36,5 @@ absl::Status ReadDenseWeights(const std::filesystem::path& folder, EncoderNetwor
 
 // "torch.nn.modules.activation.Tanh" -> kTanh ...; InvalidArgument listing the supported ones.
 absl::StatusOr<DenseActivation> ParseDenseActivation(const std::string& name);
-
-// The prompts of config_sentence_transformers.json: a text prepended to every input before
-// tokenization (e.g. "query: " for e5, Qwen3-Embedding's instruction), as
-// SentenceTransformer.encode(prompt_name=...) does; the default one when a request names none.
-struct SentencePrompts {
-  std::map<std::string, std::string> prompts;
-  std::string default_name;  // empty: no default (no prompt unless a request names one)
-
-  // The text a request that names `name` (nullopt or empty: none) gets prepended: the named
-  // prompt, else the default one, else "". InvalidArgument naming the unknown name and the names
-  // the model has.
-  absl::StatusOr<absl::string_view> Resolve(const std::optional<std::string>& name) const;
-};
-
-// config_sentence_transformers.json's prompts (none without the file). InvalidArgument for a
-// malformed file, or a default_prompt_name that is not one of the prompts (sentence-transformers
-// refuses that too).
-absl::StatusOr<SentencePrompts> ReadSentencePrompts(const std::filesystem::path& folder);
 
 }  // namespace sluice::engine::models::encoder

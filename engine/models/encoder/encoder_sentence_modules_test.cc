@@ -1,5 +1,6 @@
-// encoder_sentence_modules.h: the prompts of config_sentence_transformers.json and how a request's
-// prompt_name resolves, the Dense activations' names, and the pipeline errors of modules.json.
+// encoder_sentence_modules.h (and text/sentence_prompts.h): the prompts of
+// config_sentence_transformers.json and how a request's prompt_name resolves, the Dense
+// activations' names, and the pipeline errors of modules.json.
 // The numerics against sentence-transformers are tests/integration/sentence_pipeline_test.py.
 
 #include "engine/models/encoder/encoder_sentence_modules.h"
@@ -13,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "text/sentence_prompts.h"
 
 namespace sluice::engine::models::encoder {
 namespace {
@@ -43,7 +45,7 @@ TEST_F(SentenceModulesTest, PromptsResolveAsSentenceTransformersDoes) {
   Write("config_sentence_transformers.json",
         R"({"prompts": {"query": "query: ", "passage": "passage: ", "document": ""},
             "default_prompt_name": "query"})");
-  absl::StatusOr<SentencePrompts> prompts = ReadSentencePrompts(dir_);
+  absl::StatusOr<text::SentencePrompts> prompts = text::ReadSentencePrompts(dir_);
   ASSERT_TRUE(prompts.ok()) << prompts.status();
   EXPECT_EQ(*prompts->Resolve(std::nullopt), "query: ");  // the default
   EXPECT_EQ(*prompts->Resolve(std::string()), "query: ");
@@ -56,16 +58,16 @@ TEST_F(SentenceModulesTest, PromptsResolveAsSentenceTransformersDoes) {
 }
 
 TEST_F(SentenceModulesTest, NoFileNoPromptsAndBadDefaultRefused) {
-  absl::StatusOr<SentencePrompts> none = ReadSentencePrompts(dir_);
+  absl::StatusOr<text::SentencePrompts> none = text::ReadSentencePrompts(dir_);
   ASSERT_TRUE(none.ok());
   EXPECT_EQ(*none->Resolve(std::nullopt), "");
   EXPECT_THAT(none->Resolve("query").status().message(), HasSubstr("it has none"));
   Write("config_sentence_transformers.json",
         R"({"prompts": {"query": "q: "}, "default_prompt_name": "passage"})");
-  EXPECT_THAT(ReadSentencePrompts(dir_).status().message(),
+  EXPECT_THAT(text::ReadSentencePrompts(dir_).status().message(),
               HasSubstr("default_prompt_name 'passage' is not one of its prompts"));
   Write("config_sentence_transformers.json", R"({"prompts": {"query": 3}})");
-  EXPECT_THAT(ReadSentencePrompts(dir_).status().message(),
+  EXPECT_THAT(text::ReadSentencePrompts(dir_).status().message(),
               HasSubstr("prompt 'query' is not a string"));
 }
 

@@ -106,7 +106,7 @@ absl::StatusOr<std::unique_ptr<const EncoderTextInputs>> EncoderTextInputs::Load
         absl::StrCat("tokenizer: its vocabulary has ", (*tokenizer)->vocab_size(),
                      " tokens, more than the checkpoint's vocab_size ", vocab_size));
   }
-  ASSIGN_OR_RETURN(SentencePrompts prompts, ReadSentencePrompts(folder));
+  ASSIGN_OR_RETURN(text::SentencePrompts prompts, text::ReadSentencePrompts(folder));
   std::error_code ec;
   const bool strip = std::filesystem::exists(std::filesystem::path(folder) / "modules.json", ec);
   return std::unique_ptr<const EncoderTextInputs>(

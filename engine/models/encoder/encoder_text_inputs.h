@@ -12,7 +12,7 @@
 
 #include "absl/status/statusor.h"
 #include "engine/core/inference_request.h"
-#include "engine/models/encoder/encoder_sentence_modules.h"
+#include "text/sentence_prompts.h"
 #include "text/tokenizer.h"
 
 namespace sluice::engine::models::encoder {
@@ -35,10 +35,10 @@ class EncoderTextInputs {
   absl::Status Prepare(const std::string& model, bool token_types, InferenceRequest& request) const;
 
   const text::Tokenizer& tokenizer() const { return *tokenizer_; }
-  const SentencePrompts& prompts() const { return prompts_; }
+  const text::SentencePrompts& prompts() const { return prompts_; }
 
  private:
-  EncoderTextInputs(std::unique_ptr<text::Tokenizer> tokenizer, SentencePrompts prompts,
+  EncoderTextInputs(std::unique_ptr<text::Tokenizer> tokenizer, text::SentencePrompts prompts,
                     int max_sequence_length, bool strip)
       : tokenizer_(std::move(tokenizer)),
         prompts_(std::move(prompts)),
@@ -46,7 +46,7 @@ class EncoderTextInputs {
         strip_(strip) {}
 
   const std::unique_ptr<text::Tokenizer> tokenizer_;
-  const SentencePrompts prompts_;
+  const text::SentencePrompts prompts_;
   const int max_sequence_length_;
   // A sentence-transformers folder (modules.json): every text, the prompt included, and every
   // second text is stripped of leading and trailing whitespace first, as its Transformer module
