@@ -517,6 +517,20 @@ EmbeddingTable EmbeddingTable::Hold(std::vector<float> values, int64_t rows, int
   return table;
 }
 
+EmbeddingTable EmbeddingTable::InPrecision(EmbeddingTable table, WeightFormat network_format) {
+  const bool compact = network_format == WeightFormat::kBf16 ||
+                       network_format == WeightFormat::kFp32HeldBf16 ||
+                       network_format == WeightFormat::kInt8;
+  if (!compact || table.empty() || table.format_ == WeightFormat::kFp32HeldBf16) return table;
+  const int64_t rows = table.rows_;
+  const int cols = table.cols_;
+  std::vector<float> values =
+      table.format_ == WeightFormat::kFp32 ? std::move(table.fp32_) : table.Widened();
+  table = EmbeddingTable();  // its storage freed before the compact copy is made
+  for (float& v : values) v = Bf16ToFloat(RoundToBf16(v));
+  return Hold(std::move(values), rows, cols);
+}
+
 int64_t EmbeddingTable::bytes() const {
   return static_cast<int64_t>(fp32_.size() * sizeof(float) + held_.size() * sizeof(uint16_t));
 }
@@ -570,6 +584,8 @@ absl::StatusOr<std::shared_ptr<const EncoderNetwork>> LoadEncoderNetwork(
   ASSIGN_OR_RETURN(SafetensorsFile file, OpenWeights(folder));
   ASSIGN_OR_RETURN(std::shared_ptr<EncoderNetwork> net, Describe(folder, file, options));
   RETURN_IF_ERROR(ReadWeights(file, *net));
+  net->word_embeddings =
+      EmbeddingTable::InPrecision(std::move(net->word_embeddings), net->weight_format);
   RETURN_IF_ERROR(ReadDenseWeights(folder, *net));
 #if defined(__GLIBC__)
   // The row-major matrices freed after packing leave holes between the packed ones in glibc's heap

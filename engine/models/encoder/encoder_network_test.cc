@@ -7,6 +7,7 @@
 
 #include <unistd.h>
 
+#include <cstdint>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -14,6 +15,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/wire/float16.h"
 #include "engine/models/safetensors.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -320,6 +322,46 @@ TEST_F(EncoderNetworkTest, Qwen3MissingTensorIsNamed) {
   ASSERT_FALSE(net.ok());
   EXPECT_THAT(net.status().message(), HasSubstr("layers.0.input_layernorm.weight"));
   EXPECT_THAT(net.status().message(), HasSubstr("[32]"));
+}
+
+// A model's precision bf16 or int8 holds its word embeddings in BF16 (so that an int8 BERT-base
+// takes 0.33x its FP32 memory, not 0.43x); fp32 leaves the table as the checkpoint gave it.
+TEST(EmbeddingTableTest, InPrecisionHoldsTheTableInBf16ForBf16AndInt8) {
+  const int64_t rows = 50;
+  const int cols = 33;
+  std::vector<float> values(static_cast<size_t>(rows * cols));
+  uint32_t state = 7;
+  for (float& v : values) {
+    state = state * 1664525u + 1013904223u;
+    v = (static_cast<float>(state >> 8) / 16777216.0f - 0.5f) * 0.1f;
+  }
+  const EmbeddingTable fp32 = EmbeddingTable::Hold(values, rows, cols);
+  ASSERT_EQ(fp32.format(), WeightFormat::kFp32);
+  const EmbeddingTable kept = EmbeddingTable::InPrecision(fp32, WeightFormat::kFp32);
+  EXPECT_EQ(kept.format(), WeightFormat::kFp32);
+  EXPECT_EQ(kept.Widened(), values);
+  for (WeightFormat format :
+       {WeightFormat::kBf16, WeightFormat::kFp32HeldBf16, WeightFormat::kInt8}) {
+    const EmbeddingTable held = EmbeddingTable::InPrecision(fp32, format);
+    EXPECT_EQ(held.format(), WeightFormat::kFp32HeldBf16);
+    EXPECT_EQ(held.bytes(), rows * cols * 2);
+    const std::vector<float> got = held.Widened();
+    for (size_t i = 0; i < values.size(); ++i) {
+      ASSERT_EQ(got[i], Bf16ToFloat(RoundToBf16(values[i]))) << i;
+    }
+    // Already BF16: kept as it is.
+    EXPECT_EQ(EmbeddingTable::InPrecision(held, format).Widened(), got);
+  }
+  // An FP16 checkpoint's table in bf16: rounded from its FP16 values.
+  std::vector<float> halves = values;
+  for (float& v : halves) v = wire::HalfToFloat(wire::FloatToHalf(v));
+  const EmbeddingTable fp16 = EmbeddingTable::Hold(halves, rows, cols);
+  ASSERT_EQ(fp16.format(), WeightFormat::kFp32HeldFp16);
+  const std::vector<float> from_fp16 =
+      EmbeddingTable::InPrecision(fp16, WeightFormat::kBf16).Widened();
+  for (size_t i = 0; i < halves.size(); ++i) {
+    ASSERT_EQ(from_fp16[i], Bf16ToFloat(RoundToBf16(halves[i]))) << i;
+  }
 }
 
 }  // namespace

@@ -12,7 +12,8 @@
 //          weights widened per panel (kFp32HeldBf16, as a BF16 checkpoint is held; FP32
 //          activations), which keeps FP32's speed where VDPBF16PS would halve it (Intel
 //          without AMX: 0.5x) and runs on every CPU. Either way the weights are BF16 and the
-//          load log names the arithmetic and why.
+//          load log names the arithmetic and why. The word embeddings are held in BF16 too
+//          (EmbeddingTable::InPrecision), for int8 as well.
 //   int8   the same four linear layers with INT8 weights (symmetric, one scale per output
 //          channel, quantized at load: a quarter of the bytes) and 8-bit activations (one scale
 //          and zero point per token, quantized per row block at run time), products summed in INT32
