@@ -330,11 +330,7 @@ void ForwardPreNorm(const EncoderNetwork& net, const PackedBatch& batch, Encoder
                     int64_t chunk_tokens, ComputePool* pool) {
   const int64_t tokens = batch.tokens();
   const int64_t budget = std::max<int64_t>(chunk_tokens, 1);
-  int64_t longest = 0;
-  int64_t widest = 0;
-  ChunkSizes(batch, budget, &longest, &widest);
-  ws.Reserve(net, tokens, widest, batch.sequences(), longest, pool == nullptr ? 1 : pool->threads(),
-             std::min<int64_t>(longest, kQueryBlock));
+  ws.Reserve(net, batch, budget, pool == nullptr ? 1 : pool->threads(), kQueryBlock);
   const int h = net.hidden;
   const int inter = net.intermediate;
   const float eps = net.layer_norm_eps;
