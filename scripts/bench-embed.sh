@@ -24,6 +24,7 @@
 # table: sentences/s, p50, p99 per cell, sluice / best infinity, then start-up time and peak RSS.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/bench-lib.sh
 
 ROUNDS=2
 SECONDS_PER_CELL=20
@@ -56,20 +57,13 @@ command -v wrk >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq
 BUILD_DIR=${SLUICE_BUILD_DIR:-build}
 [[ -x "$BUILD_DIR/server/sluice-server" ]] || scripts/build.sh
 PY=$(scripts/python-env.sh)
-INFINITY_VENV=${SLUICE_INFINITY_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/sluice/bench-infinity}
-if [[ -n "$ENGINES" && ! -f "$INFINITY_VENV/.complete" ]]; then
-  python3 -m venv "$INFINITY_VENV"
-  "$INFINITY_VENV/bin/pip" install -q --disable-pip-version-check \
-    "infinity-emb[server,torch,optimum]==0.0.78" "click<8.2"
-  touch "$INFINITY_VENV/.complete"
-fi
+[[ -z "$ENGINES" ]] || bench_infinity_venv
 PIN=()
 [[ -z "$CPUS" ]] || PIN=(taskset -c "$CPUS")
 
 WORK=$(mktemp -d /tmp/sluice-bench-embed.XXXXXX)
 PIDS=()
-cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; }
-trap cleanup EXIT
+trap bench_stop_pids EXIT
 # Offline, and no telemetry: infinity-emb reports usage to a third party unless told not to.
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 DO_NOT_TRACK=1 INFINITY_ANONYMOUS_USAGE_STATS=0
 
@@ -87,41 +81,33 @@ if [[ " $ENGINES " == *" optimum "* ]]; then
   cp "$WORK/onnx-export/model.onnx" "$INFINITY_FOLDER/model.onnx"
 fi
 
-free_port() { "$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-wait_http() {  # url timeout_s
-  local deadline=$((SECONDS + $2))
-  until curl -sf -o /dev/null "$1"; do
-    [[ $SECONDS -lt $deadline ]] || { echo "no answer from $1 after $2 s" >&2; return 1; }
-    sleep 0.2
-  done
-}
 : >"$WORK/results.txt"
 declare -A URL PID
 start=$(date +%s.%N)
-SLUICE_PORT=$(free_port)
+SLUICE_PORT=$(bench_free_port)
 "${PIN[@]}" "$BUILD_DIR/server/sluice-server" --model-repository="$WORK/models" \
   --http-address=127.0.0.1 --http-port="$SLUICE_PORT" --grpc-address=127.0.0.1 --grpc-port=0 \
   --metrics-port=0 >"$WORK/sluice.log" 2>&1 &
 PIDS+=($!); PID[sluice]=$!
-wait_http "http://127.0.0.1:$SLUICE_PORT/v2/health/ready" 120
+bench_wait_http "http://127.0.0.1:$SLUICE_PORT/v2/health/ready" 120
 echo "startup server=sluice seconds=$(echo "$(date +%s.%N) - $start" | bc)" >>"$WORK/results.txt"
 URL[sluice]="http://127.0.0.1:$SLUICE_PORT/v1/embeddings"
 SERVERS="sluice"
 if [[ -n "$BASELINE" ]]; then
-  port=$(free_port)
+  port=$(bench_free_port)
   start=$(date +%s.%N)
   "${PIN[@]}" "$BASELINE" --model-repository="$WORK/models" --http-address=127.0.0.1 \
     --http-port="$port" --grpc-address=127.0.0.1 --grpc-port=0 --metrics-port=0 \
     >"$WORK/sluice-baseline.log" 2>&1 &
   PIDS+=($!); PID[sluice-baseline]=$!
-  wait_http "http://127.0.0.1:$port/v2/health/ready" 120
+  bench_wait_http "http://127.0.0.1:$port/v2/health/ready" 120
   echo "startup server=sluice-baseline seconds=$(echo "$(date +%s.%N) - $start" | bc)" \
     >>"$WORK/results.txt"
   URL[sluice-baseline]="http://127.0.0.1:$port/v1/embeddings"
   SERVERS="$SERVERS sluice-baseline"
 fi
 for engine in $ENGINES; do
-  port=$(free_port)
+  port=$(bench_free_port)
   start=$(date +%s.%N)
   # From inside the folder, as "." : infinity 0.0.78 hands optimum the ONNX file's path as it
   # globbed it, which optimum only finds when it is relative to the model folder.
@@ -134,7 +120,7 @@ for engine in $ENGINES; do
     --served-model-name minilm --engine "$engine" --port "$port" --url-prefix "" \
     --batch-size 32 --no-bettertransformer "${engine_args[@]}") >"$WORK/infinity-$engine.log" 2>&1 &
   PIDS+=($!); PID[infinity-$engine]=$!
-  if wait_http "http://127.0.0.1:$port/health" 300; then
+  if bench_wait_http "http://127.0.0.1:$port/health" 300; then
     echo "startup server=infinity-$engine seconds=$(echo "$(date +%s.%N) - $start" | bc)" \
       >>"$WORK/results.txt"
     URL[infinity-$engine]="http://127.0.0.1:$port/embeddings"
@@ -150,7 +136,8 @@ for server in $SERVERS; do
 done
 
 # wrk posts the set's bodies in turn; the Lua script counts non-2xx answers, which void the figure.
-cat >"$WORK/post.lua" <<'EOF'
+{
+  cat <<'EOF'
 local bodies = {}
 for line in io.lines(os.getenv("BODIES")) do bodies[#bodies + 1] = line end
 local i = 0
@@ -158,39 +145,15 @@ request = function()
   i = i % #bodies + 1
   return wrk.format("POST", nil, {["Content-Type"] = "application/json"}, bodies[i])
 end
-local bad = 0
-response = function(status, headers, body) if status < 200 or status > 299 then bad = bad + 1 end end
-done = function(summary, latency, requests)
-  io.write(string.format("RESULT requests=%d seconds=%.3f p50_us=%d p99_us=%d non2xx=%d\n",
-    summary.requests, summary.duration / 1e6, latency:percentile(50), latency:percentile(99),
-    summary.errors.status + bad))
-end
 EOF
-# Before each cell, every server must be idle: a server still computing requests queued by the
-# previous cell's closed connections would slow the next cell's server (measured: infinity kept
-# both cores busy for seconds after a 64-connection cell of 32-sentence requests).
-cpu_ticks() {  # the servers' user + system clock ticks, together
-  local total=0 pid
-  for pid in "${PID[@]}"; do
-    [[ -r /proc/$pid/stat ]] || continue
-    total=$((total + $(awk '{print $14 + $15}' "/proc/$pid/stat")))
-  done
-  echo "$total"
-}
-wait_idle() {  # until the servers use < 5% of a core over half a second, 120 s at most
-  local deadline=$((SECONDS + 120)) before after
-  while [[ $SECONDS -lt $deadline ]]; do
-    before=$(cpu_ticks); sleep 0.5; after=$(cpu_ticks)
-    [[ $((after - before)) -gt 2 ]] || return 0
-  done
-  echo "servers still busy after 120 s" >&2
-}
+  bench_wrk_result_lua
+} >"$WORK/post.lua"
 for round in $(seq 1 "$ROUNDS"); do
   for set in $SETS; do
     for batch in $BATCHES; do
       for connections in $CONNECTIONS; do
         for server in $SERVERS; do
-          wait_idle
+          bench_wait_idle
           line=$(BODIES="$WORK/$set-$batch.bodies" "${PIN[@]}" wrk -t1 -c"$connections" \
                    -d"${SECONDS_PER_CELL}s" --timeout 120s -s "$WORK/post.lua" "${URL[$server]}" |
                  grep '^RESULT')
@@ -209,4 +172,4 @@ done
 "$PY" bench/embed_bench.py report --work "$WORK"
 echo "(logs and raw results in $WORK)"
 trap - EXIT
-cleanup
+bench_stop_pids

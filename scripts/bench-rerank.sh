@@ -19,6 +19,7 @@
 # Prints one table: pairs/s, p50, p99 per server and connection count, and sluice / best infinity.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/bench-lib.sh
 
 ROUNDS=2
 SECONDS_PER_CELL=20
@@ -41,18 +42,11 @@ command -v wrk >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq
 BUILD_DIR=${SLUICE_BUILD_DIR:-build}
 [[ -x "$BUILD_DIR/server/sluice-server" ]] || scripts/build.sh
 PY=$(scripts/python-env.sh)
-INFINITY_VENV=${SLUICE_INFINITY_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/sluice/bench-infinity}
-if [[ ! -f "$INFINITY_VENV/.complete" ]]; then
-  python3 -m venv "$INFINITY_VENV"
-  "$INFINITY_VENV/bin/pip" install -q --disable-pip-version-check \
-    "infinity-emb[server,torch,optimum]==0.0.78" "click<8.2"
-  touch "$INFINITY_VENV/.complete"
-fi
+bench_infinity_venv
 
 WORK=$(mktemp -d /tmp/sluice-bench-rerank.XXXXXX)
 PIDS=()
-cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; }
-trap cleanup EXIT
+trap bench_stop_pids EXIT
 # Offline, and no telemetry: infinity-emb reports usage to a third party unless told not to.
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 DO_NOT_TRACK=1 INFINITY_ANONYMOUS_USAGE_STATS=0
 
@@ -77,33 +71,24 @@ if [[ " $ENGINES " == *" optimum "* ]]; then
   cp "$WORK/onnx-export/model.onnx" "$INFINITY_FOLDER/model.onnx"
 fi
 
-free_port() { "$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-wait_http() {  # url timeout_s
-  local deadline=$((SECONDS + $2))
-  until curl -sf -o /dev/null "$1"; do
-    [[ $SECONDS -lt $deadline ]] || { echo "no answer from $1 after $2 s" >&2; return 1; }
-    sleep 1
-  done
-}
-
 declare -A URL
-SLUICE_PORT=$(free_port)
+SLUICE_PORT=$(bench_free_port)
 "$BUILD_DIR/server/sluice-server" --model-repository="$WORK/models" --http-address=127.0.0.1 \
   --http-port="$SLUICE_PORT" --grpc-address=127.0.0.1 --grpc-port=0 --metrics-port=0 \
   >"$WORK/sluice.log" 2>&1 &
 PIDS+=($!)
-wait_http "http://127.0.0.1:$SLUICE_PORT/health" 120
+bench_wait_http "http://127.0.0.1:$SLUICE_PORT/health" 120 1
 URL[sluice]="http://127.0.0.1:$SLUICE_PORT/v1/rerank"
 SERVERS="sluice"
 for engine in $ENGINES; do
-  port=$(free_port)
+  port=$(bench_free_port)
   # From inside the folder, as "." : infinity 0.0.78 hands optimum the ONNX file's path as it
   # globbed it, which optimum only finds when it is relative to the model folder.
   (cd "$INFINITY_FOLDER" && exec "$INFINITY_VENV/bin/infinity_emb" v2 --model-id . \
     --served-model-name reranker --engine "$engine" --port "$port" --url-prefix "" \
     --batch-size 32 --no-bettertransformer --dtype "$INFINITY_DTYPE") >"$WORK/infinity-$engine.log" 2>&1 &
   PIDS+=($!)
-  if wait_http "http://127.0.0.1:$port/health" 300; then
+  if bench_wait_http "http://127.0.0.1:$port/health" 300 1; then
     URL[infinity-$engine]="http://127.0.0.1:$port/rerank"
     SERVERS="$SERVERS infinity-$engine"
   else
@@ -118,41 +103,19 @@ for server in $SERVERS; do
 done
 
 # wrk posts the one body; the Lua script counts non-2xx answers, which void the figure.
-cat >"$WORK/post.lua" <<EOF
+{
+  cat <<EOF
 wrk.method = "POST"
 wrk.headers["Content-Type"] = "application/json"
 local f = io.open("$WORK/body.json", "r"); wrk.body = f:read("*a"); f:close()
-local bad = 0
-response = function(status, headers, body) if status < 200 or status > 299 then bad = bad + 1 end end
-done = function(summary, latency, requests)
-  io.write(string.format("RESULT requests=%d seconds=%.3f p50_us=%d p99_us=%d non2xx=%d\\n",
-    summary.requests, summary.duration / 1e6, latency:percentile(50), latency:percentile(99),
-    summary.errors.status + bad))
-end
 EOF
-# Before each cell, every server must be idle (a server still computing the previous cell's
-# queued requests would slow the next one's): < 5% of a core over half a second, 120 s at most.
-cpu_ticks() {
-  local total=0 pid
-  for pid in "${PIDS[@]}"; do
-    [[ -r /proc/$pid/stat ]] || continue
-    total=$((total + $(awk '{print $14 + $15}' "/proc/$pid/stat")))
-  done
-  echo "$total"
-}
-wait_idle() {
-  local deadline=$((SECONDS + 120)) before after
-  while [[ $SECONDS -lt $deadline ]]; do
-    before=$(cpu_ticks); sleep 0.5; after=$(cpu_ticks)
-    [[ $((after - before)) -gt 2 ]] || return 0
-  done
-  echo "servers still busy after 120 s" >&2
-}
+  bench_wrk_result_lua
+} >"$WORK/post.lua"
 : >"$WORK/results.txt"
 for round in $(seq 1 "$ROUNDS"); do
   for connections in $CONNECTIONS; do
     for server in $SERVERS; do
-      wait_idle
+      bench_wait_idle
       line=$(wrk -t1 -c"$connections" -d"${SECONDS_PER_CELL}s" --timeout 120s -s "$WORK/post.lua" \
                "${URL[$server]}" | grep '^RESULT')
       echo "round=$round server=$server connections=$connections $line" | tee -a "$WORK/results.txt"
@@ -162,4 +125,4 @@ done
 "$PY" bench/rerank_bench.py report --work "$WORK"
 echo "(logs and raw results in $WORK)"
 trap - EXIT
-cleanup
+bench_stop_pids

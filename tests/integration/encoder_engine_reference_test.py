@@ -28,9 +28,9 @@ import torch
 sys.path.insert(0, os.path.dirname(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "tools"))
 import make_encoder_checkpoint  # noqa: E402
-from encoder_reference_test import (CHECKPOINTS, MAX_SEQ, VOCAB, Reference,  # noqa: E402
-                                    PAD_ONE, assert_outputs_match, has_pooler,
-                                    packed_lengths)
+from encoder_reference_test import (CHECKPOINTS, MAX_SEQ, TOLERANCE, VOCAB,  # noqa: E402
+                                    PAD_ONE, Reference, has_pooler)
+from encoder_test_support import assert_outputs_match, packed_lengths  # noqa: E402
 
 ARGS = None
 WORST = {}
@@ -85,7 +85,7 @@ class EncoderEngineReferenceTest(unittest.TestCase):
         self.assertEqual(sorted(got_outputs), sorted(outputs), label)
         got = {output: np.array(got_outputs[output]["data"], dtype=np.float64).reshape(
             got_outputs[output]["shape"]) for output in outputs}
-        assert_outputs_match(self, label, got, want, packed_lengths(mask), WORST)
+        assert_outputs_match(self, label, got, want, packed_lengths(mask), WORST, TOLERANCE)
 
     def test_ragged_mixes_through_the_engine_match_transformers(self):
         rng = np.random.default_rng(11)

@@ -18,28 +18,23 @@
 - Broken checkpoints (a missing tensor, a wrong shape, an unknown hidden_activation, an unknown
   classifier_pooling) fail their load with a message naming the tensor or field; the others serve.
 
-Shares encoder_reference_test.py's helpers (relative error, repository config, output checks).
+Shares encoder_test_support.py's helpers (repository folders, serving, requests, output checks).
 """
-import argparse
 import json
 import os
 import shutil
 import sys
-import tempfile
-import time
 import unittest
 
 import numpy as np
-import safetensors.torch
 import torch
 import transformers
 import tritonclient.grpc as grpcclient
 
 sys.path.insert(0, os.path.dirname(__file__))
 import encoder_precision_test as precision  # noqa: E402
-import encoder_reference_test as ref  # noqa: E402
+import encoder_test_support as support  # noqa: E402
 from encoder_reference_test import make_encoder_checkpoint  # noqa: E402
-from sluice_server import SluiceServer  # noqa: E402
 
 ARGS = None
 # The issue's bar. FP32 against FP32 gives ~1e-6 (printed at the end).
@@ -123,34 +118,18 @@ BROKEN = {
 
 
 def build_repository(root):
-    for name, options in CHECKPOINTS.items():
-        ref.write_config(os.path.join(root, name), name)
-        make_encoder_checkpoint.write_checkpoint(os.path.join(root, name, "1"), **options)
+    support.write_checkpoints(root, CHECKPOINTS, make_encoder_checkpoint.write_checkpoint)
 
     def variant(name, source, mutate_tensors=None, mutate_config=None):
-        base = os.path.join(root, source, "1")
-        folder = os.path.join(root, name, "1")
-        shutil.copytree(base, folder)
-        ref.write_config(os.path.join(root, name), name)
-        if mutate_tensors:
-            tensors = dict(safetensors.torch.load_file(os.path.join(base, "model.safetensors")))
-            mutate_tensors(tensors)
-            safetensors.torch.save_file(tensors, os.path.join(folder, "model.safetensors"))
-        if mutate_config:
-            path = os.path.join(folder, "config.json")
-            with open(path) as f:
-                config = json.load(f)
-            mutate_config(config)
-            with open(path, "w") as f:
-                json.dump(config, f)
+        support.write_variant(root, name, source, mutate_tensors, mutate_config)
 
-    ref.write_config(os.path.join(root, "mb_long"), "mb_long")
+    support.write_config(os.path.join(root, "mb_long"), "mb_long")
     make_encoder_checkpoint.write_checkpoint(os.path.join(root, "mb_long", "1"), **LONG)
     if precision.HAS["bf16"]:
         # The same FP32 checkpoint computed with `precision: bf16` (the layers' GEMMs in BF16).
         shutil.copytree(os.path.join(root, "mb_st", "1"), os.path.join(root, "mb_st_bf16", "1"))
-        ref.write_config(os.path.join(root, "mb_st_bf16"), "mb_st_bf16",
-                         'parameters { key: "precision" value: { string_value: "bf16" } }\n')
+        support.write_config(os.path.join(root, "mb_st_bf16"), "mb_st_bf16",
+                             'parameters { key: "precision" value: { string_value: "bf16" } }\n')
     variant("mb_broken_missing", "mb_st", lambda t: t.pop("layers.2.mlp.Wi.weight"))
     variant("mb_broken_shape", "mb_st",
             lambda t: t.__setitem__("layers.1.attn.Wqkv.weight", torch.zeros((64, 32))))
@@ -164,19 +143,12 @@ def build_repository(root):
 class EncoderModernBertTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        cls.root = tempfile.mkdtemp(prefix="sluice_modernbert_")
-        build_repository(cls.root)
-        cls.server = SluiceServer(ARGS.server, cls.root, timeout_s=120)
-        cls.client = grpcclient.InferenceServerClient(f"127.0.0.1:{cls.server.grpc_port}")
-        cls.references = {}
+        support.serve_repository(cls, ARGS.server, "sluice_modernbert_", build_repository)
 
     @classmethod
     def tearDownClass(cls):
         print(f"[modernbert] largest relative errors: {WORST}", flush=True)
-        cls.client.close()
-        code = cls.server.stop()
-        shutil.rmtree(cls.root, ignore_errors=True)
-        assert code == 0, f"sluice-server exited with {code}"
+        support.stop_serving(cls)
 
     def reference(self, name):
         if name not in self.references:
@@ -185,29 +157,9 @@ class EncoderModernBertTest(unittest.TestCase):
             self.references[name] = ModernBertReference(folder, bool(options.get("classifier")))
         return self.references[name]
 
-    def inputs(self, ids, mask):
-        inputs = []
-        for input_name, values in (("input_ids", ids), ("attention_mask", mask)):
-            if values is None:
-                continue
-            array = np.asarray(values, dtype=np.int64)
-            tensor = grpcclient.InferInput(input_name, list(array.shape), "INT64")
-            tensor.set_data_from_numpy(array)
-            inputs.append(tensor)
-        return inputs
-
     def check(self, name, result, ids, mask, outputs):
-        want = self.reference(name)(ids, mask)
-        got = {output: result.as_numpy(output) for output in outputs}
-        worst = {}
-        saved = ref.TOLERANCE
-        ref.TOLERANCE = TOLERANCE
-        try:
-            ref.assert_outputs_match(self, name, got, want, ref.packed_lengths(mask), worst)
-        finally:
-            ref.TOLERANCE = saved
-        for output, err in worst.items():
-            WORST[f"{name}.{output}"] = max(WORST.get(f"{name}.{output}", 0.0), err)
+        support.check_result(self, name, result, mask, outputs, self.reference(name)(ids, mask),
+                             TOLERANCE, WORST)
 
     def test_outputs(self):
         for name, options in CHECKPOINTS.items():
@@ -228,23 +180,10 @@ class EncoderModernBertTest(unittest.TestCase):
                 requested = [grpcclient.InferRequestedOutput(o) for o in outputs]
                 # Mix 1: one sequence per request, lengths around and far beyond the window, in
                 # flight together.
-                pending = []
-                for length in (1, 3, 8, 9, 17, 40, 100, MAX_SEQ):
-                    ids = rng.integers(3, VOCAB, size=(1, length))
-                    mask = np.ones_like(ids)
-                    box = {}
-                    self.client.async_infer(
-                        name, self.inputs(ids, mask if length % 2 else None),
-                        lambda result, error, box=box: box.update(r=result, e=error),
-                        outputs=requested)
-                    pending.append((box, ids, mask))
-                deadline = time.monotonic() + 120
-                for box, ids, mask in pending:
-                    while "r" not in box and time.monotonic() < deadline:
-                        time.sleep(0.005)
-                    self.assertIn("r", box, f"{name}: no answer")
-                    self.assertIsNone(box.get("e"), f"{name}: {box.get('e')}")
-                    self.check(name, box["r"], ids, mask, outputs)
+                for ids, mask, result in support.infer_single_sequences(
+                        self, self.client, name, rng, 3, (1, 3, 8, 9, 17, 40, 100, MAX_SEQ),
+                        VOCAB, requested):
+                    self.check(name, result, ids, mask, outputs)
                 # Mix 2: rows padded to one length: masks of different lengths, an interior zero,
                 # and a run of zeros longer than the window (queries whose window sees no key).
                 ids = rng.integers(3, VOCAB, size=(4, 70))
@@ -253,7 +192,8 @@ class EncoderModernBertTest(unittest.TestCase):
                     mask[row, :length] = 1
                 mask[1, 4] = 0
                 mask[0, 10:40] = 0
-                result = self.client.infer(name, self.inputs(ids, mask), outputs=requested)
+                result = self.client.infer(name, support.int64_inputs(ids, mask),
+                                           outputs=requested)
                 self.check(name, result, ids, mask, outputs)
 
     def test_long_context_matches_transformers(self):
@@ -262,7 +202,7 @@ class EncoderModernBertTest(unittest.TestCase):
         mask = np.ones_like(ids)
         mask[1, 1000:] = 0  # a 1,000-token row padded to 4,096 in the same request
         requested = [grpcclient.InferRequestedOutput(o) for o in ("last_hidden_state", "embedding")]
-        result = self.client.infer("mb_long", self.inputs(ids, mask), outputs=requested)
+        result = self.client.infer("mb_long", support.int64_inputs(ids, mask), outputs=requested)
         self.check("mb_long", result, ids, mask, ["last_hidden_state", "embedding"])
 
     def test_precision_bf16_keeps_the_embeddings(self):
@@ -274,35 +214,22 @@ class EncoderModernBertTest(unittest.TestCase):
         for row, length in enumerate((MAX_SEQ, 100, 40, 17, 9, 2)):
             mask[row, :length] = 1
         requested = [grpcclient.InferRequestedOutput("embedding")]
-        got = self.client.infer("mb_st_bf16", self.inputs(ids, mask),
+        got = self.client.infer("mb_st_bf16", support.int64_inputs(ids, mask),
                                 outputs=requested).as_numpy("embedding")
         want = self.reference("mb_st")(ids, mask)["embedding"]
-        cosines = np.sum(got * want, axis=1) / (np.linalg.norm(got, axis=1) *
-                                                np.linalg.norm(want, axis=1))
+        cosines = support.row_cosines(got, want)
         WORST["mb_st_bf16.min_cosine"] = float(np.min(cosines))
         self.assertGreater(float(np.min(cosines)), precision.BF16_MIN_COSINE, cosines)
 
     def test_broken_checkpoints_fail_alone(self):
-        index = self.client.get_model_repository_index(as_json=True)["models"]
-        by_name = {m["name"]: m for m in index}
-        for name, needles in BROKEN.items():
-            with self.subTest(model=name):
-                entry = by_name[name]
-                self.assertEqual(entry.get("state"), "UNAVAILABLE", entry)
-                for needle in needles:
-                    self.assertIn(needle, entry.get("reason", ""))
-        for name in list(CHECKPOINTS) + ["mb_long"] + (["mb_st_bf16"] if precision.HAS["bf16"] else []):
-            self.assertTrue(self.client.is_model_ready(name), name)
+        served = (list(CHECKPOINTS) + ["mb_long"] +
+                  (["mb_st_bf16"] if precision.HAS["bf16"] else []))
+        support.assert_broken_fail_alone(self, self.client, BROKEN, served)
 
 
 def main():
     global ARGS
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--server", required=True)
-    parser.add_argument("--sanitizer-build", action="store_true",
-                        help="the server is an ASan/TSan build (accepted for symmetry)")
-    ARGS, rest = parser.parse_known_args()
-    torch.set_num_threads(1)
+    ARGS, rest = support.parse_args("the server is an ASan/TSan build (accepted for symmetry)")
     unittest.main(argv=[sys.argv[0]] + rest, verbosity=2)
 
 

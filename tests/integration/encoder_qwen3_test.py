@@ -25,18 +25,14 @@ sentence-transformers, through the real server.
 
     encoder_qwen3_test.py --server build/server/sluice-server [--sanitizer-build]
 """
-import argparse
 import json
 import os
 import shutil
 import sys
-import tempfile
-import time
 import unittest
 import urllib.request
 
 import numpy as np
-import safetensors.torch
 import torch
 import transformers
 import tritonclient.grpc as grpcclient
@@ -45,9 +41,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "..", "text"))
 import encoder_precision_test as precision  # noqa: E402
-import encoder_reference_test as ref  # noqa: E402
+import encoder_test_support as support  # noqa: E402
 from encoder_reference_test import make_encoder_checkpoint  # noqa: E402
-from sluice_server import SluiceServer  # noqa: E402
 
 ARGS = None
 TOLERANCE = 1e-4  # the issue's bar; FP32 against FP32 gives ~1e-6 (printed at the end)
@@ -153,33 +148,16 @@ def build_text_model(root):
         prompts={"query": INSTRUCTION, "document": ""}, default_prompt_name=None)
     out = os.path.join(root, "q3_text", "1")
     model.save(out)
-    ref.write_config(os.path.join(root, "q3_text"), "q3_text")
+    support.write_config(os.path.join(root, "q3_text"), "q3_text")
     shutil.rmtree(raw)
     return out
 
 
 def build_repository(root):
-    for name, options in CHECKPOINTS.items():
-        ref.write_config(os.path.join(root, name), name)
-        make_encoder_checkpoint.write_checkpoint(os.path.join(root, name, "1"), **options)
+    support.write_checkpoints(root, CHECKPOINTS, make_encoder_checkpoint.write_checkpoint)
 
     def variant(name, source, mutate_tensors=None, mutate_config=None):
-        base = os.path.join(root, source, "1")
-        folder = os.path.join(root, name, "1")
-        shutil.copytree(base, folder)
-        ref.write_config(os.path.join(root, name), name)
-        if mutate_tensors:
-            tensors = dict(safetensors.torch.load_file(os.path.join(base, "model.safetensors")))
-            changed = mutate_tensors(tensors)
-            tensors = changed if isinstance(changed, dict) else tensors
-            safetensors.torch.save_file(tensors, os.path.join(folder, "model.safetensors"))
-        if mutate_config:
-            path = os.path.join(folder, "config.json")
-            with open(path) as f:
-                config = json.load(f)
-            mutate_config(config)
-            with open(path, "w") as f:
-                json.dump(config, f)
+        support.write_variant(root, name, source, mutate_tensors, mutate_config)
 
     def causal_lm(tensors):
         renamed = {f"model.{k}": v for k, v in tensors.items()}
@@ -194,8 +172,9 @@ def build_repository(root):
         if precision.HAS[kind]:
             name = f"q3_{kind}"
             shutil.copytree(os.path.join(root, "q3_gqa", "1"), os.path.join(root, name, "1"))
-            ref.write_config(os.path.join(root, name), name,
-                             f'parameters {{ key: "precision" value: {{ string_value: "{kind}" }} }}\n')
+            support.write_config(
+                os.path.join(root, name), name,
+                f'parameters {{ key: "precision" value: {{ string_value: "{kind}" }} }}\n')
     variant("q3_broken_missing", "q3_gqa", lambda t: t.pop("layers.1.self_attn.k_norm.weight"))
     variant("q3_broken_shape", "q3_gqa",
             lambda t: t.__setitem__("layers.0.self_attn.k_proj.weight", torch.zeros((64, 32))))
@@ -211,20 +190,17 @@ class EncoderQwen3Test(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         os.environ["HF_HUB_OFFLINE"] = "1"
-        cls.root = tempfile.mkdtemp(prefix="sluice_qwen3_")
-        build_repository(cls.root)
-        cls.text_dir = build_text_model(cls.root)
-        cls.server = SluiceServer(ARGS.server, cls.root, timeout_s=120)
-        cls.client = grpcclient.InferenceServerClient(f"127.0.0.1:{cls.server.grpc_port}")
-        cls.references = {}
+
+        def build(root):
+            build_repository(root)
+            return build_text_model(root)
+
+        cls.text_dir = support.serve_repository(cls, ARGS.server, "sluice_qwen3_", build)
 
     @classmethod
     def tearDownClass(cls):
         print(f"[qwen3] largest relative errors: {WORST}", flush=True)
-        cls.client.close()
-        code = cls.server.stop()
-        shutil.rmtree(cls.root, ignore_errors=True)
-        assert code == 0, f"sluice-server exited with {code}"
+        support.stop_serving(cls)
 
     def reference(self, name):
         name = ALIASES.get(name, name)
@@ -233,29 +209,9 @@ class EncoderQwen3Test(unittest.TestCase):
                                                    bool(CHECKPOINTS[name].get("classifier")))
         return self.references[name]
 
-    def inputs(self, ids, mask):
-        inputs = []
-        for input_name, values in (("input_ids", ids), ("attention_mask", mask)):
-            if values is None:
-                continue
-            array = np.asarray(values, dtype=np.int64)
-            tensor = grpcclient.InferInput(input_name, list(array.shape), "INT64")
-            tensor.set_data_from_numpy(array)
-            inputs.append(tensor)
-        return inputs
-
     def check(self, name, result, ids, mask, outputs):
-        want = self.reference(name)(ids, mask)
-        got = {output: result.as_numpy(output) for output in outputs}
-        worst = {}
-        saved = ref.TOLERANCE
-        ref.TOLERANCE = TOLERANCE
-        try:
-            ref.assert_outputs_match(self, name, got, want, ref.packed_lengths(mask), worst)
-        finally:
-            ref.TOLERANCE = saved
-        for output, err in worst.items():
-            WORST[f"{name}.{output}"] = max(WORST.get(f"{name}.{output}", 0.0), err)
+        support.check_result(self, name, result, mask, outputs, self.reference(name)(ids, mask),
+                             TOLERANCE, WORST)
 
     def test_ragged_mixes_match_transformers(self):
         rng = np.random.default_rng(31)
@@ -268,23 +224,9 @@ class EncoderQwen3Test(unittest.TestCase):
                 requested = [grpcclient.InferRequestedOutput(o) for o in outputs]
                 # Mix 1: one sequence per request, many lengths in flight together (the server
                 # batches them as they come).
-                pending = []
-                for length in lengths:
-                    ids = rng.integers(0, VOCAB, size=(1, length))
-                    mask = np.ones_like(ids)
-                    box = {}
-                    self.client.async_infer(
-                        name, self.inputs(ids, mask if length % 2 else None),
-                        lambda result, error, box=box: box.update(r=result, e=error),
-                        outputs=requested)
-                    pending.append((box, ids, mask))
-                deadline = time.monotonic() + 120
-                for box, ids, mask in pending:
-                    while "r" not in box and time.monotonic() < deadline:
-                        time.sleep(0.005)
-                    self.assertIn("r", box, f"{name}: no answer")
-                    self.assertIsNone(box.get("e"), f"{name}: {box.get('e')}")
-                    self.check(name, box["r"], ids, mask, outputs)
+                for ids, mask, result in support.infer_single_sequences(
+                        self, self.client, name, rng, 0, lengths, VOCAB, requested):
+                    self.check(name, result, ids, mask, outputs)
                 # Mix 2: rows padded to one length: masks of different lengths, an interior zero,
                 # leading zeros (on the full-length row: its first queries see no attended key).
                 width = 30 if ARGS.sanitizer_build else 70
@@ -298,11 +240,12 @@ class EncoderQwen3Test(unittest.TestCase):
                 # transformers finds the last token by id, not by mask).
                 for row, length in enumerate((width, 12, 1, width - 25)):
                     ids[row, length:] = 0
-                result = self.client.infer(name, self.inputs(ids, mask), outputs=requested)
+                result = self.client.infer(name, support.int64_inputs(ids, mask),
+                                           outputs=requested)
                 self.check(name, result, ids, mask, outputs)
                 # A sequence's answer does not depend on its batch-mates.
-                alone = self.client.infer(name, self.inputs(ids[3:4, :width - 25],
-                                                            mask[3:4, :width - 25]),
+                alone = self.client.infer(name, support.int64_inputs(ids[3:4, :width - 25],
+                                                                     mask[3:4, :width - 25]),
                                           outputs=requested)
                 np.testing.assert_array_equal(alone.as_numpy("embedding")[0],
                                               result.as_numpy("embedding")[3])
@@ -318,11 +261,12 @@ class EncoderQwen3Test(unittest.TestCase):
             tensor.set_data_from_numpy(array)
             got = self.client.infer("q3_text", [tensor], parameters=parameters,
                                     outputs=[grpcclient.InferRequestedOutput("embedding")])
-            err = ref.rel_err(got.as_numpy("embedding"), want)
+            err = support.rel_err(got.as_numpy("embedding"), want)
             if err >= TOLERANCE:
                 for i, sentence in enumerate(SENTENCES):
                     print(f"{prompt_name} {sentence[:30]!r}: "
-                          f"{ref.rel_err(got.as_numpy('embedding')[i], want[i]):.2e}", flush=True)
+                          f"{support.rel_err(got.as_numpy('embedding')[i], want[i]):.2e}",
+                          flush=True)
                 print(st.tokenize([(INSTRUCTION if prompt_name else "") + SENTENCES[0]]),
                       flush=True)
             WORST[f"q3_text.grpc.{prompt_name}"] = err
@@ -335,12 +279,12 @@ class EncoderQwen3Test(unittest.TestCase):
                                              headers={"Content-Type": "application/json"})
             with urllib.request.urlopen(request, timeout=120) as response:
                 http = np.array(json.loads(response.read()), dtype=np.float32)
-            err = ref.rel_err(http, want)
+            err = support.rel_err(http, want)
             WORST[f"q3_text.http.{prompt_name}"] = err
             self.assertLess(err, TOLERANCE, f"http /embed prompt {prompt_name}")
         # The instruction reached the tokenizer: with and without it the answers differ.
-        self.assertGreater(ref.rel_err(st.encode(SENTENCES, prompt_name="query"),
-                                       st.encode(SENTENCES)), 1e-2)
+        self.assertGreater(support.rel_err(st.encode(SENTENCES, prompt_name="query"),
+                                           st.encode(SENTENCES)), 1e-2)
 
     def test_precision_bf16_and_int8_keep_the_embeddings(self):
         for kind, bar in (("bf16", precision.BF16_MIN_COSINE),
@@ -356,36 +300,22 @@ class EncoderQwen3Test(unittest.TestCase):
         mask = np.zeros_like(ids)
         for row, length in enumerate((100, 40, 9, 2)):
             mask[row, :length] = 1
-        got = self.client.infer(f"q3_{kind}", self.inputs(ids, mask),
+        got = self.client.infer(f"q3_{kind}", support.int64_inputs(ids, mask),
                                 outputs=[grpcclient.InferRequestedOutput("embedding")])
         got = got.as_numpy("embedding")
         want = self.reference("q3_gqa")(ids, mask)["embedding"]
-        cosines = np.sum(got * want, axis=1) / (np.linalg.norm(got, axis=1) *
-                                                np.linalg.norm(want, axis=1))
+        cosines = support.row_cosines(got, want)
         WORST[f"q3_{kind}.min_cosine"] = float(np.min(cosines))
         self.assertGreater(float(np.min(cosines)), bar, cosines)
 
     def test_broken_checkpoints_fail_alone(self):
-        index = self.client.get_model_repository_index(as_json=True)["models"]
-        by_name = {m["name"]: m for m in index}
-        for name, needles in BROKEN.items():
-            with self.subTest(model=name):
-                entry = by_name[name]
-                self.assertEqual(entry.get("state"), "UNAVAILABLE", entry)
-                for needle in needles:
-                    self.assertIn(needle, entry.get("reason", ""))
-        for name in list(CHECKPOINTS) + list(ALIASES) + ["q3_text"]:
-            self.assertTrue(self.client.is_model_ready(name), name)
+        support.assert_broken_fail_alone(self, self.client, BROKEN,
+                                         list(CHECKPOINTS) + list(ALIASES) + ["q3_text"])
 
 
 def main():
     global ARGS
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--server", required=True)
-    parser.add_argument("--sanitizer-build", action="store_true",
-                        help="the server is an ASan/TSan build: fewer and shorter sequences")
-    ARGS, rest = parser.parse_known_args()
-    torch.set_num_threads(1)
+    ARGS, rest = support.parse_args("the server is an ASan/TSan build: fewer and shorter sequences")
     unittest.main(argv=[sys.argv[0]] + rest, verbosity=2)
 
 

@@ -25,17 +25,14 @@ Requests go through tritonclient.grpc (Triton's own Python client), INT64 input_
 attention_mask, as Triton BERT clients send them. Every import is at the top: a venv without a
 package fails the test, it never skips.
 """
-import argparse
 import json
 import os
 import shutil
 import sys
-import tempfile
 import time
 import unittest
 
 import numpy as np
-import safetensors.torch
 import sentence_transformers
 import torch
 import transformers
@@ -44,8 +41,9 @@ from tritonclient.utils import InferenceServerException
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "tools"))
 sys.path.insert(0, os.path.dirname(__file__))
+import encoder_test_support as support  # noqa: E402
 import make_encoder_checkpoint  # noqa: E402
-from sluice_server import SluiceServer  # noqa: E402
+from encoder_test_support import packed_lengths, rel_err, write_config  # noqa: E402
 
 ARGS = None
 # The issue asks 1e-4; FP32 against FP32 gives ~1e-6 here, and swapping the erf and tanh GELU
@@ -90,25 +88,9 @@ def has_pooler(options):
     return not (options["arch"] in PAD_ONE and options.get("classifier"))
 
 
-def rel_err(got, want):
-    got = np.asarray(got, dtype=np.float64)
-    want = np.asarray(want, dtype=np.float64)
-    assert got.shape == want.shape, f"shape {got.shape} != reference {want.shape}"
-    return float(np.max(np.abs(got - want)) / max(float(np.max(np.abs(want))), 1e-6))
-
-
-def write_config(folder, name, extra=""):
-    os.makedirs(folder, exist_ok=True)
-    with open(os.path.join(folder, "config.pbtxt"), "w") as f:
-        f.write(f'name: "{name}"\nbackend: "encoder"\nmax_batch_size: 8\n'
-                f"dynamic_batching {{ max_queue_delay_microseconds: 20000 }}\n{extra}")
-
-
 def build_repository(root):
-    for name, options in CHECKPOINTS.items():
-        write_config(os.path.join(root, name), name)
-        make_encoder_checkpoint.write_checkpoint(os.path.join(root, name, "1"),
-                                                 max_positions=MAX_SEQ, **options)
+    support.write_checkpoints(root, CHECKPOINTS, make_encoder_checkpoint.write_checkpoint,
+                              max_positions=MAX_SEQ)
     # Declared inputs and outputs, checked against the checkpoint: INT32 ids, one output.
     shutil.copytree(os.path.join(root, "bert_base", "1"), os.path.join(root, "bert_declared", "1"))
     write_config(os.path.join(root, "bert_declared"), "bert_declared",
@@ -126,23 +108,7 @@ def build_repository(root):
 def build_broken(root):
     """Checkpoints that must fail their load, each with what the message must name."""
     def variant(name, mutate_tensors=None, mutate_config=None, extra="", source="bert_base"):
-        base = os.path.join(root, source, "1")
-        # torch's reader: numpy has no bfloat16.
-        tensors = safetensors.torch.load_file(os.path.join(base, "model.safetensors"))
-        folder = os.path.join(root, name, "1")
-        shutil.copytree(base, folder)
-        write_config(os.path.join(root, name), name, extra)
-        if mutate_tensors:
-            changed = dict(tensors)
-            mutate_tensors(changed)
-            safetensors.torch.save_file(changed, os.path.join(folder, "model.safetensors"))
-        if mutate_config:
-            path = os.path.join(folder, "config.json")
-            with open(path) as f:
-                config = json.load(f)
-            mutate_config(config)
-            with open(path, "w") as f:
-                json.dump(config, f)
+        support.write_variant(root, name, source, mutate_tensors, mutate_config, extra)
 
     variant("broken_missing",
             mutate_tensors=lambda t: t.pop("encoder.layer.1.output.dense.bias"))
@@ -237,42 +203,16 @@ class Reference:
         return out
 
 
-def assert_outputs_match(test, label, got, want, lengths, worst):
-    """Every output in `got` ({name: array}) against the reference's `want` at TOLERANCE relative
-    error; last_hidden_state row by row over its real tokens, its trailing padding zeros (not
-    computed). Records the largest error per output in `worst`. Shared with the engine-API test."""
-    for output, value in got.items():
-        if output == "last_hidden_state":
-            test.assertEqual(value.shape, want[output].shape, label)
-            for row, length in enumerate(lengths):
-                err = rel_err(value[row, :length], want[output][row, :length])
-                test.assertLess(err, TOLERANCE, f"{label} {output} row {row} len {length}")
-                worst[output] = max(worst.get(output, 0.0), err)
-                test.assertFalse(np.any(value[row, length:]), f"{label}: padding rows not zero")
-        else:
-            err = rel_err(value, want[output])
-            test.assertLess(err, TOLERANCE, f"{label} {output}: relative error {err}")
-            worst[output] = max(worst.get(output, 0.0), err)
-
-
-def packed_lengths(mask):
-    lengths = []
-    for row in mask:
-        ones = np.nonzero(row)[0]
-        lengths.append(int(ones[-1]) + 1)
-    return lengths
-
-
 class EncoderReferenceTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        cls.root = tempfile.mkdtemp(prefix="sluice_encoder_")
-        started = time.monotonic()
-        cls.minilm_source = build_repository(cls.root)
-        print(f"[encoder] checkpoints written in {time.monotonic() - started:.1f}s", flush=True)
-        cls.server = SluiceServer(ARGS.server, cls.root, timeout_s=120)
-        cls.client = grpcclient.InferenceServerClient(f"127.0.0.1:{cls.server.grpc_port}")
-        cls.references = {}
+        def build(root):
+            started = time.monotonic()
+            minilm_source = build_repository(root)
+            print(f"[encoder] checkpoints written in {time.monotonic() - started:.1f}s", flush=True)
+            return minilm_source
+
+        cls.minilm_source = support.serve_repository(cls, ARGS.server, "sluice_encoder_", build)
 
     @classmethod
     def tearDownClass(cls):
@@ -280,10 +220,7 @@ class EncoderReferenceTest(unittest.TestCase):
         for name, worst in sorted(WORST_BY_MODEL.items()):
             print(f"[encoder]   {name}: " +
                   ", ".join(f"{o} {e:.1e}" for o, e in sorted(worst.items())), flush=True)
-        cls.client.close()
-        code = cls.server.stop()
-        shutil.rmtree(cls.root, ignore_errors=True)
-        assert code == 0, f"sluice-server exited with {code}"
+        support.stop_serving(cls)
 
     def reference(self, name):
         if name not in self.references:
@@ -312,7 +249,7 @@ class EncoderReferenceTest(unittest.TestCase):
             got[output] = result.as_numpy(output)
             self.assertIsNotNone(got[output], f"{name}: no output {output}")
         worst = {}
-        assert_outputs_match(self, name, got, want, packed_lengths(mask), worst)
+        support.assert_outputs_match(self, name, got, want, packed_lengths(mask), worst, TOLERANCE)
         for output, err in worst.items():
             WORST[output] = max(WORST.get(output, 0.0), err)
             by_model = WORST_BY_MODEL.setdefault(name, {})
@@ -344,26 +281,19 @@ class EncoderReferenceTest(unittest.TestCase):
                 # Mix 1: single sequences of many lengths in flight together: the token budget
                 # (ragged_batching) lets them share batches.
                 before = self.execution_count(name)
-                pending = []
+                sent = []
+                requests = []
                 for length in (1, 2, 7, 16, 33, MAX_SEQ):
                     ids = rng.integers(low, VOCAB, size=(1, length))
                     mask = np.ones_like(ids)
                     types = rng.integers(0, 2, size=ids.shape) if with_types else None
                     # Every other request leaves the optional mask out (all ones).
-                    inputs, requested = self.request(name, ids, mask if length % 2 else None,
-                                                     types)
-                    box = {}
-                    self.client.async_infer(name, inputs,
-                                            lambda result, error, box=box: box.update(r=result, e=error),
-                                            outputs=requested)
-                    pending.append((box, ids, mask, types))
-                deadline = time.monotonic() + 60
-                for box, ids, mask, types in pending:
-                    while "r" not in box and time.monotonic() < deadline:
-                        time.sleep(0.005)
-                    self.assertIn("r", box, f"{name}: no answer")
-                    self.assertIsNone(box.get("e"), f"{name}: {box.get('e')}")
-                    self.check(name, box["r"], ids, mask, types, outputs)
+                    requests.append(self.request(name, ids, mask if length % 2 else None, types))
+                    sent.append((ids, mask, types))
+                deadline = time.monotonic() + 60  # for mix 3 too
+                results = support.infer_in_flight(self, self.client, name, requests, deadline)
+                for (ids, mask, types), result in zip(sent, results):
+                    self.check(name, result, ids, mask, types, outputs)
                 self.assertLess(self.execution_count(name) - before, 6,
                                 f"{name}: six requests of different lengths never shared a batch")
                 # Mix 2: one request of rows padded to one length, masks of different lengths and
@@ -382,26 +312,20 @@ class EncoderReferenceTest(unittest.TestCase):
                 self.check(name, self.client.infer(name, inputs, outputs=requested), ids, mask,
                            types, outputs)
                 # Mix 3: equal shapes that share a batch, each request one output.
-                pending = []
+                sent = []
+                requests = []
                 for output in outputs:
                     ids = rng.integers(low, VOCAB, size=(2, 9))
                     mask = np.ones_like(ids)
                     mask[1, 6:] = 0
-                    inputs, requested = self.request(name, ids, mask, None, outputs=[output])
-                    box = {}
-                    self.client.async_infer(name, inputs,
-                                            lambda result, error, box=box: box.update(r=result, e=error),
-                                            outputs=requested)
-                    pending.append((box, ids, mask, output))
-                for box, ids, mask, output in pending:
-                    while "r" not in box and time.monotonic() < deadline:
-                        time.sleep(0.005)
-                    self.assertIn("r", box, f"{name}: no answer")
-                    self.assertIsNone(box.get("e"), f"{name}: {box.get('e')}")
-                    self.check(name, box["r"], ids, mask, None, [output])
+                    requests.append(self.request(name, ids, mask, None, outputs=[output]))
+                    sent.append((ids, mask, output))
+                results = support.infer_in_flight(self, self.client, name, requests, deadline)
+                for (ids, mask, output), result in zip(sent, results):
+                    self.check(name, result, ids, mask, None, [output])
                     for other in outputs:
                         if other != output:
-                            self.assertIsNone(box["r"].as_numpy(other))
+                            self.assertIsNone(result.as_numpy(other))
 
     def test_minilm_matches_sentence_transformers(self):
         os.environ["HF_HUB_OFFLINE"] = "1"
@@ -506,17 +430,8 @@ class EncoderReferenceTest(unittest.TestCase):
                          (1, 32))
 
     def test_broken_checkpoints_fail_alone(self):
-        index = self.client.get_model_repository_index(as_json=True)["models"]
-        by_name = {m["name"]: m for m in index}
-        for name, needles in BROKEN.items():
-            with self.subTest(model=name):
-                entry = by_name[name]
-                self.assertEqual(entry.get("state"), "UNAVAILABLE", entry)
-                for needle in needles:
-                    self.assertIn(needle, entry.get("reason", ""))
-        served = list(CHECKPOINTS) + ["minilm", "bert_declared"]
-        for name in served:
-            self.assertTrue(self.client.is_model_ready(name), name)
+        support.assert_broken_fail_alone(self, self.client, BROKEN,
+                                         list(CHECKPOINTS) + ["minilm", "bert_declared"])
 
     def test_inference_count_counts_sequences(self):
         before = self.client.get_inference_statistics("bert_st", as_json=True)
@@ -529,12 +444,8 @@ class EncoderReferenceTest(unittest.TestCase):
 
 def main():
     global ARGS
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--server", required=True)
-    parser.add_argument("--sanitizer-build", action="store_true",
-                        help="the server is an ASan/TSan build (accepted for the shared CMake argument)")
-    ARGS, rest = parser.parse_known_args()
-    torch.set_num_threads(1)
+    ARGS, rest = support.parse_args(
+        "the server is an ASan/TSan build (accepted for the shared CMake argument)")
     unittest.main(argv=[sys.argv[0]] + rest, verbosity=2)
 
 

@@ -142,6 +142,12 @@ class Connection:
             self.closed = True
             return False
         self._record(data)
+        self._receive(data)
+        return True
+
+    def _receive(self, data):
+        """Hands what arrived to h2 (events kept) and acknowledges received DATA, as a client that
+        reads its answers does; a subclass that reads differently overrides this."""
         if self.h2_failed is None:
             try:
                 for event in self.h2.receive_data(data):
@@ -152,7 +158,6 @@ class Connection:
                 self.flush()
             except Exception as error:  # a frame h2's state machine refuses: keep the record
                 self.h2_failed = error
-        return True
 
     def _record(self, data):
         self.raw += data

@@ -89,23 +89,10 @@ class NonReadingConnection(Connection):
             self.sock.settimeout(5)
             self.sock.sendall(data)  # socket.timeout: the server stopped reading for 5 s
 
-    def pump(self, timeout):
-        self.sock.settimeout(timeout if timeout > 0 else 0.001)
-        try:
-            data = self.sock.recv(1 << 20)
-        except (socket.timeout, BlockingIOError):
-            return True
-        except (ConnectionResetError, BrokenPipeError):
-            self.closed = True
-            return False
-        if not data:
-            self.closed = True
-            return False
-        self._record(data)
+    def _receive(self, data):
         for event in self.h2.receive_data(data):
             self.events.append(event)  # DATA is never acknowledged
         self.flush()
-        return True
 
 
 def case_slow_reader(args):

@@ -3,20 +3,16 @@
 // readiness, UNAVAILABLE with the reason on both protocols, the repository index, the state gauge
 // and the log.
 
-#include <chrono>
-#include <condition_variable>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
-#include <vector>
 
+#include "absl/status/statusor.h"
 #include "client/inference_client.h"
 #include "gmock/gmock.h"
-#include "grpcpp/generic/generic_stub.h"
-#include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "tests/integration/grpc_health_check.h"
 #include "tests/integration/http_integration_test_util.h"
 #include "tests/integration/server_process.h"
 #include "tests/support/http_get.h"
@@ -85,32 +81,10 @@ class GoodAndBrokenRepository : public testing::TempRepository {
 
 // grpc.health.v1.Health/Check of the overall service (""): true SERVING, false NOT_SERVING.
 std::optional<bool> HealthServing(const std::string& address) {
-  auto channel = grpc::CreateChannel(address, grpc::InsecureChannelCredentials());
-  grpc::GenericStub stub(channel);
-  grpc::ClientContext context;
-  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
-  grpc::Slice empty_message("");
-  grpc::ByteBuffer request(&empty_message, 1);
-  grpc::ByteBuffer response;
-  grpc::Status status;
-  std::mutex mu;
-  std::condition_variable cv;
-  bool done = false;
-  stub.UnaryCall(&context, "/grpc.health.v1.Health/Check", grpc::StubOptions(), &request, &response,
-                 [&](grpc::Status s) {
-                   std::lock_guard<std::mutex> lock(mu);
-                   status = s;
-                   done = true;
-                   cv.notify_one();
-                 });
-  std::unique_lock<std::mutex> lock(mu);
-  cv.wait(lock, [&] { return done; });
-  std::vector<grpc::Slice> slices;
-  if (!status.ok() || !response.Dump(&slices).ok()) return std::nullopt;
-  std::string bytes;
-  for (const auto& s : slices) bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
-  if (bytes == std::string("\x08\x01", 2)) return true;
-  if (bytes == std::string("\x08\x02", 2)) return false;
+  absl::StatusOr<std::string> bytes = testing::GrpcHealthCheck(address);
+  if (!bytes.ok()) return std::nullopt;
+  if (*bytes == std::string("\x08\x01", 2)) return true;
+  if (*bytes == std::string("\x08\x02", 2)) return false;
   return std::nullopt;
 }
 

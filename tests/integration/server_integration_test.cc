@@ -17,9 +17,9 @@
 #include "client/inference_client.h"
 #include "client/tensor_codec.h"
 #include "gmock/gmock.h"
-#include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
+#include "tests/integration/grpc_health_check.h"
 #include "tests/integration/server_process.h"
 
 namespace sluice {
@@ -148,32 +148,9 @@ TEST_F(ServerIntegrationTest, HealthAndMetadata) {
 
 TEST_F(ServerIntegrationTest, GrpcHealthServiceSaysServing) {
   // grpc.health.v1.Health/Check with an empty HealthCheckRequest; SERVING encodes as 08 01.
-  auto channel = grpc::CreateChannel(server_->address(), grpc::InsecureChannelCredentials());
-  grpc::GenericStub stub(channel);
-  grpc::ClientContext context;
-  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
-  grpc::Slice empty_message("");
-  grpc::ByteBuffer request(&empty_message, 1);
-  grpc::ByteBuffer response;
-  grpc::Status status;
-  std::mutex mu;
-  std::condition_variable cv;
-  bool done = false;
-  stub.UnaryCall(&context, "/grpc.health.v1.Health/Check", grpc::StubOptions(), &request, &response,
-                 [&](grpc::Status s) {
-                   std::lock_guard<std::mutex> lock(mu);
-                   status = s;
-                   done = true;
-                   cv.notify_one();
-                 });
-  std::unique_lock<std::mutex> lock(mu);
-  cv.wait(lock, [&] { return done; });
-  ASSERT_TRUE(status.ok()) << status.error_message();
-  std::vector<grpc::Slice> slices;
-  ASSERT_TRUE(response.Dump(&slices).ok());
-  std::string bytes;
-  for (const auto& s : slices) bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
-  EXPECT_EQ(bytes, std::string("\x08\x01", 2));
+  absl::StatusOr<std::string> bytes = testing::GrpcHealthCheck(server_->address());
+  ASSERT_TRUE(bytes.ok()) << bytes.status();
+  EXPECT_EQ(*bytes, std::string("\x08\x01", 2));
 }
 
 TEST_F(ServerIntegrationTest, SimpleMatchesExpectedValuesForEveryBatchSize) {

@@ -48,7 +48,8 @@ ROOT = os.path.join(HERE, "..", "..")
 sys.path.insert(0, os.path.join(ROOT, "tools"))
 sys.path.insert(0, HERE)
 import make_encoder_checkpoint  # noqa: E402
-from encoder_reference_test import Reference, rel_err  # noqa: E402
+from encoder_reference_test import Reference  # noqa: E402
+from encoder_test_support import rel_err  # noqa: E402
 from sluice_server import SluiceServer  # noqa: E402
 
 ARGS = None

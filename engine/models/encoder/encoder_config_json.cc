@@ -1,6 +1,7 @@
 #include "engine/models/encoder/encoder_config_json.h"
 
 #include <cerrno>
+#include <cmath>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -78,6 +79,28 @@ absl::StatusOr<std::string> StringField(const Json& json, const fs::path& path, 
 bool BoolField(const Json& json, const char* key) {
   auto it = json.find(key);
   return it != json.end() && it->is_boolean() && it->get<bool>();
+}
+
+absl::Status FieldError(const fs::path& path, const char* key, const std::string& what) {
+  return absl::InvalidArgumentError(absl::StrCat("'", path.string(), "': \"", key, "\" ", what));
+}
+
+absl::StatusOr<bool> StrictBoolField(const Json& json, const fs::path& path, const char* key,
+                                     bool fallback) {
+  auto it = json.find(key);
+  if (it == json.end() || it->is_null()) return fallback;
+  if (!it->is_boolean()) return FieldError(path, key, "is not a boolean");
+  return it->get<bool>();
+}
+
+absl::StatusOr<double> PositiveNumberField(const Json& json, const fs::path& path, const char* key,
+                                           double fallback) {
+  auto it = json.find(key);
+  if (it == json.end() || it->is_null()) return fallback;
+  if (!it->is_number() || !(it->get<double>() > 0) || !std::isfinite(it->get<double>())) {
+    return FieldError(path, key, "must be a positive number");
+  }
+  return it->get<double>();
 }
 
 }  // namespace sluice::engine::models::encoder

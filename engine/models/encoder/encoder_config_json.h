@@ -9,6 +9,7 @@
 #include <optional>
 #include <string>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "nlohmann/json.hpp"
 
@@ -37,5 +38,20 @@ absl::StatusOr<std::string> StringField(const Json& json, const std::filesystem:
 
 // A boolean field, false when absent or not a boolean.
 bool BoolField(const Json& json, const char* key);
+
+// InvalidArgument "'<path>': \"<key>\" <what>": the error of a field that is present but wrong.
+absl::Status FieldError(const std::filesystem::path& path, const char* key,
+                        const std::string& what);
+
+// A boolean field; `fallback` when absent or null. Unlike BoolField, a value that is not a
+// boolean is an error (InvalidArgument "is not a boolean"), for fields whose misspelling would
+// silently change the numerics (ModernBERT's and Qwen3's biases).
+absl::StatusOr<bool> StrictBoolField(const Json& json, const std::filesystem::path& path,
+                                     const char* key, bool fallback);
+
+// A positive, finite number (rope thetas); `fallback` when absent or null, else InvalidArgument
+// "must be a positive number".
+absl::StatusOr<double> PositiveNumberField(const Json& json, const std::filesystem::path& path,
+                                           const char* key, double fallback);
 
 }  // namespace sluice::engine::models::encoder

@@ -85,8 +85,14 @@ void PackedBatch::Clear() {
   offsets.assign(1, 0);
 }
 
-void EncoderWorkspace::Reserve(const EncoderNetwork& net, int64_t tokens, int64_t chunk_tokens,
-                               int sequences, int64_t longest, int workers, int64_t query_rows) {
+void EncoderWorkspace::Reserve(const EncoderNetwork& net, const PackedBatch& batch, int64_t budget,
+                               int workers, int64_t query_block) {
+  int64_t longest = 0;
+  int64_t chunk_tokens = 0;  // the most tokens of one chunk: the layers' scratch is sized for it
+  ChunkSizes(batch, budget, &longest, &chunk_tokens);
+  const int64_t tokens = batch.tokens();
+  const int sequences = batch.sequences();
+  const int64_t query_rows = query_block < 0 ? longest : std::min(longest, query_block);
   auto grow = [](std::vector<float>& v, int64_t size) {
     if (static_cast<int64_t>(v.size()) < size) v.resize(static_cast<size_t>(size));
   };
@@ -109,7 +115,7 @@ void EncoderWorkspace::Reserve(const EncoderNetwork& net, int64_t tokens, int64_
   if (static_cast<int>(attention_.size()) < workers)
     attention_.resize(static_cast<size_t>(workers));
   for (AttentionScratch& scratch : attention_) {
-    grow(scratch.scores, (query_rows < 0 ? longest : query_rows) * longest);
+    grow(scratch.scores, query_rows * longest);
     grow(scratch.panels, key_floats + value_floats + 2 * kAlign);
     scratch.key_panels = aligned(scratch.panels.data());
     scratch.value_panels = aligned(scratch.key_panels + key_floats);
@@ -168,11 +174,7 @@ void Forward(const EncoderNetwork& net, const PackedBatch& batch, EncoderWorkspa
   }
   const int64_t tokens = batch.tokens();
   const int64_t budget = std::max<int64_t>(chunk_tokens, 1);
-  int64_t longest = 0;
-  int64_t widest = 0;  // the most tokens of one chunk: the layers' scratch is sized for it
-  ChunkSizes(batch, budget, &longest, &widest);
-  ws.Reserve(net, tokens, widest, batch.sequences(), longest,
-             pool == nullptr ? 1 : pool->threads());
+  ws.Reserve(net, batch, budget, pool == nullptr ? 1 : pool->threads());
   const int h = net.hidden;
   const kernels::KernelTable& k = kernels::Get();
   const gemm::GemmKernel& g = gemm::Get();

@@ -62,11 +62,13 @@ class EncoderWorkspace {
                              ComputePool*);
   friend void ForwardDecoder(const EncoderNetwork&, const PackedBatch&, EncoderWorkspace&, int64_t,
                              ComputePool*);
-  // T tokens in the batch, C in its widest chunk (Forward's pass through the layers); attention
-  // scratch for `workers` compute workers, scores for `query_rows` queries at a time (-1: the
-  // longest sequence's).
-  void Reserve(const EncoderNetwork& net, int64_t tokens, int64_t chunk_tokens, int sequences,
-               int64_t longest, int workers, int64_t query_rows = -1);
+  // Grows the scratch for a forward pass over `batch` in chunks of at most `budget` tokens
+  // (ChunkEnd's): the whole batch's T tokens, C in its widest chunk (the pass through the layers);
+  // attention scratch for `workers` compute workers, scores for at most `query_block` queries at a
+  // time (-1: the longest sequence's). Shared by the three forward passes (Forward,
+  // ForwardPreNorm, ForwardDecoder).
+  void Reserve(const EncoderNetwork& net, const PackedBatch& batch, int64_t budget, int workers,
+               int64_t query_block = -1);
 
   // One compute worker's attention scratch: one head's scores and its keys and values in the
   // GEMM's panel layout (PackPanels), 64-byte aligned within `panels`.

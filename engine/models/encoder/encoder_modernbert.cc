@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "engine/models/encoder/encoder_arch.h"
+#include "engine/models/encoder/encoder_config_json.h"
 #include "engine/models/encoder/encoder_forward.h"
 #include "engine/models/encoder/encoder_forward_steps.h"
 #include "engine/models/encoder/encoder_gemm.h"
@@ -19,8 +20,6 @@
 
 namespace sluice::engine::models::encoder {
 namespace {
-
-using Json = nlohmann::json;
 
 // Queries per block of a sequence's attention: the scores of one block against its keys (all of
 // the sequence's for a global layer, the block's window for a local one) are the scratch, so a
@@ -33,28 +32,6 @@ constexpr double kGlobalRopeTheta = 160000.0;
 constexpr double kLocalRopeTheta = 10000.0;
 constexpr int64_t kGlobalEveryN = 3;
 constexpr int64_t kLocalAttention = 128;
-
-absl::Status FieldError(const std::string& path, const char* key, const std::string& what) {
-  return absl::InvalidArgumentError(absl::StrCat("'", path, "': \"", key, "\" ", what));
-}
-
-absl::StatusOr<bool> Bool(const Json& json, const std::string& path, const char* key,
-                          bool fallback) {
-  auto it = json.find(key);
-  if (it == json.end() || it->is_null()) return fallback;
-  if (!it->is_boolean()) return FieldError(path, key, "is not a boolean");
-  return it->get<bool>();
-}
-
-absl::StatusOr<double> Number(const Json& json, const std::string& path, const char* key,
-                              double fallback) {
-  auto it = json.find(key);
-  if (it == json.end() || it->is_null()) return fallback;
-  if (!it->is_number() || !(it->get<double>() > 0) || !std::isfinite(it->get<double>())) {
-    return FieldError(path, key, "must be a positive number");
-  }
-  return it->get<double>();
-}
 
 absl::StatusOr<int64_t> Int(const Json& json, const std::string& path, const char* key,
                             int64_t fallback, int64_t min, int64_t max) {
@@ -186,14 +163,15 @@ void AddResidual(const float* y, const std::vector<float>& bias, int64_t rows, i
 }  // namespace
 
 absl::Status ReadModernBertConfig(const Json& json, const std::string& path, EncoderNetwork& net) {
-  ASSIGN_OR_RETURN(net.norm_biases, Bool(json, path, "norm_bias", false));
-  ASSIGN_OR_RETURN(net.attention_biases, Bool(json, path, "attention_bias", false));
-  ASSIGN_OR_RETURN(net.mlp_biases, Bool(json, path, "mlp_bias", false));
-  ASSIGN_OR_RETURN(net.classifier_dense_bias_present, Bool(json, path, "classifier_bias", false));
+  ASSIGN_OR_RETURN(net.norm_biases, StrictBoolField(json, path, "norm_bias", false));
+  ASSIGN_OR_RETURN(net.attention_biases, StrictBoolField(json, path, "attention_bias", false));
+  ASSIGN_OR_RETURN(net.mlp_biases, StrictBoolField(json, path, "mlp_bias", false));
+  ASSIGN_OR_RETURN(net.classifier_dense_bias_present,
+                   StrictBoolField(json, path, "classifier_bias", false));
   ASSIGN_OR_RETURN(const double global_theta,
-                   Number(json, path, "global_rope_theta", kGlobalRopeTheta));
+                   PositiveNumberField(json, path, "global_rope_theta", kGlobalRopeTheta));
   ASSIGN_OR_RETURN(const double local_theta,
-                   Number(json, path, "local_rope_theta", kLocalRopeTheta));
+                   PositiveNumberField(json, path, "local_rope_theta", kLocalRopeTheta));
   ASSIGN_OR_RETURN(const int64_t every,
                    Int(json, path, "global_attn_every_n_layers", kGlobalEveryN, 1, 1 << 20));
   ASSIGN_OR_RETURN(const int64_t local,
@@ -227,6 +205,14 @@ absl::Status ReadModernBertConfig(const Json& json, const std::string& path, Enc
     plan.rope_table = global ? 0 : 1;
     plan.window = global ? 0 : static_cast<int>(local / 2);
   }
+  return absl::OkStatus();
+}
+
+absl::Status ReadWordEmbeddings(TensorReader read, const ArchSpec& spec, EncoderNetwork& net) {
+  ASSIGN_OR_RETURN(std::vector<float> words,
+                   read(spec.word_embeddings, {net.vocab_size, net.hidden}, false));
+  net.word_embeddings =
+      EmbeddingTable::Hold(std::move(words), net.vocab_size, net.hidden, net.hold_16bit_weights);
   return absl::OkStatus();
 }
 
@@ -299,12 +285,7 @@ absl::Status ReadModernBertWeights(TensorReader read, const ArchSpec& spec, Enco
     }
     return absl::OkStatus();
   };
-  {
-    ASSIGN_OR_RETURN(std::vector<float> words,
-                     read(spec.word_embeddings, {net.vocab_size, h}, false));
-    net.word_embeddings =
-        EmbeddingTable::Hold(std::move(words), net.vocab_size, net.hidden, net.hold_16bit_weights);
-  }
+  RETURN_IF_ERROR(ReadWordEmbeddings(read, spec, net));
   RETURN_IF_ERROR(
       norm("embeddings.norm", net.embedding_norm_gamma, net.embedding_norm_beta, false));
   net.encoder_layers.resize(static_cast<size_t>(net.layers));
@@ -349,11 +330,7 @@ void ForwardPreNorm(const EncoderNetwork& net, const PackedBatch& batch, Encoder
                     int64_t chunk_tokens, ComputePool* pool) {
   const int64_t tokens = batch.tokens();
   const int64_t budget = std::max<int64_t>(chunk_tokens, 1);
-  int64_t longest = 0;
-  int64_t widest = 0;
-  ChunkSizes(batch, budget, &longest, &widest);
-  ws.Reserve(net, tokens, widest, batch.sequences(), longest, pool == nullptr ? 1 : pool->threads(),
-             std::min<int64_t>(longest, kQueryBlock));
+  ws.Reserve(net, batch, budget, pool == nullptr ? 1 : pool->threads(), kQueryBlock);
   const int h = net.hidden;
   const int inter = net.intermediate;
   const float eps = net.layer_norm_eps;

@@ -50,6 +50,10 @@ using TensorReader = absl::FunctionRef<absl::StatusOr<std::vector<float>>(
 // the four linear layers of every layer packed in net.weight_format, and the rope tables.
 absl::Status ReadModernBertWeights(TensorReader read, const ArchSpec& spec, EncoderNetwork& net);
 
+// The word embeddings (spec.word_embeddings, [vocab_size, hidden]) into net.word_embeddings, held
+// in 16 bits where net.hold_16bit_weights: ModernBERT's and Qwen3's first tensor.
+absl::Status ReadWordEmbeddings(TensorReader read, const ArchSpec& spec, EncoderNetwork& net);
+
 // transformers' default rope in FP32 into `table` (its theta set): [positions, head_size / 2].
 void FillRopeTable(RopeTable& table, int positions, int head_size);
 

@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "engine/models/encoder/encoder_arch.h"
+#include "engine/models/encoder/encoder_config_json.h"
 #include "engine/models/encoder/encoder_forward.h"
 #include "engine/models/encoder/encoder_forward_steps.h"
 #include "engine/models/encoder/encoder_gemm.h"
@@ -24,8 +25,6 @@
 namespace sluice::engine::models::encoder {
 namespace {
 
-using Json = nlohmann::json;
-
 // Queries per block of a sequence's attention (as encoder_modernbert.cc's): the scratch holds one
 // block's scores against the keys it may see.
 constexpr int kQueryBlock = 128;
@@ -40,10 +39,6 @@ constexpr char kUp[] = "mlp.up_proj";
 constexpr char kQueryNorm[] = "self_attn.q_norm";
 constexpr char kKeyNorm[] = "self_attn.k_norm";
 constexpr char kFinalNorm[] = "norm.weight";
-
-absl::Status FieldError(const std::string& path, const char* key, const std::string& what) {
-  return absl::InvalidArgumentError(absl::StrCat("'", path, "': \"", key, "\" ", what));
-}
 
 // Qwen3RMSNorm of `rows` rows of width n (stride ld) from `in` into `out` (may alias):
 // weight * (x * rsqrt(mean(x^2) + eps)), in FP32.
@@ -189,13 +184,7 @@ absl::Status ReadQwen3Config(const Json& json, const std::string& path, EncoderN
   }
   net.kv_heads = static_cast<int>(kv_heads);
   net.head_dim = static_cast<int>(head_dim);
-  double theta = kRopeTheta;
-  if (auto it = json.find("rope_theta"); it != json.end() && !it->is_null()) {
-    if (!it->is_number() || !(it->get<double>() > 0) || !std::isfinite(it->get<double>())) {
-      return FieldError(path, "rope_theta", "must be a positive number");
-    }
-    theta = it->get<double>();
-  }
+  ASSIGN_OR_RETURN(const double theta, PositiveNumberField(json, path, "rope_theta", kRopeTheta));
   if (auto it = json.find("rope_scaling"); it != json.end() && !it->is_null()) {
     std::string type = it->dump();
     if (it->is_object()) {
@@ -206,13 +195,10 @@ absl::Status ReadQwen3Config(const Json& json, const std::string& path, EncoderN
     return FieldError(path, "rope_scaling",
                       absl::StrCat("'", type, "' is not supported (only null: default rotary)"));
   }
-  for (const char* key : {"use_sliding_window", "attention_bias"}) {
-    auto it = json.find(key);
-    if (it != json.end() && !it->is_null() && !it->is_boolean()) {
-      return FieldError(path, key, "is not a boolean");
-    }
-  }
-  if (json.value("use_sliding_window", false)) {
+  ASSIGN_OR_RETURN(const bool sliding_window,
+                   StrictBoolField(json, path, "use_sliding_window", false));
+  ASSIGN_OR_RETURN(const bool attention_bias, StrictBoolField(json, path, "attention_bias", false));
+  if (sliding_window) {
     return FieldError(path, "use_sliding_window",
                       "true is not supported (Qwen3's embedders attend to the whole sequence)");
   }
@@ -229,7 +215,7 @@ absl::Status ReadQwen3Config(const Json& json, const std::string& path, EncoderN
   if (auto it = json.find("pad_token_id"); it != json.end() && it->is_number_integer()) {
     net.score_pad_token_id = it->get<int>();
   }
-  net.attention_biases = json.value("attention_bias", false);
+  net.attention_biases = attention_bias;
   net.mlp_biases = false;
   net.norm_biases = false;
   net.classifier_dense_bias_present = false;
@@ -290,12 +276,7 @@ absl::Status ReadQwen3Weights(TensorReader read, const ArchSpec& spec, EncoderNe
         PackedWeights::Pack(all, static_cast<int>(n), static_cast<int>(k), PackFormat(net, all));
     return absl::OkStatus();
   };
-  {
-    ASSIGN_OR_RETURN(std::vector<float> words,
-                     read(spec.word_embeddings, {net.vocab_size, h}, false));
-    net.word_embeddings =
-        EmbeddingTable::Hold(std::move(words), net.vocab_size, net.hidden, net.hold_16bit_weights);
-  }
+  RETURN_IF_ERROR(ReadWordEmbeddings(read, spec, net));
   net.encoder_layers.resize(static_cast<size_t>(net.layers));
   for (int l = 0; l < net.layers; ++l) {
     EncoderLayer& layer = net.encoder_layers[static_cast<size_t>(l)];
@@ -352,11 +333,7 @@ void ForwardDecoder(const EncoderNetwork& net, const PackedBatch& batch, Encoder
                     int64_t chunk_tokens, ComputePool* pool) {
   const int64_t tokens = batch.tokens();
   const int64_t budget = std::max<int64_t>(chunk_tokens, 1);
-  int64_t longest = 0;
-  int64_t widest = 0;
-  ChunkSizes(batch, budget, &longest, &widest);
-  ws.Reserve(net, tokens, widest, batch.sequences(), longest, pool == nullptr ? 1 : pool->threads(),
-             std::min<int64_t>(longest, kQueryBlock));
+  ws.Reserve(net, batch, budget, pool == nullptr ? 1 : pool->threads(), kQueryBlock);
   const int h = net.hidden;
   const int inter = net.intermediate;
   const int64_t qkv_width = net.qkv_width();
