@@ -18,7 +18,7 @@ sentence-transformers, through the real server.
   <|endoftext|> (as Qwen3-Embedding's does), a SentenceTransformer saved with sentence-transformers'
   own save() with Qwen3-Embedding's instruction prompt; gRPC (prompt_name parameter) and HTTP
   (TEI /embed) against SentenceTransformer(folder).encode(..., prompt_name="query").
-- `precision: bf16` (where the CPU has AVX512_BF16) and `int8` (AVX512-VNNI): cosine >= 0.999
+- `precision: bf16` (every CPU) and `int8` (where the CPU has AVX512-VNNI): cosine >= 0.999
   and >= 0.99 (encoder_precision_test.py's per-sentence bars) to FP32 transformers.
 - Broken checkpoints (a missing tensor, a wrong shape, hidden_act "gelu", rope_scaling yarn,
   use_sliding_window true) fail their load naming the tensor or field; the others serve.
