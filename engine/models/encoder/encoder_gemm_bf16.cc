@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "engine/models/encoder/encoder_gemm.h"
+#include "engine/models/encoder/encoder_gemm_panel_pair.h"
 
 #define SLUICE_BF16_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
 
@@ -197,7 +198,6 @@ void Bf16PanelGemm(const float* x, int64_t ldx, int64_t rows, const uint16_t* pa
   const size_t need = static_cast<size_t>(std::min(kMc, rows) * ldb);
   if (converted.size() < need) converted.resize(need);
   uint16_t* xb = converted.data();
-  alignas(64) float edge[kMr * 2 * kPanelWidth];
   alignas(64) float edge_bias[2 * kPanelWidth];
   for (int64_t ic = 0; ic < rows; ic += kMc) {
     const int64_t mc = std::min(kMc, rows - ic);
@@ -210,16 +210,8 @@ void Bf16PanelGemm(const float* x, int64_t ldx, int64_t rows, const uint16_t* pa
                               : bias != nullptr ? TileInit::kBias
                                                 : TileInit::kZero;
         for (int jp = jc; jp < jc_end; jp += 2) {
-          const int np = std::min(2, panels - jp);
-          const int col = jp * kPanelWidth;
-          const int width = std::min(np * kPanelWidth, n - col);
+          const PanelPair pair = PanelPairAt(jp, panels, n, bias, nullptr, edge_bias);
           const uint16_t* b = packed + jp * stride + int64_t{pc} * 2 * kPanelWidth;
-          const float* tile_bias = bias != nullptr ? bias + col : nullptr;
-          if (width < np * kPanelWidth && init == TileInit::kBias) {
-            std::fill_n(edge_bias, 2 * kPanelWidth, 0.0f);
-            std::copy_n(bias + col, width, edge_bias);
-            tile_bias = edge_bias;
-          }
           const uint16_t* next = nullptr;
           if (jp + 2 < jc_end) {
             next = b + 2 * stride;
@@ -228,22 +220,12 @@ void Bf16PanelGemm(const float* x, int64_t ldx, int64_t rows, const uint16_t* pa
           } else if (jc_end < panels) {
             next = packed + jc_end * stride;
           }
-          for (int64_t ir = 0; ir < mc; ir += kMr) {
-            const int mr = static_cast<int>(std::min<int64_t>(kMr, mc - ir));
-            const Bf16TileFn tile = kTiles[mr - 1][np - 1];
-            const uint16_t* xt = xb + ir * ldb + 2 * int64_t{pc};
-            float* yt = y + (ic + ir) * ldy + col;
-            if (width == np * kPanelWidth) {
-              tile(kc, xt, ldb, b, stride, yt, ldy, tile_bias, init, ir == 0 ? next : nullptr);
-              continue;
-            }
-            const int ld = np * kPanelWidth;
-            if (init == TileInit::kLoad) {
-              for (int r = 0; r < mr; ++r) std::copy_n(yt + r * ldy, width, edge + r * ld);
-            }
-            tile(kc, xt, ldb, b, stride, edge, ld, tile_bias, init, nullptr);
-            for (int r = 0; r < mr; ++r) std::copy_n(edge + r * ld, width, yt + r * ldy);
-          }
+          ForEachRowTile<kMr>(mc, pair, y + ic * ldy + pair.col, ldy, init == TileInit::kLoad, next,
+                              [&](int64_t ir, int mr, float* c, int64_t ldc, const uint16_t* pf) {
+                                kTiles[mr - 1][pair.np - 1](kc, xb + ir * ldb + 2 * int64_t{pc},
+                                                            ldb, b, stride, c, ldc, pair.bias, init,
+                                                            pf);
+                              });
         }
       }
     }

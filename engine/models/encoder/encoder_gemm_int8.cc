@@ -43,6 +43,7 @@
 
 #include "common/check.h"
 #include "engine/models/encoder/encoder_gemm.h"
+#include "engine/models/encoder/encoder_gemm_panel_pair.h"
 
 namespace sluice::engine::models::encoder::gemm {
 namespace {
@@ -397,7 +398,6 @@ void Int8PanelGemm(Int8Kernel kernel, const float* x, int64_t ldx, int64_t rows,
   }
   uint8_t* xb = quantized.data();
   alignas(64) static const float kZeros[2 * kPanelWidth] = {};
-  alignas(64) float edge[kMr * 2 * kPanelWidth];
   alignas(64) float edge_bias[2 * kPanelWidth];
   for (int64_t ic = 0; ic < rows; ic += kMc) {
     const int64_t mc = std::min(kMc, rows - ic);
@@ -405,35 +405,18 @@ void Int8PanelGemm(Int8Kernel kernel, const float* x, int64_t ldx, int64_t rows,
     for (int jc = 0; jc < panels; jc += kNcPanels) {
       const int jc_end = std::min(panels, jc + kNcPanels);
       for (int jp = jc; jp < jc_end; jp += 2) {
-        const int np = std::min(2, panels - jp);
-        const int col = jp * kPanelWidth;
-        const int width = std::min(np * kPanelWidth, n - col);
+        const PanelPair pair = PanelPairAt(jp, panels, n, bias, kZeros, edge_bias);
         const int8_t* b = packed + jp * stride;
-        const float* tile_bias = bias != nullptr ? bias + col : kZeros;
-        if (width < np * kPanelWidth && bias != nullptr) {
-          std::fill_n(edge_bias, 2 * kPanelWidth, 0.0f);
-          std::copy_n(bias + col, width, edge_bias);
-          tile_bias = edge_bias;
-        }
         const int8_t* next = jp + 2 < jc_end   ? b + 2 * stride
                              : jc_end < panels ? packed + jc_end * stride
                                                : nullptr;
-        for (int64_t ir = 0; ir < mc; ir += kMr) {
-          const int mr = static_cast<int>(std::min<int64_t>(kMr, mc - ir));
-          const Int8TileFn tile = impl.tiles[mr - 1][np - 1];
-          const uint8_t* xt = xb + ir * ldb;
-          float* yt = y + (ic + ir) * ldy + col;
-          if (width == np * kPanelWidth) {
-            tile(quads, xt, ldb, b, stride, yt, ldy, row_scales.data() + ir,
-                 row_zero_points.data() + ir, scales + col, sums + col, tile_bias,
-                 ir == 0 ? next : nullptr);
-            continue;
-          }
-          const int ld = np * kPanelWidth;
-          tile(quads, xt, ldb, b, stride, edge, ld, row_scales.data() + ir,
-               row_zero_points.data() + ir, scales + col, sums + col, tile_bias, nullptr);
-          for (int r = 0; r < mr; ++r) std::copy_n(edge + r * ld, width, yt + r * ldy);
-        }
+        ForEachRowTile<kMr>(mc, pair, y + ic * ldy + pair.col, ldy, false, next,
+                            [&](int64_t ir, int mr, float* c, int64_t ldc, const int8_t* pf) {
+                              impl.tiles[mr - 1][pair.np - 1](
+                                  quads, xb + ir * ldb, ldb, b, stride, c, ldc,
+                                  row_scales.data() + ir, row_zero_points.data() + ir,
+                                  scales + pair.col, sums + pair.col, pair.bias, pf);
+                            });
       }
     }
   }
