@@ -239,8 +239,9 @@ const AmxAvailability& Amx() {
     a.reason = bf16.empty() ? int8 : int8.empty() ? bf16 : bf16 + "; " + int8;
     // One line, once per process: a kernel's first hardware run disagreed, and the product falls
     // back to the AVX-512 kernels.
-    if (!a.reason.empty())
+    if (!a.reason.empty()) {
       std::fprintf(stderr, "encoder GEMM: AMX not used: %s\n", a.reason.c_str());
+    }
 #else
     a.reason = "not built for this CPU architecture";
 #endif

@@ -106,14 +106,12 @@ template <typename Tiles, bool kInt8>
 void TileBlockFor(Tiles& t, int m_tiles, int np, int steps, int full_steps, const uint8_t* a,
                   int64_t lda, const uint8_t* b, int64_t panel_bytes, const uint8_t* tail,
                   void* c) {
-  if (m_tiles == 2) {
-    if (np == 2)
-      return TileBlock<Tiles, kInt8, 2, 2>(t, steps, full_steps, a, lda, b, panel_bytes, tail, c);
-    return TileBlock<Tiles, kInt8, 2, 1>(t, steps, full_steps, a, lda, b, panel_bytes, tail, c);
-  }
-  if (np == 2)
-    return TileBlock<Tiles, kInt8, 1, 2>(t, steps, full_steps, a, lda, b, panel_bytes, tail, c);
-  TileBlock<Tiles, kInt8, 1, 1>(t, steps, full_steps, a, lda, b, panel_bytes, tail, c);
+  using Fn = void (*)(Tiles&, int, int, const uint8_t*, int64_t, const uint8_t*, int64_t,
+                      const uint8_t*, void*);
+  static constexpr Fn kBlocks[2][2] = {
+      {&TileBlock<Tiles, kInt8, 1, 1>, &TileBlock<Tiles, kInt8, 1, 2>},
+      {&TileBlock<Tiles, kInt8, 2, 1>, &TileBlock<Tiles, kInt8, 2, 2>}};
+  kBlocks[m_tiles - 1][np - 1](t, steps, full_steps, a, lda, b, panel_bytes, tail, c);
 }
 
 // The loop both products share: M blocks of kMc rows prepared by `prepare(ic, mc, buffer)` into
