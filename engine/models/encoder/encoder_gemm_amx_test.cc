@@ -13,6 +13,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <ostream>
 #include <random>
@@ -216,6 +217,24 @@ TEST(EncoderGemmAmxDispatchTest, PackedGemmRunsTheEmulatedKernelsSerialAndPooled
   }
   gemm::SetAmxKernelsForTest(nullptr);
   EXPECT_EQ(gemm::AmxInt8Enabled(), gemm::Amx().int8);
+}
+
+// SLUICE_ENCODER_GEMM naming another variant keeps the products off AMX, even where there are
+// AMX kernels to run (engine_encoder_gemm_amx_switch_test runs this with =avx512-vnni).
+TEST(EncoderGemmAmxSwitchTest, NamingAnotherVariantKeepsAmxOff) {
+  const char* forced = std::getenv("SLUICE_ENCODER_GEMM");
+  if (forced == nullptr || std::string(forced) == "amx") {
+    GTEST_SKIP()
+        << "SLUICE_ENCODER_GEMM names no other variant: engine_encoder_gemm_amx_switch_test "
+           "runs this case";
+  }
+  const gemm::AmxKernels emulated{&gemm::amx::EmulatedAmxBf16, &gemm::amx::EmulatedAmxInt8};
+  gemm::SetAmxKernelsForTest(&emulated);
+  EXPECT_FALSE(gemm::AmxBf16Enabled());
+  EXPECT_FALSE(gemm::AmxInt8Enabled());
+  EXPECT_EQ(gemm::Bf16For(), gemm::Bf16Kernel::kAvx512Bf16);
+  EXPECT_NE(gemm::Int8For(gemm::Get()), gemm::Int8Kernel::kAmx);
+  gemm::SetAmxKernelsForTest(nullptr);
 }
 
 // The emulator itself against hand-worked instructions: TDPBUSD's u8 x s8 signedness and K
