@@ -91,8 +91,19 @@ std::string HardwareReason() {
 
 // The tile intrinsics name their registers in the instruction text, so each operation is a chain
 // of constant cases over the registers the kernel uses (C 0-3, A 4-5, B 6-7).
+//
+// Compiler barriers: GCC 12's intrinsics are inline assembly that does not tell the compiler
+// which memory it reads. _tile_loadconfig declares a read of 8 bytes of the 64-byte configuration
+// (the other 56 could be left unwritten, the configuration being a temporary nothing else reads),
+// and _tile_loadd declares no memory read at all (the zero-padded K tail or the converted X rows
+// could still sit in registers, or be dropped as dead). The emulator cannot show either; so the
+// whole configuration is an operand of an empty asm before LDTILECFG, and each tile load is
+// preceded by a "memory" clobber (no instruction: it only orders the compiler's stores first).
 struct HardwareTiles {
-  void Configure(const amx::TileConfig& config) { _tile_loadconfig(&config); }
+  void Configure(const amx::TileConfig& config) {
+    __asm__ volatile("" : : "m"(config) : "memory");
+    _tile_loadconfig(&config);
+  }
   void Release() { _tile_release(); }
   template <int T>
   void Zero() {
@@ -105,6 +116,7 @@ struct HardwareTiles {
   template <int T>
   void Load(const void* base, int64_t stride) {
     static_assert(T >= 4 && T < 8);
+    __asm__ volatile("" : : : "memory");
     if constexpr (T == 4) _tile_loadd(4, base, stride);
     if constexpr (T == 5) _tile_loadd(5, base, stride);
     if constexpr (T == 6) _tile_loadd(6, base, stride);
@@ -188,6 +200,20 @@ double BestSeconds(Fn fn) {
 // last panel pair with an odd panel, a 3-row K tail) on the hardware against the AVX-512 kernel:
 // INT8 bit for bit, BF16 within FP32 accumulation-order rounding. "" where they agree.
 std::string SelfCheck(bool int8) {
+  {
+    // The configuration the kernels load reads back whole (STTILECFG): the check that the
+    // compiler wrote all of it (see HardwareTiles) before the tiles are used.
+    HardwareTiles t;
+    const amx::TileConfig want = amx::FullTiles();
+    amx::TileConfig got;
+    t.Configure(want);
+    _tile_storeconfig(&got);
+    __asm__ volatile("" : "+m"(got) : : "memory");  // the intrinsic declares 8 bytes written
+    t.Release();
+    if (std::memcmp(&got, &want, sizeof got) != 0) {
+      return "the tile configuration did not read back (STTILECFG)";
+    }
+  }
   constexpr int kRows = 45, kN = 37, kK = 70;
   std::mt19937 rng(36);
   std::normal_distribution<float> normal(0.0f, 1.0f);
