@@ -19,7 +19,6 @@
 //
 // Thread-safety: one object per thread (the tile state is per thread on hardware too).
 
-#include <cmath>
 #include <cstdint>
 #include <cstring>
 
@@ -69,11 +68,12 @@ class EmulatedTiles {
     for (int m = 0; m < config_.rows[C]; ++m) {
       for (int n = 0; n < config_.colsb[C] / 4; ++n) {
         uint32_t acc = Dword(C, m, n);
+        const uint8_t* a = tiles_[A][m];
         for (int k = 0; k < k_dwords; ++k) {
+          const uint8_t* b = tiles_[B][k] + 4 * n;
           for (int t = 0; t < 4; ++t) {
-            const int32_t a = tiles_[A][m][4 * k + t];
-            const int32_t b = static_cast<int8_t>(tiles_[B][k][4 * n + t]);
-            acc += static_cast<uint32_t>(a * b);
+            acc +=
+                static_cast<uint32_t>(int32_t{a[4 * k + t]} * int32_t{static_cast<int8_t>(b[t])});
           }
         }
         SetDword(C, m, n, acc);
@@ -83,15 +83,22 @@ class EmulatedTiles {
   template <int C, int A, int B>
   void DotBf16() {
     const int k_dwords = CheckDotShapes(C, A, B);
+    // The BF16 operands widened once (the tests build at -O0, under sanitizers too).
+    float a[kTileRows][kTileBytes / 2], b[kTileRows][kTileBytes / 2];
+    for (int m = 0; m < config_.rows[A]; ++m) {
+      for (int i = 0; i < 2 * k_dwords; ++i) a[m][i] = Bf16(A, m, i);
+    }
+    for (int k = 0; k < k_dwords; ++k) {
+      for (int i = 0; i < config_.colsb[B] / 2; ++i) b[k][i] = Bf16(B, k, i);
+    }
     for (int m = 0; m < config_.rows[C]; ++m) {
       for (int n = 0; n < config_.colsb[C] / 4; ++n) {
         float acc = std::bit_cast<float>(Dword(C, m, n));
         for (int k = 0; k < k_dwords; ++k) {
-          for (int t = 0; t < 2; ++t) {
-            // The product of two BF16 values (8-bit significands) is exact in FP32, so the
-            // multiply-add rounds once, as the instruction's.
-            acc = FlushDenormal(acc + Bf16(A, m, 2 * k + t) * Bf16(B, k, 2 * n + t));
-          }
+          // The product of two BF16 values (8-bit significands) is exact in FP32, so each
+          // multiply-add rounds once, as the instruction's.
+          acc = FlushDenormal(acc + a[m][2 * k] * b[k][2 * n]);
+          acc = FlushDenormal(acc + a[m][2 * k + 1] * b[k][2 * n + 1]);
         }
         SetDword(C, m, n, std::bit_cast<uint32_t>(acc));
       }
@@ -126,7 +133,8 @@ class EmulatedTiles {
     return std::bit_cast<float>(uint32_t{bits} << 16);
   }
   static float FlushDenormal(float v) {
-    return std::fpclassify(v) == FP_SUBNORMAL ? std::copysign(0.0f, v) : v;
+    constexpr float kMinNormal = 1.17549435e-38f;  // FLT_MIN
+    return v != 0.0f && v > -kMinNormal && v < kMinNormal ? (v < 0.0f ? -0.0f : 0.0f) : v;
   }
 
   TileConfig config_;
