@@ -32,9 +32,9 @@ namespace sluice::engine::models::encoder::gemm {
 // What this process may run. `hardware`: CPUID leaf 7 subleaf 0 EDX has AMX-TILE (bit 24),
 // AMX-BF16 (22) and AMX-INT8 (25), the OS enabled XTILECFG and XTILEDATA in XCR0 (bits 17, 18),
 // and arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) granted the tile data state (once per
-// process; Linux >= 5.16). `bf16` / `int8`: `hardware`, and the kernel's load-time self-check (a
-// small seeded product against the AVX-512 kernel) agreed. `reason`: why not, where one is false
-// ("" where both are true).
+// process; Linux >= 5.16). `bf16` / `int8`: `hardware`, and the kernel's load-time self-check (the
+// tile configuration read back, then a small seeded product against the AVX-512 kernel) agreed.
+// `reason`: why not, where one is false ("" where both are true).
 struct AmxAvailability {
   bool hardware = false;
   bool bf16 = false;
