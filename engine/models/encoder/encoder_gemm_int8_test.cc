@@ -253,7 +253,8 @@ TEST(EncoderGemmInt8PackTest, Int8SpeedupIsMeasuredOnce) {
   }
   const double speedup = gemm::Int8Speedup();
   EXPECT_GT(speedup, 0.1);
-  EXPECT_LT(speedup, 20.0);
+  // Where AMX runs the product, TDPBUSD's peak: 32x FMA's multiply-adds on Sapphire Rapids.
+  EXPECT_LT(speedup, gemm::AmxInt8Enabled() ? 128.0 : 20.0);
   EXPECT_EQ(gemm::Int8Speedup(), speedup);
   std::printf("VPDPBUSD / FP32 FMA peak multiply-add rate on this CPU: %.2fx\n", speedup);
 }
