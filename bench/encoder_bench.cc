@@ -23,7 +23,12 @@
 // weights packed in INT8 ("packed_int8", "packed_int8_cold": encoder_gemm_int8.cc, the activations
 // quantized per row inside the timed call; GOP/s, a multiply-add counted as 2), and the FP32 GEMM
 // on weights held in BF16 as a BF16 checkpoint's are ("packed_held_bf16", "packed_held_bf16_cold":
-// widened per block, the same bits as "packed"). --precision sets
+// widened per block, the same bits as "packed"). Where the CPU has AMX the BF16 and INT8 GEMMs are
+// the AMX kernels ("packed_bf16" / "packed_int8" name the variant; SLUICE_ENCODER_GEMM=avx512-bf16
+// or avx512-vnni measures the AVX-512 ones instead), and the output adds the measured tile peaks
+// ("amx_peak_bf16_tflops", "amx_peak_int8_tops", against "fma_peak_fp32_tflops") and each shape's
+// share of them ("packed_bf16_of_amx_peak", "packed_int8_of_amx_peak"); "amx" says why not
+// elsewhere. --precision sets
 // the model's `precision` parameter (fp32, bf16, int8, auto) for the forward-pass rounds.
 //
 //   echo "32 128 2" | build/bench/sluice-encoder-bench --model-dir /tmp/bert_base/1
@@ -49,6 +54,7 @@
 #include "engine/core/backend.h"
 #include "engine/models/dense.h"
 #include "engine/models/encoder/encoder_gemm.h"
+#include "engine/models/encoder/encoder_gemm_amx.h"
 #include "engine/models/encoder/encoder_model.h"
 #include "engine/models/encoder/encoder_network.h"
 #include "nlohmann/json.hpp"
@@ -291,14 +297,32 @@ int Main(int argc, char** argv) {
               PackedGemmGflops(tokens, n, k, seconds, true, WeightFormat::kInt8);
         }
       }
-      std::cout << nlohmann::json{{"core", openblas_get_corename()},
-                                  {"packed", engine::models::encoder::gemm::Get().name},
-                                  {"packed_int8", engine::models::encoder::gemm::Int8KernelName(
-                                                      engine::models::encoder::gemm::Int8For(
-                                                          engine::models::encoder::gemm::Get()))},
-                                  {"shapes", shapes}}
-                       .dump()
-                << std::endl;
+      namespace gemm = engine::models::encoder::gemm;
+      nlohmann::json out{{"core", openblas_get_corename()},
+                         {"packed", gemm::Get().name},
+                         {"packed_bf16", bf16 ? gemm::Bf16KernelName(gemm::Bf16For()) : "none"},
+                         {"packed_int8", gemm::Int8KernelName(gemm::Int8For(gemm::Get()))},
+                         {"amx", gemm::Amx().hardware ? "available" : gemm::Amx().reason}};
+      if (gemm::Amx().hardware) {
+        // The measured instruction peaks (one core; Sapphire Rapids' nominal: 1,024 BF16 FLOP and
+        // 2,048 INT8 OP per cycle) and each AMX product's share of its peak.
+        const gemm::AmxPeaks& peaks = gemm::AmxPeakRates();
+        out["amx_peak_bf16_tflops"] = peaks.bf16_flops_per_s * 1e-12;
+        out["amx_peak_int8_tops"] = peaks.int8_ops_per_s * 1e-12;
+        out["fma_peak_fp32_tflops"] = peaks.fp32_fma_flops_per_s * 1e-12;
+        for (auto& shape : shapes) {
+          if (gemm::Bf16For() == gemm::Bf16Kernel::kAmx && shape.contains("packed_bf16_gflops")) {
+            shape["packed_bf16_of_amx_peak"] =
+                shape["packed_bf16_gflops"].get<double>() * 1e9 / peaks.bf16_flops_per_s;
+          }
+          if (gemm::Int8For(gemm::Get()) == gemm::Int8Kernel::kAmx) {
+            shape["packed_int8_of_amx_peak"] =
+                shape["packed_int8_gops"].get<double>() * 1e9 / peaks.int8_ops_per_s;
+          }
+        }
+      }
+      out["shapes"] = shapes;
+      std::cout << out.dump() << std::endl;
       continue;
     }
     std::istringstream in(line);

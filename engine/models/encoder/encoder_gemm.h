@@ -46,16 +46,18 @@ inline constexpr int kPanelWidth = 16;
 // How PackedWeights holds W. kBf16 (a model's `precision: bf16`, issue 36): each panel is
 // ceil(K / 2) rows of 16 pairs of BF16 values (lane c of pair row q holds W[j*16 + c][2q] in its
 // low half and W[j*16 + c][2q + 1] in its high half, K padded with a zero to even), 64 bytes per
-// pair row, the operand layout of AVX-512 BF16's VDPBF16PS; rounded to nearest even at Pack.
-// Half the bytes of kFp32. PackedGemm on kBf16 weights converts X to BF16 per row block and
-// accumulates in FP32 (encoder_gemm_bf16.cc).
+// pair row, the operand layout of AVX-512 BF16's VDPBF16PS and of AMX's TDPBF16PS B tile (16 pair
+// rows a tile, encoder_gemm_amx.h); rounded to nearest even at Pack. Half the bytes of kFp32.
+// PackedGemm on kBf16 weights converts X to BF16 per row block and accumulates in FP32
+// (encoder_gemm_bf16.cc).
 //
 // kInt8 (`precision: int8`): each row W_j quantized symmetrically to int8 with its own scale
 // (scale_j = max|W_j| / 127, q = round(W / scale_j) in [-127, 127]); each panel is ceil(K / 4)
 // rows of 16 quads (lane c of quad row q holds W[j*16 + c][4q .. 4q + 3], K padded with zeros to a
-// multiple of 4), 64 bytes per quad row, the operand layout of AVX512-VNNI's VPDPBUSD. Beside it
-// per column (padded to whole panels) the scale and the sum of the column's int8 values, for the
-// activations' zero point (encoder_gemm_int8.cc). A quarter of kFp32's bytes, plus 8 per column.
+// multiple of 4), 64 bytes per quad row, the operand layout of AVX512-VNNI's VPDPBUSD and of AMX's
+// TDPBUSD B tile. Beside it per column (padded to whole panels) the scale and the sum of the
+// column's int8 values, for the activations' zero point (encoder_gemm_int8.cc). A quarter of
+// kFp32's bytes, plus 8 per column.
 //
 // kFp32HeldBf16 / kFp32HeldFp16 (issue 31: a checkpoint stored in BF16 or FP16, Qwen3-Embedding's
 // BF16 among them, is not inflated to FP32 at load): the FP32 product, on weights every value of
@@ -176,6 +178,9 @@ inline constexpr int kMaxRows = 8;
 // The variant this CPU runs best: AVX-512F, else AVX2 + FMA, else generic. Chosen once;
 // SLUICE_ENCODER_GEMM=avx512f|avx2-fma|generic forces one (where the CPU has it; otherwise the
 // best), and SLUICE_ENCODER_KERNELS=generic (the element-wise kernels' switch) forces generic too.
+// The BF16 / INT8 products' variants follow the same switch: =amx runs AMX where the CPU has it
+// (the default there), =avx512-bf16 / =avx512-vnni (or any FP32 variant's name) keeps them off AMX
+// (encoder_gemm_amx.h), =generic runs the portable INT8 kernel.
 const GemmKernel& Get();
 const GemmKernel& Generic();
 // nullptr where not built (non-x86-64) or the CPU lacks the instructions.
@@ -189,30 +194,43 @@ bool Bf16Supported();
 // The peak rate of AVX-512 BF16's dot product (VDPBF16PS, 2 multiply-adds per lane) over AVX-512F
 // FMA's (1 per lane) on this CPU, measured once (a few ms, on the first call): ~0.5 on this
 // project's Intel Emerald Rapids VM (its VDPBF16PS issues at a quarter of the FMA's instruction
-// rate), so that BF16 without AMX is slower there than FP32. 0 where !Bf16Supported(). `precision:
-// auto` reads it.
+// rate), so that BF16 without AMX is slower there than FP32. Where AmxBf16Enabled(), TDPBF16PS's
+// peak over FMA's instead (AmxPeakRates). 0 where !Bf16Supported(). `precision: auto` reads it.
 double Bf16Speedup();
 
-// The BF16 product (REQUIRES Bf16Supported()): y[rows, n] (row stride ldy) = x[rows, k] (row
+// The BF16 product's variants: AVX-512 BF16 (VDPBF16PS) and AMX (TDPBF16PS, encoder_gemm_amx.h,
+// on the same packed weights). Bf16For(): kAmx where AmxBf16Enabled(), else kAvx512Bf16.
+enum class Bf16Kernel : int { kAvx512Bf16, kAmx };
+Bf16Kernel Bf16For();
+const char* Bf16KernelName(Bf16Kernel kernel);  // "avx512-bf16", "amx"
+
+// The BF16 product (REQUIRES Bf16Supported(); kAmx: AmxBf16Enabled()), with Bf16For() unless
+// given: y[rows, n] (row stride ldy) = x[rows, k] (row
 // stride ldx) rounded to BF16 x W^T (+ bias[n]), W's first n columns at `panels` in the kBf16
 // layout with `panel_stride` 16-bit values between panels. Each y element is the sum over k in
 // increasing pairs, in FP32, whatever `rows` is (a row's result does not depend on its
 // batch-mates).
 void Bf16PanelGemm(const float* x, int64_t ldx, int64_t rows, const uint16_t* panels,
                    int64_t panel_stride, int n, int k, const float* bias, float* y, int64_t ldy);
+void Bf16PanelGemm(Bf16Kernel kernel, const float* x, int64_t ldx, int64_t rows,
+                   const uint16_t* panels, int64_t panel_stride, int n, int k, const float* bias,
+                   float* y, int64_t ldy);
 
 // The INT8 product (kInt8 weights, encoder_gemm_int8.cc). Variants: kAvx512Vnni (VPDPBUSD; x86-64
-// builds by GCC or Clang, CPUs with AVX-512F/BW/VL and AVX512_VNNI) and kGeneric (portable C++,
-// every CPU, several times slower than the FP32 GEMM). Both give the same bits.
-enum class Int8Kernel : int { kGeneric, kAvx512Vnni };
+// builds by GCC or Clang, CPUs with AVX-512F/BW/VL and AVX512_VNNI), kGeneric (portable C++,
+// every CPU, several times slower than the FP32 GEMM) and kAmx (TDPBUSD, encoder_gemm_amx.h). All
+// give the same bits.
+enum class Int8Kernel : int { kGeneric, kAvx512Vnni, kAmx };
 bool Int8VnniSupported();
-// The variant PackedGemm runs on kInt8 weights: kAvx512Vnni where supported, unless the FP32
-// kernel it is given is Generic() (SLUICE_ENCODER_GEMM=generic, SLUICE_ENCODER_KERNELS=generic).
+// The variant PackedGemm runs on kInt8 weights: kAmx where AmxInt8Enabled(), else kAvx512Vnni
+// where supported, unless the FP32 kernel it is given is Generic() (SLUICE_ENCODER_GEMM=generic,
+// SLUICE_ENCODER_KERNELS=generic).
 Int8Kernel Int8For(const GemmKernel& kernel);
-const char* Int8KernelName(Int8Kernel kernel);  // "avx512-vnni", "generic"
+const char* Int8KernelName(Int8Kernel kernel);  // "avx512-vnni", "generic", "amx"
 
 // The peak rate of VPDPBUSD (4 multiply-adds per 32-bit lane) over AVX-512F FMA's (1 per lane) on
-// this CPU, measured once (a few ms, on the first call). 0 where !Int8VnniSupported().
+// this CPU, measured once (a few ms, on the first call); where AmxInt8Enabled(), TDPBUSD's over
+// FMA's instead. 0 where !Int8VnniSupported() and AMX is off.
 double Int8Speedup();
 
 // y[rows, n] (row stride ldy) = dequantized (x[rows, k] (row stride ldx) quantized per row x W^T)
@@ -221,8 +239,8 @@ double Int8Speedup();
 // int32, the zero point removed with the weights' column sums, and the result scaled back to FP32
 // by the row's and the column's scales. W's first n columns at `panels` in the kInt8 layout,
 // `panel_stride` bytes between panels, `scales` and `sums` its per-column arrays (from the first
-// column). A row's result does not depend on its batch-mates. REQUIRES kernel == kGeneric or
-// Int8VnniSupported(), x finite.
+// column). A row's result does not depend on its batch-mates. REQUIRES kernel == kGeneric, or
+// kAvx512Vnni and Int8VnniSupported(), or kAmx and AmxInt8Enabled(); x finite.
 void Int8PanelGemm(Int8Kernel kernel, const float* x, int64_t ldx, int64_t rows,
                    const int8_t* panels, int64_t panel_stride, const float* scales,
                    const int32_t* sums, int n, int k, const float* bias, float* y, int64_t ldy);

@@ -24,6 +24,8 @@
 #include <vector>
 
 #include "engine/models/encoder/encoder_gemm.h"
+#include "engine/models/encoder/encoder_gemm_amx.h"
+#include "engine/models/encoder/encoder_gemm_panel_pair.h"
 
 #define SLUICE_BF16_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
 
@@ -161,8 +163,37 @@ SLUICE_BF16_TARGET __attribute__((noinline)) void FmaChains(int64_t iters) {
 
 }  // namespace
 
+void ConvertRowsToBf16(const float* x, int64_t ldx, int64_t rows, int k, uint16_t* out,
+                       int64_t ldo) {
+  ConvertRows(x, ldx, rows, k, out, ldo);
+}
+
+SLUICE_BF16_TARGET void Bf16StoreRows(const float* c, int64_t ldc, int rows, int width,
+                                      const float* bias, float* y, int64_t ldy) {
+  for (int r = 0; r < rows; ++r) {
+    for (int j = 0; j < width; j += kPanelWidth) {
+      const int left = width - j;
+      const __mmask16 mask =
+          left >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << left) - 1);
+      __m512 v = _mm512_maskz_loadu_ps(mask, c + r * ldc + j);
+      if (bias != nullptr) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(mask, bias + j));
+      _mm512_mask_storeu_ps(y + r * ldy + j, mask, v);
+    }
+  }
+}
+
+Bf16Kernel Bf16For() { return AmxBf16Enabled() ? Bf16Kernel::kAmx : Bf16Kernel::kAvx512Bf16; }
+
+const char* Bf16KernelName(Bf16Kernel kernel) {
+  return kernel == Bf16Kernel::kAmx ? "amx" : "avx512-bf16";
+}
+
 double Bf16Speedup() {
   if (!Bf16Supported()) return 0.0;
+  if (AmxBf16Enabled() && AmxPeakRates().fp32_fma_flops_per_s > 0.0) {
+    // The kernel `precision: bf16` would run: TDPBF16PS's peak over FMA's.
+    return AmxPeakRates().bf16_flops_per_s / AmxPeakRates().fp32_fma_flops_per_s;
+  }
   static const double speedup = [] {
     // Each side about 0.1-0.3 ms; alternated, the best of 7 each, so a descheduled run or a
     // busy sibling thread costs one sample, not the decision.
@@ -188,6 +219,18 @@ double Bf16Speedup() {
 
 void Bf16PanelGemm(const float* x, int64_t ldx, int64_t rows, const uint16_t* packed,
                    int64_t stride, int n, int k, const float* bias, float* y, int64_t ldy) {
+  Bf16PanelGemm(Bf16For(), x, ldx, rows, packed, stride, n, k, bias, y, ldy);
+}
+
+void Bf16PanelGemm(Bf16Kernel kernel, const float* x, int64_t ldx, int64_t rows,
+                   const uint16_t* packed, int64_t stride, int n, int k, const float* bias,
+                   float* y, int64_t ldy) {
+  if (kernel == Bf16Kernel::kAmx) {
+    const AmxKernels* emulated = AmxKernelsForTest();
+    (emulated != nullptr && emulated->bf16 != nullptr ? emulated->bf16 : &AmxBf16PanelGemm)(
+        x, ldx, rows, packed, stride, n, k, bias, y, ldy);
+    return;
+  }
   const int panels = (n + kPanelWidth - 1) / kPanelWidth;
   const int pairs = (k + 1) / 2;
   const int k_blocks = (pairs + kKcPairs - 1) / kKcPairs;
@@ -197,7 +240,6 @@ void Bf16PanelGemm(const float* x, int64_t ldx, int64_t rows, const uint16_t* pa
   const size_t need = static_cast<size_t>(std::min(kMc, rows) * ldb);
   if (converted.size() < need) converted.resize(need);
   uint16_t* xb = converted.data();
-  alignas(64) float edge[kMr * 2 * kPanelWidth];
   alignas(64) float edge_bias[2 * kPanelWidth];
   for (int64_t ic = 0; ic < rows; ic += kMc) {
     const int64_t mc = std::min(kMc, rows - ic);
@@ -210,16 +252,8 @@ void Bf16PanelGemm(const float* x, int64_t ldx, int64_t rows, const uint16_t* pa
                               : bias != nullptr ? TileInit::kBias
                                                 : TileInit::kZero;
         for (int jp = jc; jp < jc_end; jp += 2) {
-          const int np = std::min(2, panels - jp);
-          const int col = jp * kPanelWidth;
-          const int width = std::min(np * kPanelWidth, n - col);
+          const PanelPair pair = PanelPairAt(jp, panels, n, bias, nullptr, edge_bias);
           const uint16_t* b = packed + jp * stride + int64_t{pc} * 2 * kPanelWidth;
-          const float* tile_bias = bias != nullptr ? bias + col : nullptr;
-          if (width < np * kPanelWidth && init == TileInit::kBias) {
-            std::fill_n(edge_bias, 2 * kPanelWidth, 0.0f);
-            std::copy_n(bias + col, width, edge_bias);
-            tile_bias = edge_bias;
-          }
           const uint16_t* next = nullptr;
           if (jp + 2 < jc_end) {
             next = b + 2 * stride;
@@ -228,22 +262,12 @@ void Bf16PanelGemm(const float* x, int64_t ldx, int64_t rows, const uint16_t* pa
           } else if (jc_end < panels) {
             next = packed + jc_end * stride;
           }
-          for (int64_t ir = 0; ir < mc; ir += kMr) {
-            const int mr = static_cast<int>(std::min<int64_t>(kMr, mc - ir));
-            const Bf16TileFn tile = kTiles[mr - 1][np - 1];
-            const uint16_t* xt = xb + ir * ldb + 2 * int64_t{pc};
-            float* yt = y + (ic + ir) * ldy + col;
-            if (width == np * kPanelWidth) {
-              tile(kc, xt, ldb, b, stride, yt, ldy, tile_bias, init, ir == 0 ? next : nullptr);
-              continue;
-            }
-            const int ld = np * kPanelWidth;
-            if (init == TileInit::kLoad) {
-              for (int r = 0; r < mr; ++r) std::copy_n(yt + r * ldy, width, edge + r * ld);
-            }
-            tile(kc, xt, ldb, b, stride, edge, ld, tile_bias, init, nullptr);
-            for (int r = 0; r < mr; ++r) std::copy_n(edge + r * ld, width, yt + r * ldy);
-          }
+          ForEachRowTile<kMr>(mc, pair, y + ic * ldy + pair.col, ldy, init == TileInit::kLoad, next,
+                              [&](int64_t ir, int mr, float* c, int64_t ldc, const uint16_t* pf) {
+                                kTiles[mr - 1][pair.np - 1](kc, xb + ir * ldb + 2 * int64_t{pc},
+                                                            ldb, b, stride, c, ldc, pair.bias, init,
+                                                            pf);
+                              });
         }
       }
     }

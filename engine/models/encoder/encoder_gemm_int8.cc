@@ -43,6 +43,8 @@
 
 #include "common/check.h"
 #include "engine/models/encoder/encoder_gemm.h"
+#include "engine/models/encoder/encoder_gemm_amx.h"
+#include "engine/models/encoder/encoder_gemm_panel_pair.h"
 
 namespace sluice::engine::models::encoder::gemm {
 namespace {
@@ -324,6 +326,29 @@ SLUICE_VNNI_TARGET __attribute__((noinline)) void FmaChains(int64_t iters) {
 
 #undef SLUICE_TWELVE_CHAINS
 #undef SLUICE_CHAIN_CLOBBERS
+
+// The AMX kernel's epilogue: TileVnni's instructions, so its bits.
+SLUICE_VNNI_TARGET void DequantizeRowsVnni(const int32_t* c, int64_t ldc, int rows, int width,
+                                           const float* row_scales, const int32_t* row_zero_points,
+                                           const float* col_scales, const int32_t* col_sums,
+                                           const float* bias, float* y, int64_t ldy) {
+  for (int j = 0; j < width; j += kPanelWidth) {
+    const int left = width - j;
+    const __mmask16 mask =
+        left >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << left) - 1);
+    const __m512i sums = _mm512_maskz_loadu_epi32(mask, col_sums + j);
+    const __m512 cs = _mm512_maskz_loadu_ps(mask, col_scales + j);
+    const __m512 bs = bias != nullptr ? _mm512_maskz_loadu_ps(mask, bias + j) : _mm512_setzero_ps();
+    for (int r = 0; r < rows; ++r) {
+      const __m512i acc = _mm512_maskz_loadu_epi32(mask, c + r * ldc + j);
+      const __m512i zp = _mm512_set1_epi32(row_zero_points[r]);
+      const __m512i dot = _mm512_sub_epi32(acc, _mm512_mullo_epi32(zp, sums));
+      const __m512 v = _mm512_mul_ps(_mm512_cvtepi32_ps(dot), cs);
+      _mm512_mask_storeu_ps(y + r * ldy + j, mask,
+                            _mm512_fmadd_ps(v, _mm512_set1_ps(row_scales[r]), bs));
+    }
+  }
+}
 #undef SLUICE_VNNI_TARGET
 #pragma GCC diagnostic pop
 #endif  // SLUICE_ENCODER_AVX2
@@ -342,16 +367,57 @@ const Int8Impl& Impl(Int8Kernel kernel) {
 
 }  // namespace
 
+void QuantizeRowsToU8(const float* x, int64_t ldx, int64_t rows, int k, uint8_t* out, int64_t ldo,
+                      float* scales, int32_t* zero_points) {
+  Impl(Int8VnniSupported() ? Int8Kernel::kAvx512Vnni : Int8Kernel::kGeneric)
+      .quantize(x, ldx, rows, k, out, ldo, scales, zero_points);
+}
+
+void Int8DequantizeRows(const int32_t* c, int64_t ldc, int rows, int width, const float* row_scales,
+                        const int32_t* row_zero_points, const float* col_scales,
+                        const int32_t* col_sums, const float* bias, float* y, int64_t ldy) {
+#if SLUICE_ENCODER_AVX2
+  if (Int8VnniSupported()) {
+    DequantizeRowsVnni(c, ldc, rows, width, row_scales, row_zero_points, col_scales, col_sums, bias,
+                       y, ldy);
+    return;
+  }
+#endif
+  // TileGeneric's arithmetic (acc - zp * sum wraps as VPMULLD / VPSUBD; never in range).
+  for (int r = 0; r < rows; ++r) {
+    const auto zp = static_cast<uint32_t>(row_zero_points[r]);
+    for (int j = 0; j < width; ++j) {
+      const auto dot = static_cast<int32_t>(static_cast<uint32_t>(c[r * ldc + j]) -
+                                            zp * static_cast<uint32_t>(col_sums[j]));
+      const float v = static_cast<float>(dot) * col_scales[j];
+      y[r * ldy + j] = std::fma(v, row_scales[r], bias != nullptr ? bias[j] : 0.0f);
+    }
+  }
+}
+
 Int8Kernel Int8For(const GemmKernel& kernel) {
-  return Int8VnniSupported() && &kernel != &Generic() ? Int8Kernel::kAvx512Vnni
-                                                      : Int8Kernel::kGeneric;
+  if (&kernel == &Generic()) return Int8Kernel::kGeneric;
+  if (AmxInt8Enabled()) return Int8Kernel::kAmx;
+  return Int8VnniSupported() ? Int8Kernel::kAvx512Vnni : Int8Kernel::kGeneric;
 }
 
 const char* Int8KernelName(Int8Kernel kernel) {
-  return kernel == Int8Kernel::kAvx512Vnni ? "avx512-vnni" : "generic";
+  switch (kernel) {
+    case Int8Kernel::kAvx512Vnni:
+      return "avx512-vnni";
+    case Int8Kernel::kAmx:
+      return "amx";
+    case Int8Kernel::kGeneric:
+      break;
+  }
+  return "generic";
 }
 
 double Int8Speedup() {
+  if (AmxInt8Enabled() && AmxPeakRates().fp32_fma_flops_per_s > 0.0) {
+    // The kernel `precision: int8` would run: TDPBUSD's multiply-adds over FMA's.
+    return AmxPeakRates().int8_ops_per_s / AmxPeakRates().fp32_fma_flops_per_s;
+  }
 #if SLUICE_ENCODER_AVX2
   if (!Int8VnniSupported()) return 0.0;
   static const double speedup = [] {
@@ -382,6 +448,12 @@ double Int8Speedup() {
 void Int8PanelGemm(Int8Kernel kernel, const float* x, int64_t ldx, int64_t rows,
                    const int8_t* packed, int64_t stride, const float* scales, const int32_t* sums,
                    int n, int k, const float* bias, float* y, int64_t ldy) {
+  if (kernel == Int8Kernel::kAmx) {
+    const AmxKernels* emulated = AmxKernelsForTest();
+    (emulated != nullptr && emulated->int8 != nullptr ? emulated->int8 : &AmxInt8PanelGemm)(
+        x, ldx, rows, packed, stride, scales, sums, n, k, bias, y, ldy);
+    return;
+  }
   const Int8Impl& impl = Impl(kernel);
   const int panels = (n + kPanelWidth - 1) / kPanelWidth;
   const int quads = (k + 3) / 4;
@@ -397,7 +469,6 @@ void Int8PanelGemm(Int8Kernel kernel, const float* x, int64_t ldx, int64_t rows,
   }
   uint8_t* xb = quantized.data();
   alignas(64) static const float kZeros[2 * kPanelWidth] = {};
-  alignas(64) float edge[kMr * 2 * kPanelWidth];
   alignas(64) float edge_bias[2 * kPanelWidth];
   for (int64_t ic = 0; ic < rows; ic += kMc) {
     const int64_t mc = std::min(kMc, rows - ic);
@@ -405,35 +476,18 @@ void Int8PanelGemm(Int8Kernel kernel, const float* x, int64_t ldx, int64_t rows,
     for (int jc = 0; jc < panels; jc += kNcPanels) {
       const int jc_end = std::min(panels, jc + kNcPanels);
       for (int jp = jc; jp < jc_end; jp += 2) {
-        const int np = std::min(2, panels - jp);
-        const int col = jp * kPanelWidth;
-        const int width = std::min(np * kPanelWidth, n - col);
+        const PanelPair pair = PanelPairAt(jp, panels, n, bias, kZeros, edge_bias);
         const int8_t* b = packed + jp * stride;
-        const float* tile_bias = bias != nullptr ? bias + col : kZeros;
-        if (width < np * kPanelWidth && bias != nullptr) {
-          std::fill_n(edge_bias, 2 * kPanelWidth, 0.0f);
-          std::copy_n(bias + col, width, edge_bias);
-          tile_bias = edge_bias;
-        }
         const int8_t* next = jp + 2 < jc_end   ? b + 2 * stride
                              : jc_end < panels ? packed + jc_end * stride
                                                : nullptr;
-        for (int64_t ir = 0; ir < mc; ir += kMr) {
-          const int mr = static_cast<int>(std::min<int64_t>(kMr, mc - ir));
-          const Int8TileFn tile = impl.tiles[mr - 1][np - 1];
-          const uint8_t* xt = xb + ir * ldb;
-          float* yt = y + (ic + ir) * ldy + col;
-          if (width == np * kPanelWidth) {
-            tile(quads, xt, ldb, b, stride, yt, ldy, row_scales.data() + ir,
-                 row_zero_points.data() + ir, scales + col, sums + col, tile_bias,
-                 ir == 0 ? next : nullptr);
-            continue;
-          }
-          const int ld = np * kPanelWidth;
-          tile(quads, xt, ldb, b, stride, edge, ld, row_scales.data() + ir,
-               row_zero_points.data() + ir, scales + col, sums + col, tile_bias, nullptr);
-          for (int r = 0; r < mr; ++r) std::copy_n(edge + r * ld, width, yt + r * ldy);
-        }
+        ForEachRowTile<kMr>(mc, pair, y + ic * ldy + pair.col, ldy, false, next,
+                            [&](int64_t ir, int mr, float* c, int64_t ldc, const int8_t* pf) {
+                              impl.tiles[mr - 1][pair.np - 1](
+                                  quads, xb + ir * ldb, ldb, b, stride, c, ldc,
+                                  row_scales.data() + ir, row_zero_points.data() + ir,
+                                  scales + pair.col, sums + pair.col, pair.bias, pf);
+                            });
       }
     }
   }
