@@ -237,6 +237,20 @@ TEST(EncoderPrecisionTest, Bf16TakesDotProductsOnlyWhereTheyAreFaster) {
   EXPECT_EQ(widen->format, WeightFormat::kFp32HeldBf16);
   EXPECT_NE(widen->summary.find(": forced by SLUICE_ENCODER_BF16)"), std::string::npos)
       << widen->summary;
+  // Where AMX runs the products, the log says so (the speedup is then TDPBF16PS's).
+  auto amx = ParseCpuPrecision(WithPrecision("bf16"),
+                               CpuFeatures{.bf16 = true, .bf16_speedup = 16.0, .amx_bf16 = true});
+  ASSERT_TRUE(amx.ok());
+  EXPECT_EQ(amx->format, WeightFormat::kBf16);
+  EXPECT_NE(amx->summary.find("on AMX tiles (TDPBF16PS), which peak at 16.00x"), std::string::npos)
+      << amx->summary;
+  auto amx_int8 =
+      ParseCpuPrecision(WithPrecision("auto"),
+                        CpuFeatures{.int8_vnni = true, .int8_speedup = 30.0, .amx_int8 = true});
+  ASSERT_TRUE(amx_int8.ok());
+  EXPECT_NE(amx_int8->summary.find("the CPU has AMX-INT8, its TDPBUSD peaks at 30.00x"),
+            std::string::npos)
+      << amx_int8->summary;
   auto refused = ParseCpuPrecision(WithPrecision("bf16"),
                                    CpuFeatures{.bf16_arithmetic = Bf16Arithmetic::kDot});
   EXPECT_TRUE(absl::IsInvalidArgument(refused.status()));

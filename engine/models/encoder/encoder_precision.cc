@@ -15,6 +15,7 @@
 #include "absl/strings/string_view.h"
 #include "common/status_macros.h"
 #include "engine/models/encoder/encoder_forward.h"
+#include "engine/models/encoder/encoder_gemm_amx.h"
 
 namespace sluice::engine::models::encoder {
 namespace {
@@ -71,7 +72,8 @@ absl::StatusOr<CpuPrecision> ParseCpuPrecision(const ModelConfig& config, const 
           WeightFormat::kBf16,
           absl::StrCat(
               "precision bf16 (from its config: BF16 weights and GEMM inputs, FP32 "
-              "accumulation, on AVX512-BF16 dot products",
+              "accumulation, on ",
+              cpu.amx_bf16 ? "AMX tiles (TDPBF16PS)" : "AVX512-BF16 dot products",
               cpu.bf16_arithmetic == Bf16Arithmetic::kDot
                   ? absl::StrCat(", forced by ", kBf16ArithmeticEnv)
                   : absl::StrCat(", which peak at ", Ratio(bf16_speedup), " its FP32 FMA rate"),
@@ -106,6 +108,7 @@ absl::StatusOr<CpuPrecision> ParseCpuPrecision(const ModelConfig& config, const 
                      "activations per token, INT32 accumulation; ",
                      cpu.int8_generic_forced ? "generic kernel, forced by SLUICE_ENCODER_GEMM / "
                                                "SLUICE_ENCODER_KERNELS: ~30x slower than fp32)"
+                     : cpu.amx_int8          ? "AMX kernel (TDPBUSD))"
                                              : "AVX512-VNNI kernel)")};
   }
   if (it->second == "auto") {
@@ -116,8 +119,9 @@ absl::StatusOr<CpuPrecision> ParseCpuPrecision(const ModelConfig& config, const 
       ASSIGN_OR_RETURN(const CpuPrecision fallback, ParseCpuPrecision(config, no_int8));
       CpuPrecision chosen{
           WeightFormat::kInt8,
-          absl::StrCat("precision int8 (auto: the CPU has AVX512_VNNI, its VPDPBUSD peaks at ",
-                       Ratio(cpu.int8_speedup),
+          absl::StrCat("precision int8 (auto: the CPU has ",
+                       cpu.amx_int8 ? "AMX-INT8, its TDPBUSD" : "AVX512_VNNI, its VPDPBUSD",
+                       " peaks at ", Ratio(cpu.int8_speedup),
                        " its FP32 FMA rate; INT8 weights per output channel, activations per "
                        "token, INT32 accumulation)")};
       chosen.check_accuracy = true;
@@ -131,10 +135,11 @@ absl::StatusOr<CpuPrecision> ParseCpuPrecision(const ModelConfig& config, const 
     if (bf16_speedup >= kAutoBf16MinSpeedup) {
       return CpuPrecision{
           WeightFormat::kBf16,
-          absl::StrCat("precision bf16 (auto: the CPU has AVX512_BF16, its BF16 dot product "
-                       "peaks at ",
-                       Ratio(bf16_speedup),
-                       " its FP32 FMA rate; BF16 weights and GEMM inputs, FP32 accumulation)")};
+          absl::StrCat(
+              "precision bf16 (auto: the CPU has ",
+              cpu.amx_bf16 ? "AMX-BF16, its TDPBF16PS" : "AVX512_BF16, its BF16 dot product",
+              " peaks at ", Ratio(bf16_speedup),
+              " its FP32 FMA rate; BF16 weights and GEMM inputs, FP32 accumulation)")};
     }
     return CpuPrecision{
         WeightFormat::kFp32,
@@ -172,7 +177,9 @@ absl::StatusOr<CpuPrecision> ParseCpuPrecision(const ModelConfig& config) {
                   .bf16_arithmetic = arithmetic,
                   .int8_vnni = gemm::Int8VnniSupported(),
                   .int8_speedup = automatic ? gemm::Int8Speedup() : 0.0,
-                  .int8_generic_forced = gemm::Int8For(gemm::Get()) == gemm::Int8Kernel::kGeneric});
+                  .int8_generic_forced = gemm::Int8For(gemm::Get()) == gemm::Int8Kernel::kGeneric,
+                  .amx_bf16 = gemm::AmxBf16Enabled(),
+                  .amx_int8 = gemm::AmxInt8Enabled()});
 }
 
 double ProbeMinCosine(const EncoderNetwork& reference, const EncoderNetwork& candidate) {

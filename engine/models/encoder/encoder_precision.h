@@ -82,6 +82,10 @@ struct CpuFeatures {
   // The portable INT8 kernel forced (gemm::Int8For(gemm::Get()) is kGeneric on a VNNI CPU):
   // int8 runs it, auto does not take int8.
   bool int8_generic_forced = false;
+  // AMX runs the BF16 (INT8) products (gemm::AmxBf16Enabled(), AmxInt8Enabled()): the speedups
+  // above are then the tile instructions' (TDPBF16PS, TDPBUSD), and the load log says AMX.
+  bool amx_bf16 = false;
+  bool amx_int8 = false;
 };
 
 // auto takes bf16 (int8) from this ratio of BF16 (VPDPBUSD) to FP32 peak rates up; bf16 computes
