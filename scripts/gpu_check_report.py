@@ -256,9 +256,15 @@ def host_cpu_section(figures, lines):
         def label(key):  # packed_gflops -> fp32, packed_int8_gops -> int8
             name = key[len("packed"):].removesuffix("_gflops").removesuffix("_gops").strip("_")
             return "fp32" if name in ("", "gflops") else name
-        hot = [f"{label(key)} {value:.0f}" for key, value in medians.items() if "cold" not in key]
+        hot = [f"{label(key)} {value:.0%}" if "of_amx_peak" in key else
+               f"{label(key)} {value:.0f}" for key, value in medians.items() if "cold" not in key]
         lines.append("  GEMMs alone, one thread, M 128, median of 4 shapes (GFLOP/s; int8 GOP/s): "
                      + ", ".join(hot))
+        # The variants that ran and the AMX verdict ("available", or why not) and tile peaks.
+        kernels = result["gemm"]["kernels"]
+        lines.append("  kernels: " + ", ".join(
+            f"{key} {value:.3g}" if isinstance(value, float) else f"{key} {value}"
+            for key, value in sorted(kernels.items()))[:400])
     base = None
     for precision in ("fp32", "bf16", "int8"):
         rows = json_lines(os.path.join(figures, f"host-cpu-{precision}.jsonl"))
