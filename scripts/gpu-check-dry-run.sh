@@ -112,7 +112,7 @@ if [[ " ${GC_FAKE_FAIL:-} " == *" $name "* ]]; then
   exit 1
 fi
 case "$name" in
-  gpu_*)
+  gpu_* | engine_*)
     echo "[  PASSED  ] 3 tests."
     echo '{"tests": 3, "failures": 0, "time": "1s", "testsuites": [{"name": "Stub", "testsuite": [{"name": "Passes", "result": "COMPLETED"}]}]}' >"$json"
     ;;
@@ -159,7 +159,8 @@ EOF
 chmod +x "$stubs/bin/stub"
 for name in gpu_cuda_kernels_test gpu_cuda_encoder_test gpu_cuda_executor_test \
   gpu_cuda_shared_memory_test gpu_cuda_encoder_server_test sluice-engine-bench \
-  sluice-cuda-encoder-bench sluice-loadtest sluice-make-encoder sluice-encoder-bench; do
+  sluice-cuda-encoder-bench sluice-loadtest sluice-make-encoder sluice-encoder-bench \
+  engine_encoder_gemm_amx_test; do
   cp "$stubs/bin/stub" "$stubs/bin/$name"
 done
 rm "$stubs/bin/stub"

@@ -52,7 +52,9 @@ def read_steps(path):
 
 def gtest_figures(figures):
     tests = {}
-    for path in sorted(glob.glob(os.path.join(figures, "gpu_*.json"))):
+    paths = glob.glob(os.path.join(figures, "gpu_*.json")) + \
+        glob.glob(os.path.join(figures, "engine_*.json"))  # the host CPU's AMX test
+    for path in sorted(paths):
         doc = load(path)
         name = os.path.basename(path)[:-5]
         if "error" in doc:
