@@ -112,6 +112,7 @@ absl::StatusOr<std::shared_ptr<Engine::LoadedModel>> Engine::Build(const ModelSp
   loaded->version = spec.version;
   ASSIGN_OR_RETURN(loaded->model, CreateModel(spec));
   const ModelConfig& config = loaded->config();
+  loaded->resolved_parameters = loaded->model->ResolvedParameters();
 
   SchedulerOptions scheduler_options;
   scheduler_options.clock = options_.clock;
@@ -353,6 +354,7 @@ absl::StatusOr<Engine::ModelInfo> Engine::GetModel(const std::string& name, int6
                    versions_.Resolve(name, version, /*faulted_ok=*/false));
   ModelInfo info;
   info.config = std::shared_ptr<const ModelConfig>(loaded, &loaded->config());
+  info.resolved_parameters = loaded->resolved_parameters;
   info.version = loaded->version;
   info.ready_versions = versions_.ReadyVersions(name);
   return info;
@@ -381,6 +383,7 @@ absl::StatusOr<std::vector<Engine::VersionStats>> Engine::GetStats(const std::st
     VersionStats entry{model_name, loaded->version, loaded->stats.Snapshot()};
     entry.stats.queue_depth = static_cast<uint64_t>(loaded->scheduler->QueueDepth());
     entry.stats.prepares = loaded->model->prepares_requests();
+    entry.resolved_parameters = loaded->resolved_parameters;
     out.push_back(std::move(entry));
   }
   return out;

@@ -124,6 +124,10 @@ class Engine {
   // The config of a ready version (`version` < 0: the newest ready one), and that version.
   struct ModelInfo {
     std::shared_ptr<const ModelConfig> config;
+    // The parameters its load resolved, with the values that serve in place of `config`'s
+    // (Model::ResolvedParameters: the encoder's `precision`, auto as what it chose); what
+    // ModelConfig shows.
+    std::map<std::string, std::string> resolved_parameters;
     int64_t version = 0;
     std::vector<int64_t> ready_versions;
   };
@@ -139,6 +143,8 @@ class Engine {
     std::string name;
     int64_t version = 0;
     ModelStatsSnapshot stats;
+    // The parameters its load resolved (Model::ResolvedParameters: the encoder's `precision`).
+    std::map<std::string, std::string> resolved_parameters;
   };
   absl::StatusOr<std::vector<VersionStats>> GetStats(const std::string& name,
                                                      int64_t version) const;

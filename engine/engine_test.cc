@@ -60,6 +60,21 @@ TEST_F(EngineTest, SimpleComputesSumAndDifference) {
   ExpectSimpleOutputs(*response, 1, a, b);
 }
 
+// Issue 36: a model that resolves no parameter (Model::ResolvedParameters empty: all but the CPU
+// encoder, whose case is engine_encoder_test) hands on nothing for ModelConfig to replace, nor
+// for /metrics' sluice_model_info to label.
+TEST_F(EngineTest, AModelThatResolvesNothingHandsOnNoResolvedParameters) {
+  ModelConfig config = SimpleConfig();
+  Load(Spec(config));
+  absl::StatusOr<Engine::ModelInfo> info = engine_->GetModel("simple", -1);
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_TRUE(info->resolved_parameters.empty());
+  EXPECT_EQ(info->config->parameters, config.parameters);
+  absl::StatusOr<std::vector<Engine::VersionStats>> stats = engine_->GetStats("simple", -1);
+  ASSERT_TRUE(stats.ok() && stats->size() == 1u);
+  EXPECT_TRUE((*stats)[0].resolved_parameters.empty());
+}
+
 TEST_F(EngineTest, SimpleRunsABatchOfThree) {
   Load(Spec(SimpleConfig()));
   std::mt19937 rng(7);

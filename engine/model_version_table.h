@@ -57,6 +57,9 @@ struct LoadedVersion {
   // The scheduler's executors, borrowed (it owns them): the stats collector reads their counters.
   std::vector<Executor*> executors;
   std::unique_ptr<ModelScheduler> scheduler;
+  // What the load resolved (Model::ResolvedParameters: the encoder's `precision: auto` as the
+  // precision it chose), read once by Engine::Build before the version is installed.
+  std::map<std::string, std::string> resolved_parameters;
 
   const ModelConfig& config() const { return model->config(); }
 };

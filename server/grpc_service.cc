@@ -201,7 +201,7 @@ grpc::ServerUnaryReactor* InferenceService::ModelConfig(
   if (!info.ok()) return FinishNow(context, ToGrpcStatus(info.status()));
   absl::StatusOr<inference::ModelConfig> config = repository_->GetConfig(request->name());
   if (!config.ok()) return FinishNow(context, ToGrpcStatus(config.status()));
-  ApplyCompletedConfig(*info->config, *config);
+  ApplyCompletedConfig(*info->config, info->resolved_parameters, *config);
   *response->mutable_config() = *std::move(config);
   return FinishNow(context, grpc::Status::OK);
 }

@@ -375,6 +375,31 @@ void AppendModelStateFamily(const std::vector<ModelStateSample>& samples,
   families.push_back(std::move(state));
 }
 
+// Each loaded model version's facts of how it serves, as labels of a constant 1 (the Prometheus
+// info idiom: `* on(model, version) group_left(precision) sluice_model_info` carries them onto
+// any per-model series). Read from the engine's stats like the other per-model families, so that
+// a version's series goes with its unload and a reload's value replaces it.
+void AppendModelInfoFamily(const MetricsInput& input, std::vector<MetricFamily>& families) {
+  MetricFamily info = Family(
+      "sluice_model_info",
+      "1 for each loaded model version; label precision: the CPU precision serving it (fp32, "
+      "bf16, int8: the config's `precision` as its load resolved it, auto's choice and "
+      "fallbacks taken; GPU instances compute in their compute_type on weights of that "
+      "precision), only on models that have one (the CPU encoder)",
+      MetricType::Gauge);
+  for (const engine::Engine::VersionStats& entry : input.models) {
+    Labels labels = ModelLabels(entry);
+    // Only the keys named here become labels: a label set that a backend's new resolved
+    // parameter cannot change (nor make invalid) behind dashboards' backs.
+    const auto precision = entry.resolved_parameters.find("precision");
+    if (precision != entry.resolved_parameters.end()) {
+      labels.push_back({"precision", precision->second});
+    }
+    AddGauge(info, std::move(labels), 1.0);
+  }
+  families.push_back(std::move(info));
+}
+
 // The shared-memory registry: regions by kind, bytes mapped, regions draining.
 void AppendSharedMemoryFamilies(const SharedMemorySample& shm,
                                 std::vector<MetricFamily>& families) {
@@ -465,6 +490,7 @@ std::vector<MetricFamily> BuildMetricFamilies(const MetricsInput& input) {
   AppendLatencyFamilies(input, families);
   AppendDeviceFamilies(input, families);
   AppendServerFamilies(input, families);
+  AppendModelInfoFamily(input, families);
   if (input.model_states.has_value()) AppendModelStateFamily(*input.model_states, families);
   if (input.shared_memory.has_value()) AppendSharedMemoryFamilies(*input.shared_memory, families);
   if (input.process.has_value()) AppendProcessFamilies(*input.process, families);

@@ -218,6 +218,25 @@ TEST(MetricsExporterTest, ModelStateGaugeIsOneHotAndOnlyWithItsSource) {
   }
 }
 
+// Issue 36: which precision serves each model is a metric label. Every loaded version has one
+// info series; the label is there only where the load resolved a precision (the CPU encoder).
+TEST(MetricsExporterTest, ModelInfoLabelsEachLoadedVersionWithItsServedPrecision) {
+  MetricsInput input;
+  input.models.push_back(SampleStats());
+  engine::Engine::VersionStats encoder{"minilm", 2, {}};
+  encoder.resolved_parameters = {{"precision", "int8"}, {"not_a_label", "x"}};
+  input.models.push_back(encoder);
+  const std::string text = SerializeText(BuildMetricFamilies(input));
+  EXPECT_THAT(text, HasSubstr("# TYPE sluice_model_info gauge\n"));
+  EXPECT_THAT(text, HasSubstr("sluice_model_info{model=\"minilm\",version=\"2\",precision="
+                              "\"int8\"} 1\n"));
+  EXPECT_THAT(text, HasSubstr("sluice_model_info{model=\"simple\",version=\"1\"} 1\n"));
+  EXPECT_THAT(text, Not(HasSubstr("not_a_label")));
+  // Unloaded (absent from the engine's stats): its series goes.
+  input.models.pop_back();
+  EXPECT_THAT(SerializeText(BuildMetricFamilies(input)), Not(HasSubstr("minilm")));
+}
+
 TEST(NvmlGpuSourceTest, ReadsEveryGpuOrSaysWhyNot) {
   absl::StatusOr<std::unique_ptr<NvmlGpuSource>> source = NvmlGpuSource::Open();
   if (!source.ok()) {

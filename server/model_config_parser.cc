@@ -351,7 +351,9 @@ absl::StatusOr<engine::ModelConfig> ToEngineModelConfig(const inference::ModelCo
   return config;
 }
 
-void ApplyCompletedConfig(const engine::ModelConfig& completed, inference::ModelConfig& proto) {
+void ApplyCompletedConfig(const engine::ModelConfig& completed,
+                          const std::map<std::string, std::string>& resolved_parameters,
+                          inference::ModelConfig& proto) {
   auto fill = [](const engine::TensorSpec& spec, auto* out) {
     out->set_name(spec.name);
     out->set_data_type(ToProtoDataType(spec.dtype));
@@ -372,6 +374,15 @@ void ApplyCompletedConfig(const engine::ModelConfig& completed, inference::Model
         fill(completed.outputs[i], proto.mutable_output(static_cast<int>(i)));
       }
     }
+  }
+  // The parameters the load resolved (engine::Model::ResolvedParameters: the encoder's
+  // `precision: auto` shown as the precision it chose, an absent one as fp32), as Triton's
+  // auto-completed config shows resolved values; the others stay the file's. They keep the
+  // file's own key rather than a new one, so that a config a client copies back into a file
+  // loads (an unknown key is refused), in the same precision: pinned, auto's choice is not made
+  // again on another CPU.
+  for (const auto& [key, value] : resolved_parameters) {
+    (*proto.mutable_parameters())[key].set_string_value(value);
   }
 }
 

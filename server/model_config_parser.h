@@ -4,6 +4,7 @@
 // (proto/model_config.proto), so existing config files work unchanged; every field sluice does not
 // implement is reported by its name rather than silently ignored.
 
+#include <map>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -35,9 +36,13 @@ inline constexpr size_t kMaxConfigValueBytes = 4096;
 
 // The config a client reads (ModelConfig, GET .../config): `proto` as the file says, with the
 // inputs and outputs the backend completed from its files (the encoder's checkpoint) where the
-// file declares none, and the dims the backend resolved where it declares them. Backends that
-// complete nothing leave `proto` unchanged.
-void ApplyCompletedConfig(const engine::ModelConfig& completed, inference::ModelConfig& proto);
+// file declares none, the dims the backend resolved where it declares them, and the parameters
+// the load resolved (`resolved_parameters`, Engine::ModelInfo's: the CPU encoder's `precision`)
+// set to the values that serve. Backends that complete and resolve nothing leave `proto`
+// unchanged.
+void ApplyCompletedConfig(const engine::ModelConfig& completed,
+                          const std::map<std::string, std::string>& resolved_parameters,
+                          inference::ModelConfig& proto);
 
 // engine data type <-> Triton's TYPE_* (TYPE_STRING is BYTES).
 engine::DataType FromProtoDataType(inference::DataType type);

@@ -321,6 +321,44 @@ TEST(ModelConfigParserTest, RejectsNameMismatchAndMissingBackend) {
   EXPECT_NE(kind.status().message().find("KIND_MODEL"), absl::string_view::npos);
 }
 
+// Issue 36: ModelConfig shows the precision that serves. The engine hands on the resolved value
+// (an encoder's `auto` as what it chose); the client's config shows it under the file's own key
+// (a config copied back into a file loads), the other parameters as the file has them.
+TEST(ModelConfigParserTest, CompletedConfigShowsTheResolvedParameters) {
+  absl::StatusOr<inference::ModelConfig> proto = ParseModelConfigText(
+      R"pb(name: "e"
+           backend: "encoder"
+           parameters {
+             key: "precision"
+             value: { string_value: "auto" }
+           }
+           parameters {
+             key: "pooling"
+             value: { string_value: "mean" }
+           })pb",
+      "cfg");
+  ASSERT_TRUE(proto.ok()) << proto.status();
+  absl::StatusOr<engine::ModelConfig> loaded = ToEngineModelConfig(*proto, "e");
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  // The file changed since the load: the file's value shows, except for a resolved parameter.
+  (*proto->mutable_parameters())["pooling"].set_string_value("cls");
+  ApplyCompletedConfig(*loaded, {{"precision", "int8"}}, *proto);
+  EXPECT_EQ(proto->parameters().at("precision").string_value(), "int8");
+  EXPECT_EQ(proto->parameters().at("pooling").string_value(), "cls");
+  EXPECT_EQ(proto->parameters().size(), 2u);
+  // The round trip: the config a client reads back loads as the precision that served.
+  absl::StatusOr<engine::ModelConfig> reloaded = ToEngineModelConfig(*proto, "e");
+  ASSERT_TRUE(reloaded.ok()) << reloaded.status();
+  EXPECT_EQ(reloaded->parameters.at("precision"), "int8");
+
+  // A backend that resolves nothing: the file's parameters as they were.
+  absl::StatusOr<inference::ModelConfig> simple = ParseModelConfigText(kSimpleConfig, "cfg");
+  ASSERT_TRUE(simple.ok());
+  const std::string before = simple->DebugString();
+  ApplyCompletedConfig(*ToEngineModelConfig(*simple, "simple"), {}, *simple);
+  EXPECT_EQ(simple->DebugString(), before);
+}
+
 TEST(ModelConfigParserTest, DataTypesRoundTrip) {
   for (int t = inference::DataType_MIN; t <= inference::DataType_MAX; ++t) {
     if (!inference::DataType_IsValid(t)) continue;

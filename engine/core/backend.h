@@ -3,6 +3,7 @@
 // The Model / ModelInstance interface every backend implements. The engine owns the queue, the
 // batcher, the executors and the stats; a backend only turns a gathered batch into outputs.
 
+#include <map>
 #include <memory>
 #include <span>
 #include <string>
@@ -53,6 +54,14 @@ class Model {
   virtual absl::StatusOr<std::unique_ptr<ModelInstance>> CreateInstance(int index) = 0;
   // What the load chose that the load log should name (the encoder's CPU precision), or empty.
   virtual std::string LoadSummary() const { return ""; }
+  // Config parameters whose value the load resolved, each with the value that serves: the CPU
+  // encoder's {"precision": "int8"} when its config said `auto` (or nothing: "fp32"), after any
+  // fallback. Keys are parameters this backend accepts in a config, so that a config carrying
+  // them loads again (pinned to that value). The engine hands them on beside the config
+  // (Engine::GetModel: the server's ModelConfig shows them in place of the given values) and in
+  // its stats (the server's sluice_model_info metric). Empty: the backend resolves none, and its
+  // config is shown as given.
+  virtual std::map<std::string, std::string> ResolvedParameters() const { return {}; }
 
   // Models whose inputs the generic binding (engine/request_validation.h) cannot describe
   // (optional inputs, a choice of data types, checks of the values) return true and bind requests

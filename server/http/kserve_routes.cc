@@ -253,7 +253,7 @@ void HttpRoutes::Model(const std::string& model, const std::string& version_text
       respond(Error(config.status()));
       return;
     }
-    ApplyCompletedConfig(*info->config, *config);
+    ApplyCompletedConfig(*info->config, info->resolved_parameters, *config);
     respond(Json(200, MessageToJson(*config)));
     return;
   }

@@ -12,6 +12,8 @@ those paths for memory errors and undefined behaviour, the cosine bars still ass
   int8 bars of FP32 whatever it chose.
 - `precision: int8`, where the CPU has AVX512_VNNI (refused at load elsewhere, so skipped, saying
   so): cosine min >= 0.99 and mean >= 0.998; top-10 overlap >= 0.90 (the issue's bars).
+- The served precision is in ModelConfig (gRPC and HTTP: the `precision` parameter, auto's as
+  what it chose) and in /metrics (sluice_model_info's `precision` label).
 
 Rerankers: a cross-encoder built from the real MiniLM (BertForSequenceClassification, one label,
 a seeded head; written by transformers) served in fp32, bf16 and int8 over KServe text/text_pair:
@@ -201,6 +203,15 @@ class EncoderPrecisionTest(unittest.TestCase):
               f"{cosine.min():.6f}", flush=True)
         if same is None:  # fp32: sentence-transformers' own answers to 1e-4
             self.assertLess(rel_err(got, self.want), FP32_TOLERANCE)
+        # ModelConfig and /metrics name what auto chose (its config file says auto): the
+        # precision whose answers these are.
+        self.assertEqual(self.server.served_precision(self.client, "minilm_auto"),
+                         BARS[same][0] if same else "fp32")
+
+    def test_model_config_and_metrics_name_the_served_precision(self):
+        for name, (precision, *_) in BARS.items():
+            if HAS[precision]:
+                self.assertEqual(self.server.served_precision(self.client, name), precision)
 
     def test_minilm_int8_cosine_to_sentence_transformers_fp32(self):
         if not HAS["int8"]:

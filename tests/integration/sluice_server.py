@@ -4,6 +4,7 @@ Every port is picked by the kernel (--grpc-port=0 --http-port=0 --metrics-port=0
 the server's log lines (grpc_port=N, http_port=N), as the C++ ServerProcess helper does.
 """
 
+import json
 import os
 import re
 import signal
@@ -11,6 +12,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 
 
 class SluiceServer:
@@ -41,6 +43,31 @@ class SluiceServer:
     def log(self):
         with open(self._log.name, encoding="utf-8", errors="replace") as f:
             return f.read()
+
+    def http_json(self, path):
+        """GET `path` on the KServe HTTP port, decoded (raises on a non-2xx answer)."""
+        with urllib.request.urlopen(f"http://{self.url}{path}", timeout=10) as response:
+            return json.load(response)
+
+    def metrics(self):
+        """The Prometheus text of /metrics (its port read from the log: metrics_port=N)."""
+        port = int(re.search(r"metrics_port=(\d+)", self.log()).group(1))
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
+            return response.read().decode()
+
+    def served_precision(self, grpc_client, name):
+        """The CPU precision serving `name` version 1 as the gRPC ModelConfig says it (issue 36),
+        with what HTTP's config and /metrics' sluice_model_info label say; the three must agree,
+        else an AssertionError names them."""
+        over_grpc = grpc_client.get_model_config(name).config.parameters["precision"].string_value
+        config = self.http_json(f"/v2/models/{name}/config")
+        over_http = config.get("parameters", {}).get("precision", {})
+        labels = re.findall(rf'^sluice_model_info\{{model="{re.escape(name)}",version="1",'
+                            r'precision="(\w+)"\} 1$', self.metrics(), re.MULTILINE)
+        if over_http.get("string_value") != over_grpc or labels != [over_grpc]:
+            raise AssertionError(f"{name}: ModelConfig says precision {over_grpc!r} over gRPC, "
+                                 f"{over_http!r} over HTTP; /metrics labels {labels}")
+        return over_grpc
 
     def alive(self):
         return self.process.poll() is None

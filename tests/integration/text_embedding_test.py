@@ -354,6 +354,12 @@ class TextEmbeddingTest(unittest.TestCase):
         self.assertEqual(tokenized.group(1), tokenized.group(2))  # one job per request
         self.assertLessEqual(int(tokenized.group(2)), count)
 
+    def test_config_and_metrics_name_the_default_precision(self):
+        # Issue 36: a config without `precision` serves fp32, and ModelConfig and /metrics say so.
+        self.assertEqual(self.server.served_precision(self.client, "minilm"), "fp32")
+        config = self.client.get_model_config("minilm", as_json=True)["config"]
+        self.assertEqual(set(config["parameters"]), {"precision"})
+
     def test_tokenize_phase_in_prometheus(self):
         self.infer("minilm", [text_input("text", ["count me"])], ["embedding"])
         port = int(re.search(r"metrics_port=(\d+)", self.server.log()).group(1))

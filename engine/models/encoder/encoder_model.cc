@@ -5,6 +5,7 @@
 #include <cstring>
 #include <filesystem>
 #include <limits>
+#include <map>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -363,6 +364,13 @@ class EncoderModel final : public Model {
 
   const ModelConfig& config() const override { return config_; }
   std::string LoadSummary() const override { return absl::StrCat("CPU ", precision_summary_); }
+  // Read from the network, not the config: its weight_format is what the load chose (auto
+  // resolved, its accuracy fallback taken). Always present, fp32 too, so that a client reads
+  // the precision without knowing the default. A GPU instance computes in its compute_type on
+  // these weights (rounded to this precision); the value names the CPU backend's precision.
+  std::map<std::string, std::string> ResolvedParameters() const override {
+    return {{encoder::kPrecisionParam, encoder::PrecisionName(net_->weight_format)}};
+  }
   const std::shared_ptr<const EncoderNetwork>& network() const { return net_; }
   absl::StatusOr<std::unique_ptr<ModelInstance>> CreateInstance(int) override {
     return std::make_unique<EncoderInstance>(config_, net_, pool_);

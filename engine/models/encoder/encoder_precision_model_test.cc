@@ -5,12 +5,14 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <map>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
 
 #include "engine/core/backend.h"
+#include "engine/engine.h"
 #include "engine/models/encoder/encoder_gemm.h"
 #include "engine/models/encoder/encoder_model.h"
 #include "engine/models/encoder/encoder_network.h"
@@ -244,6 +246,88 @@ TEST_F(EncoderModelTest, PrecisionInt8PacksAQuarterOfTheBytesAndAnswersCloseToFp
     const std::vector<float> rb(b.begin() + row * dim, b.begin() + (row + 1) * dim);
     EXPECT_GT(Cosine(ra, rb), 0.99) << "sequence " << row;
   }
+}
+
+// Issue 36: which precision serves a model is in ModelConfig and a metric label. The model names
+// it (ResolvedParameters) from its loaded network, whatever the config said: fp32 when absent,
+// the explicit value, and auto's choice, which the load summary gives too.
+TEST_F(EncoderModelTest, ResolvedParametersNameThePrecisionThatServes) {
+  const std::string folder = Write(TinyBert());
+  using Resolved = std::map<std::string, std::string>;
+  auto fp32 = CreateEncoderModel(Spec(folder));
+  ASSERT_TRUE(fp32.ok()) << fp32.status();
+  EXPECT_EQ((*fp32)->ResolvedParameters(), (Resolved{{"precision", "fp32"}}));
+
+  for (const std::string explicit_precision : {"fp32", "bf16", "int8"}) {
+    const bool supported = explicit_precision == "fp32" ||
+                           (explicit_precision == "bf16" && encoder::gemm::Bf16Supported()) ||
+                           (explicit_precision == "int8" && encoder::gemm::Int8VnniSupported());
+    if (!supported) continue;  // refused at load (PrecisionParameterChoosesTheWeightFormat)
+    ModelConfig config;
+    config.parameters["precision"] = explicit_precision;
+    auto model = CreateEncoderModel(Spec(folder, config));
+    ASSERT_TRUE(model.ok()) << explicit_precision << ": " << model.status();
+    EXPECT_EQ((*model)->ResolvedParameters(), (Resolved{{"precision", explicit_precision}}));
+  }
+
+  ModelConfig automatic;
+  automatic.parameters["precision"] = "auto";
+  auto chosen = CreateEncoderModel(Spec(folder, automatic));
+  ASSERT_TRUE(chosen.ok()) << chosen.status();
+  const Resolved resolved = (*chosen)->ResolvedParameters();
+  ASSERT_EQ(resolved.size(), 1u);
+  const std::string& served = resolved.at("precision");
+  EXPECT_EQ(served, encoder::PrecisionName(LoadedEncoderNetwork(**chosen)->weight_format));
+  EXPECT_THAT((*chosen)->LoadSummary(), HasSubstr("CPU precision " + served + " (auto"));
+  // The model runs by its config as given; only what it reports is resolved.
+  EXPECT_EQ((*chosen)->config().parameters.at("precision"), "auto");
+}
+
+// Through the engine: GetModel (what ModelConfig shows) and GetStats (what /metrics labels) carry
+// the resolved precision beside the config as given; a reload in another precision replaces both,
+// an unload takes them away.
+TEST_F(EncoderModelTest, EngineServesTheResolvedPrecisionInConfigAndStats) {
+  auto engine = Engine::Create(EngineOptions{});
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  const std::string folder = Write(TinyBert());
+  ModelConfig automatic;
+  automatic.parameters["precision"] = "auto";
+  ASSERT_TRUE((*engine)->LoadModel(Spec(folder, automatic)).ok());
+  auto info = (*engine)->GetModel("m", -1);
+  ASSERT_TRUE(info.ok()) << info.status();
+  const std::string served = info->resolved_parameters.at("precision");
+  EXPECT_EQ(info->config->parameters.at("precision"), "auto");
+  EXPECT_TRUE(served == "fp32" || served == "bf16" || served == "int8") << served;
+  auto stats = (*engine)->GetStats("m", -1);
+  ASSERT_TRUE(stats.ok() && stats->size() == 1u);
+  EXPECT_EQ((*stats)[0].resolved_parameters.at("precision"), served);
+
+  // A config that names no precision serves fp32, and says so.
+  ASSERT_TRUE((*engine)->LoadModel(Spec(folder)).ok());
+  info = (*engine)->GetModel("m", -1);
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_EQ(info->resolved_parameters.at("precision"), "fp32");
+  EXPECT_EQ(info->config->parameters.count("precision"), 0u);
+  stats = (*engine)->GetStats("m", -1);
+  ASSERT_TRUE(stats.ok() && stats->size() == 1u);
+  EXPECT_EQ((*stats)[0].resolved_parameters.at("precision"), "fp32");
+
+  if (encoder::gemm::Int8VnniSupported()) {
+    ModelConfig int8;
+    int8.parameters["precision"] = "int8";
+    ASSERT_TRUE((*engine)->LoadModel(Spec(folder, int8)).ok());
+    info = (*engine)->GetModel("m", -1);
+    ASSERT_TRUE(info.ok()) << info.status();
+    EXPECT_EQ(info->resolved_parameters.at("precision"), "int8");
+    stats = (*engine)->GetStats("m", -1);
+    ASSERT_TRUE(stats.ok() && stats->size() == 1u);
+    EXPECT_EQ((*stats)[0].resolved_parameters.at("precision"), "int8");
+  }
+
+  ASSERT_TRUE((*engine)->UnloadModel("m").ok());
+  stats = (*engine)->GetStats("", -1);
+  ASSERT_TRUE(stats.ok());
+  EXPECT_TRUE(stats->empty());
 }
 
 }  // namespace
